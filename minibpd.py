@@ -1,0 +1,299 @@
+"""minibpd: exact blockwise parallel decoding (BPD) in one readable file.
+
+A tiny character-level GPT with h prediction heads (Stern et al. 2018, "Blockwise Parallel
+Decoding for Deep Autoregressive Models"), a preallocated KV cache, greedy decoding (the
+reference), and BPD with Stern's merged predict+verify step: one model call per step, whose
+verification pass also yields the next draft. Drafters (Kim et al. 2024, §7) plug into the one
+decode loop; `lattice.py` holds the refined ones, `analysis.py` the demo and the benchmark.
+
+Exactness: BPD returns exactly the tokens of `greedy_decode`. In float64 this holds bit for bit
+in practice: the batched verification pass and the one-token pass sum in different orders, and
+the rounding differences (~1e-16) cannot flip an argmax unless two logits tie that closely. In
+float32 (~1e-7) or bf16 (~1e-2) such near-ties do happen now and then, so an argmax can flip and
+the two decoders can diverge: this is rounding, not a bug, and it is why the tests run in float64.
+"""
+import argparse
+import math
+import sys
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+CHECKPOINT = "checkpoints/minibpd.pt"
+FORMAT_VERSION = 1
+
+
+@dataclass
+class GPTConfig:
+    vocab_size: int = 96
+    block_size: int = 128   # context window: the most tokens the model sees at once
+    n_layer: int = 4
+    n_head: int = 4
+    n_embd: int = 128
+    n_bpd_heads: int = 8    # h, counting head 1 (the base model's own next-token head)
+    dropout: float = 0.0
+
+    def __post_init__(self):
+        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "n_bpd_heads"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"GPTConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.n_embd % self.n_head:
+            raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
+
+
+# ----------------------------------------------------------------------------- the model
+
+class SelfAttention(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.n_head, self.dropout = cfg.n_head, cfg.dropout
+        self.qkv = nn.Linear(cfg.n_embd, 3 * cfg.n_embd)
+        self.proj = nn.Linear(cfg.n_embd, cfg.n_embd)
+
+    def forward(self, x, kv=None, length=0, mask=None):
+        """x: [P, L, C]. Training: kv is None, plain causal attention. Decoding: kv = (k, v) cache
+        tensors [R, n_head, block_size, head_dim]; the L new keys/values are written by position
+        at slots length..length+L-1 and attention reads slots 0..length+L-1."""
+        P, L, C = x.shape
+        q, k, v = self.qkv(x).view(P, L, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)
+        if kv is None:  # q, k, v: [P, n_head, L, head_dim]
+            drop = self.dropout if self.training else 0.0
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=drop)
+        else:
+            kc, vc = kv
+            # P == 1 (prefill, greedy step): broadcast into every cache row, so that a later
+            # batched verification of several drafts finds the same prefix in each row.
+            rows = slice(None) if P == 1 else slice(0, P)
+            kc[rows, :, length:length + L] = k
+            vc[rows, :, length:length + L] = v
+            y = F.scaled_dot_product_attention(q, kc[:P, :, :length + L], vc[:P, :, :length + L],
+                                               attn_mask=mask)
+        return self.proj(y.transpose(1, 2).reshape(P, L, C))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(cfg.n_embd), nn.LayerNorm(cfg.n_embd)
+        self.attn = SelfAttention(cfg)
+        self.mlp = nn.Sequential(nn.Linear(cfg.n_embd, 4 * cfg.n_embd), nn.GELU(),
+                                 nn.Linear(4 * cfg.n_embd, cfg.n_embd), nn.Dropout(cfg.dropout))
+
+    def forward(self, x, kv=None, length=0, mask=None):
+        x = x + self.attn(self.ln1(x), kv, length, mask)
+        return x + self.mlp(self.ln2(x))
+
+
+class BPDHead(nn.Module):
+    """Proposal head i >= 2 (Stern §3): one hidden layer and a residual on the final hidden state."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.fc, self.proj = nn.Linear(cfg.n_embd, cfg.n_embd), nn.Linear(cfg.n_embd, cfg.n_embd)
+
+    def forward(self, z):
+        return z + self.proj(F.gelu(self.fc(z)))
+
+
+class GPT(nn.Module):
+    """nanoGPT-style decoder. Head 1 is the base LM itself; heads 2..h are BPDHeads. All heads share
+    one output projection, tied to the token embedding (Stern §3, Kim §4)."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.config = cfg
+        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.n_embd)
+        self.pos_emb = nn.Embedding(cfg.block_size, cfg.n_embd)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList([Block(cfg) for _ in range(cfg.n_layer)])
+        self.ln_f = nn.LayerNorm(cfg.n_embd)
+        # Built in a loop: `[BPDHead(cfg)] * n` would share one module n times.
+        self.heads = nn.ModuleList([BPDHead(cfg) for _ in range(cfg.n_bpd_heads - 1)])
+        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        self.lm_head.weight = self.tok_emb.weight
+        self.apply(self._init)
+
+    @staticmethod
+    def _init(m):
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, std=0.02)
+        if isinstance(m, nn.Linear) and m.bias is not None:
+            nn.init.zeros_(m.bias)
+
+    def forward(self, idx, cache=None):
+        """idx: [P, L] token ids -> final hidden states z: [P, L, C]. With a cache the L tokens sit
+        at window slots cache.length.. (the cache is written, not advanced; see KVCache.advance)."""
+        P, L = idx.shape
+        start = 0 if cache is None else cache.length
+        pos = torch.arange(start, start + L, device=idx.device)
+        x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))
+        mask = None  # query i may see slots 0..start+i; a single query sees every slot
+        if cache is not None and L > 1:
+            mask = torch.ones(L, start + L, dtype=torch.bool, device=idx.device).tril(start)
+        for i, block in enumerate(self.blocks):
+            x = block(x, None if cache is None else cache.layer(i), start, mask)
+        return self.ln_f(x)
+
+    def head_logits(self, z):
+        """z: [..., C] -> logits of all h heads: [..., h, V]; head i predicts i - 1 tokens further."""
+        zs = [z] + [head(z) for head in self.heads]
+        return self.lm_head(torch.stack(zs, dim=-2))
+
+    def loss(self, chunk):
+        """chunk: [B, T + h] -> (mean loss, per-head losses [h]). Head i at position t is trained on
+        token t + i; the mean over heads is the joint objective (Kim §4)."""
+        T, h = chunk.shape[1] - self.config.n_bpd_heads, self.config.n_bpd_heads
+        logits = self.head_logits(self(chunk[:, :T]))            # [B, T, h, V]
+        targets = torch.stack([chunk[:, 1 + i:1 + i + T] for i in range(h)], dim=-1)  # [B, T, h]
+        per_tok = F.cross_entropy(logits.flatten(0, 2), targets.flatten(), reduction="none")
+        per_head = per_tok.view(-1, h).mean(0)
+        return per_head.mean(), per_head
+
+
+# ----------------------------------------------------------------------------- the KV cache
+
+def window_start(t, block_size):
+    """First position the model sees when it predicts the token at position t: 0 while t fits in the
+    window, else jumps forward in steps of block_size // 2. Greedy and every BPD path predict
+    position t from exactly seq[window_start(t):t], so running past the window (or a prompt longer
+    than it) keeps them identical; the cache is rebuilt when the start jumps."""
+    shift = max(1, block_size // 2)
+    over = t - block_size
+    return 0 if over <= 0 else -(-over // shift) * shift
+
+
+class KVCache:
+    """Preallocated keys/values [R, n_head, block_size, head_dim] per layer, one integer `length`
+    (valid slots) and the absolute position `start` of slot 0. Rejected draft tokens are dropped
+    by not advancing `length` past them; R rows let p drafts be verified in one batched call."""
+
+    def __init__(self, model, rows=1):
+        cfg, w = model.config, model.tok_emb.weight
+        self.shape = (cfg.n_head, cfg.block_size, cfg.n_embd // cfg.n_head)
+        self.kv = [[torch.zeros(rows, *self.shape, dtype=w.dtype, device=w.device)
+                    for _ in range(2)] for _ in range(cfg.n_layer)]
+        self.rows, self.start, self.length = rows, 0, 0
+
+    def layer(self, i):
+        return self.kv[i]
+
+    def ensure_rows(self, rows):
+        if rows > self.rows:  # grow, copying the shared prefix of row 0 into the new rows
+            self.kv = [[torch.cat([t, t[:1].expand(rows - self.rows, *self.shape)]) for t in pair]
+                       for pair in self.kv]
+            self.rows = rows
+
+    def reset(self, start):
+        self.start, self.length = start, 0
+
+    def advance(self, row, n):
+        """Keep the first n slots just written by `row`; copy them to the other rows."""
+        if self.rows > 1 and row is not None:
+            for pair in self.kv:
+                for t in pair:
+                    t[:, :, self.length:self.length + n] = t[row:row + 1, :, self.length:self.length + n]
+        self.length += n
+
+
+def model_call(model, cache, seq, extra):
+    """One serial model call. Feeds the uncached tail of `seq` plus P candidate continuations
+    `extra` [P, m] and returns z [P, m + 1, C], whose position i predicts token len(seq) + i.
+    If the window must move for position len(seq), the cache is rebuilt within this same call."""
+    n, B = len(seq), model.config.block_size
+    start = window_start(n, B)
+    if start != cache.start:
+        cache.reset(start)
+    tail = torch.tensor(seq[cache.start + cache.length:n], device=extra.device)
+    idx = torch.cat([tail.expand(extra.shape[0], -1), extra], dim=1)
+    z = model(idx, cache)
+    return z[:, -(extra.shape[1] + 1):], len(tail)
+
+
+def check_request(model, prompt, max_new_tokens):
+    if len(prompt) == 0:
+        raise ValueError("the prompt is empty: give at least one token")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    V = model.config.vocab_size
+    if min(prompt) < 0 or max(prompt) >= V:
+        raise ValueError(f"prompt token ids must lie in [0, {V})")
+
+
+# ----------------------------------------------------------------------------- decoding
+
+@torch.no_grad()
+def greedy_decode(model, prompt, max_new_tokens):
+    """Greedy decoding with the KV cache: the reference and the speed baseline. -> new tokens."""
+    check_request(model, prompt, max_new_tokens)
+    cache, seq = KVCache(model), list(prompt)
+    none = torch.zeros(1, 0, dtype=torch.long, device=model.lm_head.weight.device)
+    for _ in range(max_new_tokens):
+        z, fed = model_call(model, cache, seq, none)
+        cache.advance(0, fed)
+        seq.append(int(model.lm_head(z[0, -1]).argmax()))
+    return seq[len(prompt):]
+
+
+class ArgmaxDrafter:
+    """Plain BPD drafter (Stern §3, predict): each head's most likely token.
+
+    The drafter interface: `drafter(logprobs, context) -> list of drafts`, where logprobs [m, V]
+    are the log-probs of heads 1..m at the last accepted position and context is the sequence so
+    far; each draft is a list of m tokens, the first being the greedy token context[-1] (head 1
+    is the base model, so its argmax is certain). The loop verifies every draft in one batched
+    call and keeps the longest accepted; drafters may keep state (e.g. a small LM's cache)."""
+    name = "bpd"
+    max_drafts = 1
+
+    def __call__(self, logprobs, context):
+        return [logprobs.argmax(-1).tolist()]
+
+
+def verify(model, z, extra):
+    """Stern §3, verify + accept. z [P, m + 1, C] from model_call, extra [P, m] the drafts' tokens
+    after the greedy one. -> (winning row, accepted extra tokens a, greedy tokens [m + 1])."""
+    g = model.lm_head(z).argmax(-1)                                  # [P, m + 1]
+    ok = (extra == g[:, :-1]).long().cumprod(dim=1).sum(dim=1)       # [P] longest matching prefix
+    row = int(ok.argmax())                                           # first row among the best
+    return row, int(ok[row]), g[row]
+
+
+@torch.no_grad()
+def bpd_decode(model, prompt, max_new_tokens, drafter=None):
+    """Blockwise parallel decoding with merged predict+verify (Stern §4): each call verifies the
+    drafts and, through the heads at the last accepted position, yields the next draft.
+    -> (new tokens, stats). stats: calls (serial model calls, prefill included), accepted (tokens
+    gained per call), block_efficiency (new tokens / calls), steps (drafts, winner, accepted)."""
+    check_request(model, prompt, max_new_tokens)
+    drafter = drafter or ArgmaxDrafter()
+    h, B = model.config.n_bpd_heads, model.config.block_size
+    cache = KVCache(model, rows=getattr(drafter, "max_drafts", 1))
+    seq, n0 = list(prompt), len(prompt)
+    extra = torch.zeros(1, 0, dtype=torch.long, device=model.lm_head.weight.device)
+    stats, drafts = {"calls": 0, "accepted": [], "steps": []}, None
+    while True:
+        z, fed = model_call(model, cache, seq, extra)
+        row, a, g = verify(model, z, extra)
+        cache.advance(row, fed + a)
+        new = extra[row, :a].tolist() + [int(g[a])]
+        if drafts is not None:
+            stats["steps"].append({"context": len(seq), "drafts": drafts, "winner": row,
+                                   "accepted": len(new)})
+        seq += new
+        stats["calls"] += 1
+        stats["accepted"].append(len(new))
+        left = max_new_tokens - (len(seq) - n0)
+        if left <= 0:
+            break
+        # Draft up to m more tokens: no more than needed, none that would cross the window.
+        m = min(h - 1, left, window_start(len(seq), B) + B - len(seq))
+        extra = extra[:, :0]
+        if m > 0:
+            logprobs = F.log_softmax(model.head_logits(z[row, a])[:m + 1], dim=-1)  # [m + 1, V]
+            drafts = drafter(logprobs, seq)
+            cache.ensure_rows(len(drafts))
+            extra = torch.tensor([d[1:m + 1] for d in drafts], device=extra.device)
+    stats["block_efficiency"] = max_new_tokens / stats["calls"]
+    return seq[n0:n0 + max_new_tokens], stats
