@@ -137,9 +137,29 @@ class GPT(nn.Module):
         return self.ln_f(x)
 
     def head_logits(self, z):
-        """z: [..., C] -> logits of all h heads: [..., h, V]; head i predicts i - 1 tokens further."""
-        zs = [z] + [head(z) for head in self.heads]
-        return self.lm_head(torch.stack(zs, dim=-2))
+        """z: [..., C] -> logits of all h heads: [..., h, V]; head i predicts i - 1 tokens further.
+        Heads 2..h run as one batched matmul over their stacked weights: the same maths as calling
+        each BPDHead, but on a CPU h - 1 separate small calls would cost about as much as the trunk."""
+        if not self.heads:
+            return self.lm_head(z).unsqueeze(-2)
+        w1, b1, w2, b2 = self._stacked_heads()                              # [h-1, C, C], [h-1, 1, C]
+        x = z.reshape(1, -1, z.shape[-1]).expand(len(w1), -1, -1)           # [h-1, N, C]
+        y = x + torch.baddbmm(b2, F.gelu(torch.baddbmm(b1, x, w1)), w2)     # [h-1, N, C]
+        zs = torch.cat([x[:1], y]).transpose(0, 1).reshape(*z.shape[:-1], -1, z.shape[-1])
+        return self.lm_head(zs)                                              # [..., h, V]
+
+    def _stacked_heads(self):
+        """The heads' weights stacked; cached at inference, re-stacked when any weight changes."""
+        ps = [p for hd in self.heads for p in (hd.fc.weight, hd.fc.bias, hd.proj.weight, hd.proj.bias)]
+        key = tuple((p.data_ptr(), p._version) for p in ps)
+        if self.training or getattr(self, "_stack_key", None) != key:
+            w = lambda i: torch.stack([p.t() for p in ps[i::4]])           # [h-1, C_in, C_out]
+            b = lambda i: torch.stack([p[None] for p in ps[i::4]])         # [h-1, 1, C]
+            stacked = (w(0), b(1), w(2), b(3))
+            if self.training:                                               # keep autograd intact
+                return stacked
+            self._stack, self._stack_key = stacked, key
+        return self._stack
 
     def loss(self, chunk):
         """chunk: [B, T + h] -> (mean loss, per-head losses [h]). Head i at position t is trained on
@@ -289,7 +309,7 @@ def bpd_decode(model, prompt, max_new_tokens, drafter=None):
             break
         # Draft up to m more tokens: no more than needed, none that would cross the window.
         m = min(h - 1, left, window_start(len(seq), B) + B - len(seq))
-        extra = extra[:, :0]
+        extra, drafts = extra[:, :0], None
         if m > 0:
             logprobs = F.log_softmax(model.head_logits(z[row, a])[:m + 1], dim=-1)  # [m + 1, V]
             drafts = drafter(logprobs, seq)
@@ -297,3 +317,114 @@ def bpd_decode(model, prompt, max_new_tokens, drafter=None):
             extra = torch.tensor([d[1:m + 1] for d in drafts], device=extra.device)
     stats["block_efficiency"] = max_new_tokens / stats["calls"]
     return seq[n0:n0 + max_new_tokens], stats
+
+
+# ----------------------------------------------------------------------------- checkpoints, text
+
+class CheckpointError(Exception):
+    """A checkpoint that is missing, corrupt, or does not match this code."""
+
+
+def build_model(config, state, device="cpu", dtype=torch.float32, where="checkpoint"):
+    """GPT from a saved config dict and state dict, with a clear error on any mismatch."""
+    try:
+        model = GPT(GPTConfig(**config))
+        model.load_state_dict({k: v.float() for k, v in state.items()})
+    except (TypeError, ValueError, RuntimeError, AttributeError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError(f"{where} does not match this version of minibpd.py ({first}); "
+                              "retrain it with `python train_heads.py`") from None
+    return model.to(device=device, dtype=dtype).eval()
+
+
+def load_checkpoint(path=CHECKPOINT, device="cpu", dtype=torch.float32):
+    """-> (model, checkpoint dict). Loaded with weights_only=True: a checkpoint cannot run code."""
+    try:
+        ck = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise CheckpointError(f"checkpoint {path} not found: run `python train_heads.py` "
+                              "to create it, or pass --checkpoint PATH") from None
+    except Exception as e:  # truncated zip, not a torch file, unsafe pickle, ...
+        raise CheckpointError(f"checkpoint {path} is corrupt or not a minibpd checkpoint "
+                              f"({type(e).__name__}); retrain it with `python train_heads.py`") from None
+    if not isinstance(ck, dict) or ck.get("format_version") != FORMAT_VERSION:
+        found = ck.get("format_version") if isinstance(ck, dict) else None
+        raise CheckpointError(f"checkpoint {path} has format {found!r}, this code reads format "
+                              f"{FORMAT_VERSION}; retrain it with `python train_heads.py`")
+    for key in ("config", "model", "vocab"):
+        if key not in ck:
+            raise CheckpointError(f"checkpoint {path} lacks '{key}'; retrain it with `python train_heads.py`")
+    model = build_model(ck["config"], ck["model"], device, dtype, f"checkpoint {path}")
+    if len(ck["vocab"]) != model.config.vocab_size:
+        raise CheckpointError(f"checkpoint {path}: vocabulary size does not match its model")
+    return model, ck
+
+
+def encode(text, vocab):
+    """Characters -> token ids, with a clear error for characters the model never saw."""
+    stoi = {c: i for i, c in enumerate(vocab)}
+    unknown = sorted({c for c in text if c not in stoi})
+    if unknown:
+        shown = ", ".join(repr(c) for c in unknown[:10])
+        raise ValueError(f"the text contains characters the model never saw in training: {shown}; "
+                         "use characters from its training text (plain English / ASCII)")
+    return [stoi[c] for c in text]
+
+
+def decode(tokens, vocab):
+    return "".join(vocab[t] for t in tokens)
+
+
+def resolve_device(name):
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda was asked for but CUDA is not available; use --device cpu")
+    return name
+
+
+# ----------------------------------------------------------------------------- command line
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description="Exact blockwise parallel decoding with a tiny GPT.")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--demo", action="store_true", help="show greedy vs BPD vs refined drafts")
+    mode.add_argument("--prompt", help="generate a continuation of this text")
+    mode.add_argument("--bench", action="store_true", help="benchmark every decoder")
+    p.add_argument("--max-new-tokens", type=int, default=200)
+    p.add_argument("--decoder", default="bpd", help="decoder for --prompt (see --bench for names)")
+    p.add_argument("--checkpoint", default=CHECKPOINT)
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    p.add_argument("--seed", type=int, default=0, help="picks the demo prompt; seeds torch")
+    p.add_argument("--json", action="store_true", help="--bench: print one JSON object only")
+    p.add_argument("--text", help="--bench: take prompts from this UTF-8 file, not the test split")
+    p.add_argument("--prompts", type=int, default=16, help="--bench: number of prompts")
+    p.add_argument("--new-tokens", type=int, default=128, help="--bench: tokens per prompt")
+    p.add_argument("--k", type=int, default=None, help="lattice width (default: tuned)")
+    p.add_argument("--p", type=int, default=None, help="drafts verified per call by p-best")
+    p.add_argument("--alpha", type=float, default=None, help="LM interpolation weight in [0, 1]")
+    p.add_argument("--sweep", action="store_true", help="--bench: sweep k, p, alpha, heads (tune split)")
+    p.add_argument("--plot", metavar="DIR", help="--bench: also write PNG figures (needs matplotlib)")
+    p.add_argument("--no-color", action="store_true")
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    try:
+        torch.manual_seed(args.seed)
+        import analysis                     # the demo and the benchmark live there
+        if args.bench:
+            return analysis.bench(args)
+        if args.prompt is not None:
+            return analysis.generate(args)
+        return analysis.demo(args)
+    except (ValueError, CheckpointError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    import minibpd  # run main() from the importable module, so analysis.py shares its classes
+    sys.exit(minibpd.main())

@@ -133,6 +133,8 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--steps", type=int, default=3400, help="optimizer steps for the base model")
     p.add_argument("--rescorer-steps", type=int, default=2500)
+    p.add_argument("--rescorer-layers", type=int, default=2)
+    p.add_argument("--rescorer-embd", type=int, default=64)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--warmup", type=int, default=100)
@@ -153,7 +155,8 @@ def main(argv=None):
     text, corpus = load_corpus(args.data)
     vocab = "".join(sorted(set(text)))
     stoi = {c: i for i, c in enumerate(vocab)}
-    splits = {k: torch.tensor([stoi[c] for c in v]) for k, v in split_corpus(text).items()}
+    texts = split_corpus(text)
+    splits = {k: torch.tensor([stoi[c] for c in v]) for k, v in texts.items()}
     print(f"corpus: {corpus['name']}, {corpus['chars']:,} chars, vocab {len(vocab)}, "
           + ", ".join(f"{k} {len(v):,}" for k, v in splits.items()))
     cfg = GPTConfig(len(vocab), args.block_size, args.n_layer, args.n_head, args.n_embd,
@@ -165,7 +168,8 @@ def main(argv=None):
     print("held-out (test) per head:  loss " + " ".join(f"{x:.3f}" for x in losses))
     print("                      top-1 acc " + " ".join(f"{x:.3f}" for x in accs))
     # The small rescorer LM (Kim §7.1): same class, one head, ~8% of the base parameters.
-    rcfg = GPTConfig(len(vocab), args.block_size, 2, 2, 64, 1, args.dropout)
+    rcfg = GPTConfig(len(vocab), args.block_size, args.rescorer_layers, 2, args.rescorer_embd, 1,
+                     args.dropout)
     rescorer = GPT(rcfg)
     rargs = argparse.Namespace(**{**vars(args), "steps": args.rescorer_steps})
     rsecs = train(rescorer, splits["train"], rargs, gen, "rescorer")
@@ -174,9 +178,9 @@ def main(argv=None):
     half = lambda m: {k: v.half() for k, v in m.state_dict().items()}   # fp16 on disk: half the MB
     torch.save({"format_version": FORMAT_VERSION, "config": asdict(cfg), "model": half(model),
                 "rescorer_config": asdict(rcfg), "rescorer": half(rescorer), "vocab": vocab,
-                "corpus": corpus, "seed": args.seed, "git_revision": git_revision(),
+                "corpus": corpus, "splits": texts, "seed": args.seed, "git_revision": git_revision(),
                 "train": {"steps": args.steps, "seconds": round(secs + rsecs),
-                          "test_loss": losses, "test_acc": accs, "torch": torch.__version__}},
+                          "test_loss": losses, "test_acc": accs, "torch": str(torch.__version__)}},
                args.out)
     print(f"saved {args.out} ({(secs + rsecs) / 60:.1f} min of training)")
 
