@@ -1,0 +1,386 @@
+"""lattice: the top-k lattice of a BPD draft and its exact p-best global rescoring.
+
+Kim et al. (2024), "Exploring and Improving Drafts in Blockwise Parallel Decoding":
+§6.3 defines the top-k lattice ("sausage") of the h heads and its oracle path; §7.2 rescores
+every path of the lattice with the heads interpolated with an n-gram LM and keeps the p best.
+
+Position i (0 .. h-1) holds head i's candidates for the token i ahead; position 0 is the base
+model's greedy token, certain, so it holds one and a lattice has k^(h-1) paths. A path scores
+    sum_i (1 - alpha) * head_logprob_i + alpha * lm.logprob(token_i, history + path[:i])
+(alpha = 0 or lm None: heads only, the paper's "0-gram" control). An order-n LM sees only the
+last n-1 tokens, so a DP over (position, last n-1 tokens) finds the p best paths exactly. Ties
+break by the rank tuple (each token's index in its position's list), lexicographically smaller
+first: the heads' own ordering wins. best_paths is the readable reference, best_paths_fast
+its numpy twin for the decode loop, NgramTable a numpy twin of the LM's lookup.
+"""
+import math
+from operator import index
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from minibpd import KVCache, model_call
+
+
+class Lattice:
+    """tokens[i]: distinct candidate ids of position i, best first; logprobs[i]: their head
+    log-probs (finite, non-increasing). Position 0 holds exactly one token."""
+
+    def __init__(self, tokens, logprobs):
+        if len(tokens) == 0 or len(tokens) != len(logprobs):
+            raise ValueError(f"need h >= 1 positions, got {len(tokens)} and {len(logprobs)}")
+        self.tokens = [[index(t) for t in row] for row in tokens]
+        self.logprobs = [[float(x) for x in row] for row in logprobs]
+        for i, (toks, lps) in enumerate(zip(self.tokens, self.logprobs)):
+            if not (0 < len(toks) == len(lps) == len(set(toks)) and min(toks) >= 0
+                    and all(map(math.isfinite, lps)) and lps == sorted(lps, reverse=True)):
+                raise ValueError(f"position {i}: need distinct ids >= 0 with finite logprobs, "
+                                 f"best first; got {toks}, {lps}")
+        if len(self.tokens[0]) != 1:
+            raise ValueError("position 0 (the certain greedy token) needs exactly one candidate")
+
+    @classmethod
+    def from_logprobs(cls, head_logprobs, k):
+        """Top-k lattice of head log-probs [h, V] (numpy, float32 or float64). Candidates are
+        ordered by (logprob desc, token id asc); k is clamped to V; position 0 keeps only the
+        argmax (smallest id among exact ties)."""
+        k, lp = index(k), np.asarray(head_logprobs, dtype=np.float64)  # exact for float32
+        if k < 1 or lp.ndim != 2 or 0 in lp.shape or np.isnan(lp).any():
+            raise ValueError(f"need k >= 1 and NaN-free head_logprobs [h, V]; got k = {k}, "
+                             f"shape {lp.shape}")
+        # Stable ascending sort of -lp: descending lp, exact ties in id order. [h, min(k, V)]
+        top = np.argsort(-lp, axis=1, kind="stable")[:, :k].tolist()
+        tokens = [row[:1] if i == 0 else row for i, row in enumerate(top)]
+        return cls(tokens, [lp[i, toks].tolist() for i, toks in enumerate(tokens)])
+
+    h = property(lambda self: len(self.tokens))
+    k = property(lambda self: max(map(len, self.tokens)), doc="most candidates at a position")
+
+
+def _check(p, alpha):
+    p, alpha = index(p), float(alpha)
+    if p < 1:
+        raise ValueError(f"p must be >= 1, got {p}")
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+    return p, alpha
+
+
+def path_score(lattice, lm, history, tokens, alpha):
+    """The reference score of one path (a token per position), summed left to right."""
+    _, alpha = _check(1, alpha)
+    history, path = [index(t) for t in history], [index(t) for t in tokens]
+    if len(path) != lattice.h:
+        raise ValueError(f"path has {len(path)} tokens, lattice has {lattice.h} positions")
+    s = 0.0
+    for i, tok in enumerate(path):
+        if tok not in lattice.tokens[i]:
+            raise ValueError(f"token {tok} is not a candidate of position {i}")
+        lp = lattice.logprobs[i][lattice.tokens[i].index(tok)]
+        if lm is None or alpha == 0.0:  # 0-gram control: never call the LM
+            s = s + lp
+        else:
+            s = s + ((1 - alpha) * lp + alpha * lm.logprob(tok, history + path[:i]))
+    return s
+
+
+def _prune(cands, p):
+    """The p best (score, ranks, tokens) of one DP state. Float addition is monotone, so a
+    partial path worse now stays no better after any common extension: keeping p is exact. But
+    scores a few ulps apart can round to equal totals later, where ranks decide, so we also keep
+    one within 1e-9 of a kept one with larger ranks (rare; assumes |score| << 1e5)."""
+    cands.sort(key=lambda c: (-c[0], c[1]))
+    keep = cands[:p]
+    for c in cands[p:]:
+        tol = 1e-9 * max(1.0, abs(c[0]))
+        if cands[p - 1][0] > c[0] + tol:
+            break  # this one and all worse ones are beaten by all p kept ones
+        if any(y[0] <= c[0] + tol and y[1] > c[1] for y in cands[:p]):
+            keep.append(c)
+    return keep
+
+
+def best_paths(lattice, lm, history, p, alpha):
+    """The p best paths [(score, tokens)], best first (fewer if the lattice has fewer). DP over
+    positions; the state, the last n-1 tokens of history + path (one state with no LM), is all
+    the LM sees, so paths sharing it extend alike. Scores use path_score's float operations in
+    the same order, so they are bitwise equal to it. Ties: smaller rank tuple first."""
+    p, alpha = _check(p, alpha)
+    use_lm = lm is not None and alpha != 0.0
+    n = lm.order - 1 if use_lm else 0  # tokens of context the LM sees
+    history = [index(t) for t in history]
+    start = tuple(history[max(0, len(history) - n):]) if n else ()
+    beams = {start: [(0.0, (), ())]}  # state -> [(score, rank tuple, token tuple)]
+    for i in range(lattice.h):
+        grown = {}
+        for state, partials in beams.items():
+            for r, (tok, lp) in enumerate(zip(lattice.tokens[i], lattice.logprobs[i])):
+                term = (1 - alpha) * lp + alpha * lm.logprob(tok, list(state)) if use_lm else lp
+                new_state = (state + (tok,))[-n:] if n else ()
+                bucket = grown.setdefault(new_state, [])
+                for s, ranks, toks in partials:
+                    bucket.append((s + term, ranks + (r,), toks + (tok,)))
+        beams = {state: _prune(cands, p) for state, cands in grown.items()}
+    finals = sorted((c for cands in beams.values() for c in cands), key=lambda c: (-c[0], c[1]))
+    return [(s, list(toks)) for s, _, toks in finals[:p]]
+
+
+class NgramTable:
+    """numpy twin of an NgramLM's lookup: per context length j, the keys (c_j, w) of terms[j]
+    and c_j of gammas[j] as sorted int64 codes in base V, values alongside; np.searchsorted."""
+
+    def __init__(self, lm):
+        self.order, self.V = index(lm.order), index(lm.vocab_size)
+        if self.V ** self.order >= 2 ** 63:
+            raise ValueError(f"V^order = {self.V}^{self.order} does not fit int64 codes")
+        self.terms = [self._table({c + (w,): v for (c, w), v in d.items()}) for d in lm.terms]
+        self.gammas = [self._table(d) for d in lm.gammas]
+
+    def _table(self, d):  # {token tuple: value} -> (sorted int64 codes, float64 values)
+        codes = {sum(t * self.V ** e for e, t in enumerate(reversed(toks))): v
+                 for toks, v in d.items()}
+        keys = sorted(codes)
+        return np.array(keys, dtype=np.int64), np.array([codes[c] for c in keys], dtype=float)
+
+    @staticmethod
+    def _get(table, codes, default):  # values at int64 codes (any shape), default if absent
+        keys, values = table
+        if len(keys) == 0:
+            return np.full(np.shape(codes), default)
+        i = np.minimum(np.searchsorted(keys, codes), len(keys) - 1)
+        return np.where(keys[i] == codes, values[i], default)
+
+    def step(self, j, ctx_code, token, p):
+        """One back-off step of NgramLM.logprob, broadcast: term_j(c_j, w) + gamma_j(c_j) * p."""
+        term = self._get(self.terms[j], ctx_code * self.V + token, 0.0)
+        return term + self._get(self.gammas[j], ctx_code, 1.0) * p
+
+    def logprob(self, contexts, tokens):
+        """log P(tokens[r] | contexts[r]) [N]: contexts int [N, J] (only the last order-1
+        columns count), tokens [N]. NgramLM.logprob's float operations, then np.log."""
+        tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
+        ctx = np.asarray(contexts, dtype=np.int64).reshape(len(tokens), -1)
+        ctx = ctx[:, ctx.shape[1] - min(self.order - 1, ctx.shape[1]):]
+        if any(a.size and (a.min() < 0 or a.max() >= self.V) for a in (tokens, ctx)):
+            raise ValueError(f"token ids must be in [0, {self.V})")
+        J, p = ctx.shape[1], 1.0 / self.V
+        for j in range(J + 1):
+            code = np.zeros(len(tokens), dtype=np.int64)
+            for col in range(J - j, J):  # c_j: the last j columns, oldest first
+                code = code * self.V + ctx[:, col]
+            p = self.step(j, code, tokens, p)
+        return np.log(np.broadcast_to(p, tokens.shape))
+
+
+def _lm_block(table, hist, cands, i, n):
+    """LM log-probs of position i's candidates after each state: [K_{i-m}, .., K_{i-1}, K_i],
+    m = min(n, i) path positions of context (older ones come from hist). Context length j
+    involves only the last j positions, so its lookups broadcast over the others."""
+    m = min(n, i)
+    axes = [np.array(cands[i - m + a], dtype=np.int64).reshape([-1] + [1] * (m - a))
+            for a in range(m + 1)]  # axes[a]: ids of position i-m+a along axis a; axes[m]: next
+    p = 1.0 / table.V
+    for j in range(min(n, len(hist) + i) + 1):
+        from_path = min(j, i)  # c_j = last (j - from_path) history tokens + last from_path path
+        code = np.zeros([1] * (m + 1), dtype=np.int64)
+        for t in hist[len(hist) - (j - from_path):]:
+            code = code * table.V + t
+        for a in range(m - from_path, m):
+            code = code * table.V + axes[a]
+        p = table.step(j, code, axes[m], p)
+    return np.log(p)
+
+
+def _select(scores, p, ranks):
+    """Column indices [G, min(p, M)] of the p best of each row of scores [G, M] by (score desc,
+    rank tuple asc), unordered. np.partition finds each row's p-th best score; only rows with a
+    tie across that cut need the rank tuples (ranks(flat indices) -> [.., L]) and a lexsort."""
+    G, M = scores.shape
+    if M <= p:
+        return np.broadcast_to(np.arange(M), (G, M))
+    if G == 1 and M >= 64 * p:  # one huge row (the last position): the p-th best of the maxima
+        c = M // 64  # of 64-wide chunks (distinct elements) bounds its p-th best from below
+        lb = np.partition(scores[0, :c * 64].reshape(c, 64).max(1), c - p)[c - p]
+        keep = np.flatnonzero(scores[0] >= lb)
+        if len(keep) < M:  # (else all tie: fall through)
+            return keep[_select(scores[:, keep], p, lambda f: ranks(keep[f]))]
+    kth = np.partition(scores, M - p, axis=1)[:, M - p, None]  # p-th largest per row [G, 1]
+    mask = scores >= kth
+    hard = mask.sum(1) > p
+    if not hard.any():  # the common case: exactly p scores >= kth in every row
+        return np.nonzero(mask)[1].reshape(G, p)
+    cols = np.empty((G, p), dtype=np.int64)
+    cols[~hard] = np.nonzero(mask[~hard])[1].reshape(-1, p)
+    r = ranks(np.nonzero(hard)[0][:, None] * M + np.arange(M))  # [rows, M, L]
+    cols[hard] = np.lexsort([*np.moveaxis(r, -1, 0)[::-1], -scores[hard]])[:, :p]
+    return cols
+
+
+def _extend(S, term, m, n):
+    """Every partial in S [K.. (m), Q] extended by every candidate (term [K.. (m), K]) as E,
+    laid out [new state axes.., competing axes..]; also E's axes of S's axes, of the rank at
+    this position, and how many leading axes form the new state."""
+    if m < n or n == 0:  # the state keeps all its axes and gains this position (or is empty)
+        E = S[..., None, :] + term[..., None]  # [K.. (m), K, Q]
+        return E, [*range(m), m + 1], m, (m + 1 if n else 0)
+    # The oldest axis leaves the state: its partials compete in the new state.
+    E = np.add(np.expand_dims(S.transpose([*range(1, m), 0, m]), m - 1),
+               term.transpose([*range(1, m + 1), 0])[..., None], order="C")
+    return E, [m, *range(m - 1), m + 1], m - 1, m  # E: [K.. (m - 1), K, K_oldest, Q]
+
+
+def _trace(back, idx):
+    """Rank tuples [.., len(back)] of the partials at indices idx (any shape) of the latest S,
+    following back-pointers back[i] = (parent index in the previous S, rank at position i)."""
+    cols = []
+    for parent, rank in reversed(back):
+        cols.append(rank[idx])
+        idx = parent[idx]
+    return np.stack(cols[::-1], axis=-1) if cols else np.zeros(np.shape(idx) + (0,), int)
+
+
+def best_paths_fast(lattice, lm, history, p, alpha, table=None):
+    """Vectorised twin of best_paths (same paths; scores equal up to np.log vs math.log).
+
+    S holds partial scores [K_{i-m+1}, .., K_i, Q]: the state (candidate ranks of the last m <= n
+    positions), then its Q <= p partial paths. Pass table=NgramTable(lm) in a loop: building it
+    walks the whole LM. With the LM, token ids must be < lm.vocab_size."""
+    p, alpha = _check(p, alpha)
+    use_lm = lm is not None and alpha != 0.0
+    n = lm.order - 1 if use_lm else 0
+    hist = [index(t) for t in history]
+    hist = hist[max(0, len(hist) - n):] if n else []
+    if use_lm:
+        table = NgramTable(lm) if table is None else table
+        if any(not 0 <= t < table.V for t in hist + sum(lattice.tokens, [])):
+            raise ValueError(f"token ids must be in [0, {table.V}) to use the LM")
+    S, back = np.zeros(1), []  # the empty path, no state axes yet; back-pointers per position
+    for i in range(lattice.h):
+        K, m = len(lattice.tokens[i]), min(n, i)  # m: state axes of S before position i
+        term = np.array(lattice.logprobs[i]).reshape([1] * m + [K])  # [K.. (m), K]
+        if use_lm:
+            term = (1 - alpha) * term + alpha * _lm_block(table, hist, lattice.tokens, i, n)
+        E, s_axes, r_axis, g = _extend(S, term, m, n)
+        g = 0 if i == lattice.h - 1 else g  # last position: one group, the global p best
+
+        def locate(flat):  # E flat index -> (parent index in S, rank at position i)
+            at = np.unravel_index(flat, E.shape)
+            return np.ravel_multi_index([at[a] for a in s_axes], S.shape), at[r_axis]
+
+        def ranks(flat):  # rank tuples [.., i + 1] of E's elements (only needed for ties)
+            parent, rank = locate(flat)
+            return np.concatenate([_trace(back, parent), rank[..., None]], axis=-1)
+
+        E2 = E.reshape(math.prod(E.shape[:g]), -1)  # [groups, competitors]
+        cols = _select(E2, p, ranks)
+        parent, rank = locate(cols + np.arange(len(E2))[:, None] * E2.shape[1])
+        back.append((parent.ravel(), rank.ravel()))
+        S = np.take_along_axis(E2, cols, 1).reshape(E.shape[:g] + (-1,))
+    S, R = S.ravel(), _trace(back, np.arange(S.size))  # R: rank tuples [N, h]
+    order = np.lexsort([*R.T[::-1], -S]).tolist()  # best first, then smaller rank tuples
+    return [(float(S[f]), [lattice.tokens[i][r] for i, r in enumerate(R[f])]) for f in order]
+
+
+def oracle_path(lattice, greedy):
+    """Kim §6.3 oracle: the path BPD verification accepts furthest, given the true greedy
+    continuation greedy[0:h] (greedy[0] is position 0's token): follow greedy while it is a
+    candidate, then take each position's top candidate. Verification accepts the longest prefix
+    that matches greedy, and a path matching greedy on positions 0..L-1 needs greedy[i] among
+    position i's candidates, so from one context no path of the lattice accepts more tokens."""
+    greedy = [index(t) for t in greedy]
+    if len(greedy) < lattice.h or greedy[0] != lattice.tokens[0][0]:
+        raise ValueError(f"greedy needs >= {lattice.h} tokens, the first being the position 0 "
+                         f"token {lattice.tokens[0][0]}; got {greedy[:lattice.h]}")
+    path, hit = [], True
+    for cands, g in zip(lattice.tokens, greedy):
+        hit = hit and g in cands  # after the first miss nothing more is accepted
+        path.append(g if hit else cands[0])
+    return path
+
+
+# ----------------------------------------------------------------------------- drafters (Kim §7)
+# Each drafter is called by minibpd.bpd_decode as drafter(logprobs [m, V], context) and returns
+# drafts of m tokens, the first being the verified greedy token context[-1] (see ArgmaxDrafter).
+
+def check_settings(k=1, p=1, alpha=0.0, order=1):
+    """Clear errors for impossible settings (k larger than the vocabulary is clamped to it)."""
+    for name, value in (("k", k), ("p", p), ("order", order)):
+        if int(value) != value or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value}")
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+
+
+def head_lattice(logprobs, context, k):
+    """Top-k lattice of the heads' log-probs [m, V]; position 0 is the verified token context[-1]."""
+    lp = logprobs.detach().double().cpu().numpy()
+    lat = Lattice.from_logprobs(lp, k)
+    lat.tokens[0], lat.logprobs[0] = [context[-1]], [float(lp[0, context[-1]])]
+    return lat
+
+
+class PBestDrafter:
+    """Global rescoring (Kim §7.2): the p best lattice paths under (1 - alpha) * head log-prob +
+    alpha * n-gram log-prob, all verified in one batched call. p = 1 is 'ngram'; lm=None is the
+    paper's '0-gram' control 'pbest0' (the p best paths by head scores alone)."""
+
+    def __init__(self, k, p, alpha=0.0, lm=None, table=None, name="pbest"):
+        check_settings(k, p, alpha)
+        self.k, self.p, self.alpha, self.lm, self.name = k, p, alpha, lm, name
+        use_lm = lm is not None and alpha > 0
+        self.table = (table or NgramTable(lm)) if use_lm else None     # built once, not per call
+        self.max_drafts = p
+
+    def __call__(self, logprobs, context):
+        lat = head_lattice(logprobs, context, self.k)
+        paths = best_paths_fast(lat, self.lm, context[:-1], self.p, self.alpha, self.table)
+        return [tokens for _, tokens in paths]
+
+
+class NeuralDrafter:
+    """Local rescoring (Kim §7.1): left to right, pick among head i's top-k the token maximising
+    (1 - alpha) * head log-prob + alpha * small-LM log-prob given the context and the tokens
+    already picked. The small LM keeps its own KV cache across steps: a step feeds it the newly
+    accepted tokens once, then one token per drafted position, and rewinds its pointer after."""
+    name, max_drafts = "neural", 1
+
+    def __init__(self, small_lm, k, alpha):
+        check_settings(k, 1, alpha)
+        self.lm, self.k, self.alpha = small_lm, k, alpha
+        self.cache, self.cached = KVCache(small_lm), []   # cached: the committed tokens it holds
+        self.none = torch.zeros(1, 0, dtype=torch.long, device=small_lm.lm_head.weight.device)
+
+    @torch.no_grad()
+    def __call__(self, logprobs, context):
+        if self.cached != context[:len(self.cached)]:      # a new sequence: start afresh
+            self.cache.reset(0)
+        top = logprobs.topk(min(self.k, logprobs.shape[-1]), dim=-1)      # [m, k] each
+        seq = list(context)
+        for i in range(1, len(logprobs)):
+            z, fed = model_call(self.lm, self.cache, seq, self.none)      # predicts seq[len(seq)]
+            self.cache.advance(0, fed)
+            lm_lp = F.log_softmax(self.lm.lm_head(z[0, -1]), dim=-1).to(top.values.dtype)
+            score = (1 - self.alpha) * top.values[i] + self.alpha * lm_lp[top.indices[i]]
+            seq.append(int(top.indices[i, score.argmax()]))
+        # The drafted tokens may be rejected: keep only the committed context in the cache.
+        self.cache.length = max(0, min(self.cache.length, len(context) - self.cache.start))
+        self.cached = list(context[:self.cache.start + self.cache.length])
+        return [seq[len(context) - 1:]]
+
+
+class OracleDrafter:
+    """Kim §6.3, for analysis only: it peeks at the greedy continuation (`full` = prompt + greedy
+    tokens) and proposes the lattice path that accepts the most (oracle_path). From any one
+    context no drafter at the same k accepts more; over a whole generation a drafter can still
+    end ahead now and then, because its steps start at different positions."""
+    name, max_drafts = "oracle", 1
+
+    def __init__(self, full, k):
+        check_settings(k)
+        self.full, self.k = full, k
+
+    def __call__(self, logprobs, context):
+        lat = head_lattice(logprobs, context, self.k)
+        n = len(context)
+        return [oracle_path(lat, self.full[n - 1:n - 1 + lat.h])]

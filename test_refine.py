@@ -1,0 +1,145 @@
+"""Refined drafters (Kim §7) keep BPD exact, and the offline replay (analysis.py) reproduces the
+real decode loop. float64 random tiny models, as in test_minibpd.py; CPU and, if present, CUDA."""
+import json
+
+import pytest
+import torch
+from hypothesis import given, strategies as st
+
+import analysis
+import lattice
+import minibpd
+from minibpd import ArgmaxDrafter, bpd_decode, greedy_decode
+from ngram import NgramLM
+from test_minibpd import DEVICES, SETTINGS, models, random_prompt, tiny_ckpt, tiny_model  # noqa: F401
+
+NAMES = ["bpd", "neural", "ngram", "pbest0", "pbest", "oracle"]
+
+
+def make(name, model, lm, small, full, k, p, alpha):
+    """Every decoder of the bench, on random models: LMs and settings drawn by hypothesis."""
+    if name == "bpd":
+        return ArgmaxDrafter()
+    if name == "neural":
+        return lattice.NeuralDrafter(small, k, alpha)
+    if name == "oracle":
+        return lattice.OracleDrafter(full, k)
+    p = 1 if name == "ngram" else p
+    return lattice.PBestDrafter(k, p, 0.0 if name == "pbest0" else alpha,
+                                None if name == "pbest0" else lm, name=name)
+
+
+settings_st = st.tuples(st.integers(1, 70), st.integers(1, 20), st.sampled_from([0.0, 0.3, 0.7, 1.0]),
+                        st.integers(1, 4))
+
+
+def setup(m, device, order, plen, n):
+    model = tiny_model(*m, device=device)
+    seed, V, _, _, B = m
+    small = tiny_model(seed + 1, V, 1, 1, B, device=device)
+    lm = NgramLM(order, V).fit(random_prompt(seed + 2, V, 300))
+    prompt = random_prompt(seed, V, plen)
+    full = prompt + greedy_decode(model, prompt, n)
+    return model, small, lm, prompt, full
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@SETTINGS
+@given(m=models, s=settings_st, plen=st.integers(1, 30), n=st.integers(1, 30))
+def test_every_drafter_is_exact(device, m, s, plen, n):
+    """k may exceed the vocabulary (clamped); p may exceed the number of lattice paths."""
+    k, p, alpha, order = s
+    model, small, lm, prompt, full = setup(m, device, order, plen, n)
+    for name in NAMES:
+        drafter = make(name, model, lm, small, full, k, p, alpha)
+        out, stats = bpd_decode(model, prompt, n, drafter)
+        assert out == full[plen:], name
+        assert 1.0 <= stats["block_efficiency"] <= model.config.n_bpd_heads
+        for step in stats["steps"]:
+            assert 1 <= len(step["drafts"]) <= (p if name in ("pbest", "pbest0") else 1)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@SETTINGS
+@given(m=models, s=settings_st, plen=st.integers(1, 30), n=st.integers(1, 30))
+def test_offline_replay_equals_decode(device, m, s, plen, n):
+    """One forward pass + replay gives exactly the calls and accepted lengths of bpd_decode, and
+    from every context the oracle accepts at least as much as any drafter at the same k."""
+    k, p, alpha, order = s
+    model, small, lm, prompt, full = setup(m, device, order, plen, n)
+    heads = analysis.heads_along(model, full, plen)
+    h, B = model.config.n_bpd_heads, model.config.block_size
+    oracle = lattice.OracleDrafter(full, k)
+    for name in NAMES:
+        _, online = bpd_decode(model, prompt, n, make(name, model, lm, small, full, k, p, alpha))
+        offline = analysis.replay(make(name, model, lm, small, full, k, p, alpha), heads, full,
+                                  plen, n, h, B)
+        assert (offline["calls"], offline["accepted"]) == (online["calls"], online["accepted"]), name
+        for step in offline["steps"]:
+            pend, m_ = step["pending"], len(step["drafts"][0]) - 1
+            best = oracle(heads[pend][:m_ + 1], full[:step["context"]])[0]
+            assert analysis.marks(best, full, pend)[1] >= step["accepted"], name
+
+
+def test_neural_drafter_alpha_zero_is_bpd():
+    model = tiny_model(3, 20, 1, 6, 16)
+    small = tiny_model(4, 20, 1, 1, 16)
+    prompt = random_prompt(5, 20, 10)
+    _, a = bpd_decode(model, prompt, 40, ArgmaxDrafter())
+    _, b = bpd_decode(model, prompt, 40, lattice.NeuralDrafter(small, 8, 0.0))
+    assert a["accepted"] == b["accepted"]
+
+
+def test_neural_drafter_cache_survives_reuse():
+    """One drafter reused over several prompts (the bench does this) gives the same drafts as a
+    fresh one: a new sequence resets its small-LM cache."""
+    model = tiny_model(3, 20, 2, 6, 12)
+    small = tiny_model(4, 20, 1, 1, 12)
+    reused = lattice.NeuralDrafter(small, 4, 0.6)
+    for seed in range(4):
+        prompt = random_prompt(seed, 20, 9)
+        _, a = bpd_decode(model, prompt, 30, reused)
+        _, b = bpd_decode(model, prompt, 30, lattice.NeuralDrafter(small, 4, 0.6))
+        assert a["steps"] == b["steps"]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"k": 0}, "k must be"), ({"p": 0}, "p must be"), ({"alpha": 1.5}, "alpha must be"),
+    ({"alpha": -0.1}, "alpha must be"), ({"order": 0}, "order must be"), ({"k": 2.5}, "k must be")])
+def test_bad_settings(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        lattice.check_settings(**kwargs)
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("--k", "0", "k must be"), ("--p", "0", "p must be"), ("--alpha", "2", "alpha must be")])
+def test_cli_bad_settings(tiny_ckpt, capsys, flag, value, message):  # noqa: F811
+    code = minibpd.main(["--prompt", "The", "--decoder", "pbest", flag, value,
+                         "--checkpoint", tiny_ckpt])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and "Traceback" not in err
+
+
+def test_missing_rescorer(tiny_ckpt, tmp_path, capsys):  # noqa: F811
+    ck = torch.load(tiny_ckpt, weights_only=True)
+    del ck["rescorer"]
+    path = str(tmp_path / "norescorer.pt")
+    torch.save(ck, path)
+    code = minibpd.main(["--prompt", "The", "--decoder", "neural", "--checkpoint", path])
+    err = capsys.readouterr().err
+    assert code == 2 and "no rescorer" in err
+
+
+def test_bench_json_has_every_decoder(tiny_ckpt, capsys):  # noqa: F811
+    code = minibpd.main(["--bench", "--json", "--checkpoint", tiny_ckpt, "--prompts", "2",
+                         "--new-tokens", "10", "--k", "3", "--p", "4", "--alpha", "0.4"])
+    res = json.loads(capsys.readouterr().out)
+    assert code == 0
+    for name in NAMES:
+        assert res["identical_to_greedy"][name] is True
+        assert 1.0 <= res["block_efficiency"][name] <= 8
+    for name in NAMES[:-1]:
+        assert res["tokens_per_s"][name] > 0 and res["speedup_vs_greedy"][name] > 0
+    assert res["settings"]["pbest"] == {"k": 3, "p": 4, "alpha": 0.4, "order": 4}
+    ppl = res["ngram_perplexity"]
+    assert all(v > 1 for v in ppl.values())
