@@ -161,15 +161,18 @@ class GPT(nn.Module):
             self._stack, self._stack_key = stacked, key
         return self._stack
 
-    def loss(self, chunk):
-        """chunk: [B, T + h] -> (mean loss, per-head losses [h]). Head i at position t is trained on
-        token t + i; the mean over heads is the joint objective (Kim §4)."""
+    def loss(self, chunk, head_weight=1.0):
+        """chunk: [B, T + h] -> (joint loss, per-head losses [h]). Head i at position t is trained
+        on token t + i. Joint loss (Kim §4): weighted mean of the per-head losses, head 1 weighted
+        1 and heads 2..h `head_weight` each (1.0: the plain mean)."""
         T, h = chunk.shape[1] - self.config.n_bpd_heads, self.config.n_bpd_heads
         logits = self.head_logits(self(chunk[:, :T]))            # [B, T, h, V]
         targets = torch.stack([chunk[:, 1 + i:1 + i + T] for i in range(h)], dim=-1)  # [B, T, h]
         per_tok = F.cross_entropy(logits.flatten(0, 2), targets.flatten(), reduction="none")
         per_head = per_tok.view(-1, h).mean(0)
-        return per_head.mean(), per_head
+        w = torch.full((h,), float(head_weight), device=chunk.device)
+        w[0] = 1.0
+        return (w * per_head).sum() / w.sum(), per_head
 
 
 # ----------------------------------------------------------------------------- the KV cache

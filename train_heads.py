@@ -79,7 +79,7 @@ def lr_at(step, steps, lr, warmup):
     return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup))))
 
 
-def train(model, data, args, gen, label):
+def train(model, data, args, gen, label, held_out=None):
     """AdamW with warm-up + cosine decay and gradient clipping; the loss is the mean over heads."""
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.1, betas=(0.9, 0.95))
     span = model.config.block_size + model.config.n_bpd_heads
@@ -88,7 +88,7 @@ def train(model, data, args, gen, label):
     for step in range(args.steps):
         for group in opt.param_groups:
             group["lr"] = lr_at(step, args.steps, args.lr, args.warmup)
-        loss, per_head = model.loss(batches(data, args.batch_size, span, gen))
+        loss, per_head = model.loss(batches(data, args.batch_size, span, gen), args.head_weight)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -97,9 +97,14 @@ def train(model, data, args, gen, label):
             el = time.time() - t0
             tok_s = (step + 1) * args.batch_size * span / el
             heads = " ".join(f"{x:.2f}" for x in per_head.tolist())
+            tune = ""
+            if held_out is not None and (step % (5 * args.log_every) == 0 or step == args.steps - 1):
+                model.eval()
+                tune = f" | tune loss head 1 {evaluate(model, held_out, 16)[0][0]:.3f}"
+                model.train()
             print(f"[{label}] step {step:5d}/{args.steps} loss/head {heads} | {tok_s:,.0f} tok/s | "
-                  f"{el / 60:.1f} min, {(args.steps - step - 1) * el / (step + 1) / 60:.1f} min left",
-                  flush=True)
+                  f"{el / 60:.1f} min, {(args.steps - step - 1) * el / (step + 1) / 60:.1f} min left"
+                  + tune, flush=True)
     model.eval()
     return time.time() - t0
 
@@ -131,19 +136,21 @@ def parse_args(argv=None):
     p.add_argument("--data", help="UTF-8 text file (default: Python's own pydoc_data.topics)")
     p.add_argument("--out", default=CHECKPOINT)
     p.add_argument("--seed", type=int, default=1337)
-    p.add_argument("--steps", type=int, default=3400, help="optimizer steps for the base model")
+    p.add_argument("--steps", type=int, default=5000, help="optimizer steps for the base model")
     p.add_argument("--rescorer-steps", type=int, default=2500)
     p.add_argument("--rescorer-layers", type=int, default=2)
     p.add_argument("--rescorer-embd", type=int, default=64)
     p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--warmup", type=int, default=100)
     p.add_argument("--n-layer", type=int, default=6)
     p.add_argument("--n-head", type=int, default=4)
     p.add_argument("--n-embd", type=int, default=128)
     p.add_argument("--block-size", type=int, default=128)
     p.add_argument("--heads", type=int, default=8, help="h, the number of BPD heads (head 1 included)")
-    p.add_argument("--dropout", type=float, default=0.1)
+    p.add_argument("--head-weight", type=float, default=0.2,
+                   help="loss weight of heads 2..h relative to head 1 (1.0: plain mean)")
+    p.add_argument("--dropout", type=float, default=0.0)
     p.add_argument("--log-every", type=int, default=100)
     return p.parse_args(argv)
 
@@ -163,7 +170,7 @@ def main(argv=None):
                     args.heads, args.dropout)
     model = GPT(cfg)
     print(f"model: {sum(p.numel() for p in model.parameters()):,} parameters, {cfg}")
-    secs = train(model, splits["train"], args, gen, "heads")
+    secs = train(model, splits["train"], args, gen, "heads", splits["tune"])
     losses, accs = evaluate(model, splits["test"])
     print("held-out (test) per head:  loss " + " ".join(f"{x:.3f}" for x in losses))
     print("                      top-1 acc " + " ".join(f"{x:.3f}" for x in accs))
@@ -172,7 +179,7 @@ def main(argv=None):
                      args.dropout)
     rescorer = GPT(rcfg)
     rargs = argparse.Namespace(**{**vars(args), "steps": args.rescorer_steps})
-    rsecs = train(rescorer, splits["train"], rargs, gen, "rescorer")
+    rsecs = train(rescorer, splits["train"], rargs, gen, "rescorer", splits["tune"])
     print(f"rescorer: {sum(p.numel() for p in rescorer.parameters()):,} parameters, held-out loss "
           f"{evaluate(rescorer, splits['test'])[0][0]:.3f}")
     half = lambda m: {k: v.half() for k, v in m.state_dict().items()}   # fp16 on disk: half the MB
