@@ -1,29 +1,21 @@
-"""The demo, the command-line generator and the benchmark behind `python minibpd.py`.
+"""Offline evaluation and the paper's analyses (Kim et al. 2024, §6 and §7), at small scale.
 
-Block efficiency (tokens per serial model call) is exact and machine-independent; wall-clock is
-measured as ratios inside one run, after a warm-up, as the median of several repetitions.
+Heads are causal, so one forward pass over a prompt plus its greedy continuation gives every
+head's distribution at every position; replaying the decode steps against the known greedy
+tokens then gives each drafter's exact accepted lengths without a single verification call
+(`replay`, proven equal to `bpd_decode` in test_refine.py). That makes sweeps over k, p and alpha
+cheap, and it is what the repetition, head-confidence, oracle and win/tie/loss analyses use.
 """
+import itertools
 import json
-import random
-import statistics
-import sys
-import time
+import math
 
 import torch
 import torch.nn.functional as F
 
 import lattice
-from minibpd import (ArgmaxDrafter, bpd_decode, build_model, decode, encode, greedy_decode,
-                     load_checkpoint, resolve_device, window_start)
+from minibpd import ArgmaxDrafter, build_model, encode, greedy_decode, window_start
 from ngram import NgramLM
-
-DTYPES = {"float32": torch.float32, "float64": torch.float64}
-
-
-def load(args):
-    """(model, checkpoint) on the requested device and dtype."""
-    device = resolve_device(args.device)
-    return load_checkpoint(args.checkpoint, device, DTYPES[args.dtype])
 
 
 def split_text(ck, name):
@@ -32,20 +24,7 @@ def split_text(ck, name):
     return ck.get("splits", {}).get(name) or ""
 
 
-def make_prompts(text, vocab, n, length=64):
-    """n prompts of `length` characters, evenly spaced over `text`, each starting at a line."""
-    if n < 1:
-        raise ValueError(f"--prompts must be >= 1, got {n}")
-    if len(text) < 2 * length:
-        raise ValueError(f"the prompt text has {len(text)} characters; need at least {2 * length}")
-    prompts = []
-    for i in range(n):
-        pos = (len(text) - 2 * length) * i // max(1, n - 1) if n > 1 else 0
-        nl = text.find("\n", pos, pos + length)
-        pos = nl + 1 if nl >= 0 else pos
-        prompts.append(encode(text[pos:pos + length], vocab))
-    return prompts
-
+# ----------------------------------------------------------------------------- decoders
 
 # Settings used when no tuned file exists; `python minibpd.py --tune` chooses them on the tune
 # split and writes them next to the checkpoint (CHECKPOINT.tuned.json), where the bench reads them.
@@ -120,36 +99,6 @@ def make_drafter(name, res, s, full=None):
     raise ValueError(f"unknown decoder {name!r}; choose from greedy, bpd, {', '.join(DEFAULTS)}")
 
 
-def run_decoder(model, name, drafter, prompt, n):
-    """-> (tokens, calls). 'greedy' is greedy_decode; every other name is bpd_decode + drafter."""
-    if name == "greedy":
-        return greedy_decode(model, prompt, n), n
-    out, stats = bpd_decode(model, prompt, n, drafter)
-    return out, stats["calls"]
-
-
-def median_time(fn, reps):
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
-def timings(model, named, prompts, n, reps=5):
-    """Tokens/s of each decoder over all prompts: one warm-up, then the median of `reps`
-    repetitions, the decoders interleaved so that machine noise hits them alike."""
-    for name, d in named.items():
-        run_decoder(model, name, d, prompts[0], min(n, 16))
-    times = {name: [] for name in named}
-    for _ in range(reps):
-        for name, d in named.items():
-            times[name].append(median_time(lambda: [run_decoder(model, name, d, p, n)
-                                                    for p in prompts], 1))
-    return {name: len(prompts) * n / statistics.median(t) for name, t in times.items()}
-
-
 # ----------------------------------------------------------------------------- offline replay
 
 @torch.no_grad()
@@ -179,10 +128,9 @@ def replay(drafter, heads, full, plen, n, h, B):
         gained = 1
         if m > 0:
             drafts = drafter(heads[pending][:m + 1], full[:known])
-            hits = [next((j for j in range(1, m + 1) if d[j] != full[pending + j]), m + 1) - 1
-                    for d in drafts]
-            row = hits.index(max(hits))
-            gained = hits[row] + 1
+            gains = [gain(d, full, pending) for d in drafts]
+            row = gains.index(max(gains))                       # the first of the longest
+            gained = gains[row]
             stats["steps"].append({"context": known, "pending": pending, "drafts": drafts,
                                    "winner": row, "accepted": gained})
         known += gained
@@ -192,153 +140,217 @@ def replay(drafter, heads, full, plen, n, h, B):
     return stats
 
 
-# ----------------------------------------------------------------------------- --prompt
-
-def generate(args):
-    model, ck = load(args)
-    if args.max_new_tokens < 1:
-        raise ValueError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
-    if not args.prompt:
-        raise ValueError("the prompt is empty: pass some text, e.g. --prompt 'The import statement'")
-    prompt, n = encode(args.prompt, ck["vocab"]), args.max_new_tokens
-    greedy = greedy_decode(model, prompt, n)
-    drafter = None
-    if args.decoder != "greedy":
-        cfg = settings_for(ck, args).get(args.decoder, {})
-        drafter = make_drafter(args.decoder, Resources(model, ck), cfg, prompt + greedy)
-    out, calls = run_decoder(model, args.decoder, drafter, prompt, n)
-    print(args.prompt + decode(out, ck["vocab"]))
-    print(f"[{args.decoder}: {len(out)} tokens in {calls} calls, block efficiency "
-          f"{len(out) / calls:.2f}, identical to greedy: {'yes' if out == greedy else 'NO'}]",
-          file=sys.stderr)
-    return 0 if out == greedy else 1
-
-
-# ----------------------------------------------------------------------------- --demo
-
-def show(tokens, vocab):
-    return decode(tokens, vocab).replace("\n", "⏎")
+def gain(draft, full, pending):
+    """Tokens one verification call gains with this draft: its first token (certain) and then
+    every token equal to greedy up to the first miss, whose place the base model's token takes."""
+    return next((j for j in range(1, len(draft)) if draft[j] != full[pending + j]), len(draft))
 
 
 def marks(draft, full, pending):
     """•: the certain greedy token; ✓ accepted (equals greedy); ✗ first miss; · never checked."""
-    ok = next((j for j in range(1, len(draft)) if draft[j] != full[pending + j]), len(draft))
+    ok = gain(draft, full, pending)
     return "•" + "".join("✓" if j < ok else "✗" if j == ok else "·" for j in range(1, len(draft))), ok
 
 
-def draw_steps(model, res, cfg, stats, full, plen, vocab, limit=5):
-    """The first BPD calls: the heads guess (predict), the base model checks (verify), the prefix
-    equal to greedy is kept (accept; Stern §3); under each, the refined drafts from the same
-    context and head log-probs (Kim §7), with the tokens each would have gained."""
-    heads = heads_along(model, full, plen)
-    drafters = {name: make_drafter(name, res, cfg.get(name)) for name in ["bpd"] + REFINED}
-    print("\n  how the drafts are checked (• = head 1, the base model's own token; ✓ = equals "
-          "greedy, kept; ✗ = first miss, the base model's token replaces it):")
-    for step in stats["steps"][:limit]:
-        known = step["context"]
-        pending, m = known - 1, len(step["drafts"][0]) - 1
-        print(f"    after '…{show(full[max(plen, known - 24):known - 1], vocab)}':")
-        for name, drafter in drafters.items():
-            d = drafter(heads[pending][:m + 1], full[:known])
-            best = max(d, key=lambda x: marks(x, full, pending)[1])
-            tick, ok = marks(best, full, pending)
-            more = f" (best of {len(d)})" if len(d) > 1 else ""
-            print(f"      {name:7s} '{show(best, vocab)}'  {tick}  +{ok}{more}")
+# ----------------------------------------------------------------------------- the paper's analyses
+
+def prepare(model, prompts, n, greedy=None):
+    """Greedy continuation and heads' log-probs of each prompt, computed once for every analysis:
+    [(prompt length, full = prompt + greedy, heads {position: [h, V]})]."""
+    greedy = greedy or [greedy_decode(model, p, n) for p in prompts]
+    return [(len(p), p + g, heads_along(model, p + g, len(p))) for p, g in zip(prompts, greedy)]
 
 
-def demo(args):
-    model, ck = load(args)
-    vocab, n = ck["vocab"], min(args.max_new_tokens, 160)
-    prompt = random.Random(args.seed).choice(make_prompts(split_text(ck, "test"), vocab, 8, 80))
-    res, cfg = Resources(model, ck), settings_for(ck, args)
-    print(f"minibpd demo: {ck['config']['n_bpd_heads']} BPD heads on a "
-          f"{sum(p.numel() for p in model.parameters()):,}-parameter character GPT "
-          f"({ck['corpus']['name']}), {next(model.parameters()).device}\n")
-    print(f"prompt (test split): '{show(prompt, vocab)}'")
-    greedy = greedy_decode(model, prompt, n)
-    print(f"greedy, {n} calls: '{show(greedy, vocab)}'\n")
-    all_same = True
-    for name in ["bpd"] + REFINED + ["oracle"]:
-        out, stats = bpd_decode(model, prompt, n, make_drafter(name, res, cfg.get(name), prompt + greedy))
-        all_same &= out == greedy
-        if name == "bpd":
-            bpd_stats = stats
-        sets = ", ".join(f"{a}={b}" for a, b in (cfg.get(name) or {}).items())
-        print(f"  {name:7s} {stats['calls']:3d} calls, block efficiency {stats['block_efficiency']:.2f}"
-              f"  {'identical to greedy ✓' if out == greedy else 'DIFFERENT from greedy ✗'}  {sets}")
-    draw_steps(model, res, cfg, bpd_stats, prompt + greedy, len(prompt), vocab)
-    timed = {"greedy": None, "bpd": ArgmaxDrafter()}
-    tps = timings(model, timed, [prompt], n, reps=3)
-    print(f"\nwall-clock on this machine (median of 3): greedy {tps['greedy']:.0f} tok/s, "
-          f"BPD {tps['bpd']:.0f} tok/s: {tps['bpd'] / tps['greedy']:.2f}x "
-          "(`--bench` times every decoder)")
-    return 0 if all_same else 1
+def replay_all(model, items, n, make):
+    """Replay a drafter over every prepared prompt; make(full) -> a fresh drafter."""
+    h, B = model.config.n_bpd_heads, model.config.block_size
+    return [replay(make(full), heads, full, plen, n, h, B) for plen, full, heads in items]
 
 
-# ----------------------------------------------------------------------------- --bench
-
-def bench_prompts(ck, args):
-    if args.text:
-        try:
-            with open(args.text, encoding="utf-8") as f:
-                text = f.read()
-        except (OSError, UnicodeDecodeError) as e:
-            raise ValueError(f"cannot read --text {args.text} as UTF-8: {e}") from None
-    else:
-        text = split_text(ck, "test")
-    return make_prompts(text, ck["vocab"], args.prompts)
+def block_eff(runs, n):
+    return len(runs) * n / sum(r["calls"] for r in runs)
 
 
-def ngram_perplexities(res, ck, orders=(1, 2, 3, 4, 5)):
-    """Held-out (test split) perplexity of the n-gram LM of each order, fitted on train."""
-    test = encode(split_text(ck, "test"), ck["vocab"])
-    return {str(o): res.ngram(o)[0].perplexity(test) for o in orders}
+def longest_run(tokens):
+    best = cur = 1
+    for a, b in zip(tokens, tokens[1:]):
+        cur = cur + 1 if a == b else 1
+        best = max(best, cur)
+    return best
 
 
-def exactness(model, res, cfg, prompts, greedy, n, names):
-    """Block efficiency (tokens / calls over all prompts) and identical-to-greedy per decoder."""
-    be, same = {"greedy": 1.0}, {"greedy": True}
+def repetition(drafts):
+    """Kim §6.1: the share of adjacent positions holding the same token, and the mean length of
+    the longest run of one repeated token, over a list of drafts (token lists)."""
+    pairs = sum(len(d) - 1 for d in drafts)
+    same = sum(a == b for d in drafts for a, b in zip(d, d[1:]))
+    return {"adjacent_repeat": same / max(1, pairs),
+            "longest_run": sum(map(longest_run, drafts)) / max(1, len(drafts))}
+
+
+def repetition_table(runs_by_name, items):
+    """Each drafter's own drafts (p-best: its best-scoring path), and the greedy text itself over
+    the same windows as BPD's drafts, so natural repetition ('ll', '  ') is not blamed on heads."""
+    out = {name: repetition([s["drafts"][0] for r in runs for s in r["steps"]])
+           for name, runs in runs_by_name.items()}
+    windows = [full[s["context"] - 1:s["context"] - 1 + len(s["drafts"][0])]
+               for (_, full, _), r in zip(items, runs_by_name["bpd"]) for s in r["steps"]]
+    out["greedy_text"] = repetition(windows)
+    return out
+
+
+def head_confidence(items):
+    """Kim §6.2: mean entropy (nats) of each head, h_max (the last head up to which the mean
+    entropy rises monotonically, 1-based) and each head's top-1 accuracy against greedy."""
+    lps, targets = [], []
+    for _, full, heads in items:
+        ts = sorted(heads)
+        lp = torch.stack([heads[t] for t in ts]).double().cpu()           # [T, h, V]
+        pos = torch.tensor(ts)[:, None] + torch.arange(lp.shape[1])       # [T, h]: head i's target
+        lps.append(lp)
+        targets.append(torch.tensor(full + [-1] * lp.shape[1])[pos])      # -1: past the end
+    lp, target = torch.cat(lps), torch.cat(targets)
+    entropy = (-(lp.exp() * lp).sum(-1).mean(0)).tolist()                 # [h]
+    valid = target >= 0
+    accuracy = (((lp.argmax(-1) == target) & valid).sum(0) / valid.sum(0)).tolist()
+    hmax = 1
+    while hmax < len(entropy) and entropy[hmax] > entropy[hmax - 1]:
+        hmax += 1
+    return {"head_entropy": entropy, "hmax": hmax, "head_accuracy": accuracy}
+
+
+def win_tie_loss(model, items, n, res, cfg, names=("neural", "pbest")):
+    """Kim §7.3, step by step on BPD's own contexts: how often each refined drafter gains more,
+    the same, or fewer tokens than BPD's draft, and the share of its wins where BPD's first
+    miss was a repeated token (d_j == d_{j-1}) that the refined draft replaced."""
+    bpd_runs = replay_all(model, items, n, lambda full: ArgmaxDrafter())
+    out = {}
     for name in names:
-        calls, ok = 0, True
-        for p, g in zip(prompts, greedy):
-            out, stats = bpd_decode(model, p, n, make_drafter(name, res, cfg.get(name), p + g))
-            calls, ok = calls + stats["calls"], ok and out == g
-        be[name], same[name] = len(prompts) * n / calls, ok
-    return be, same
+        drafter, w, t, l, fixes = make_drafter(name, res, cfg.get(name)), 0, 0, 0, 0
+        for (plen, full, heads), run in zip(items, bpd_runs):
+            for s in run["steps"]:
+                base = s["drafts"][0]
+                drafts = drafter(heads[s["pending"]][:len(base)], full[:s["context"]])
+                new = max(gain(d, full, s["pending"]) for d in drafts)
+                j = s["accepted"]                                    # BPD's first miss
+                w, t, l = w + (new > j), t + (new == j), l + (new < j)
+                fixes += new > j and base[j] == base[j - 1]
+        total = max(1, w + t + l)
+        out[name] = {"win": w / total, "tie": t / total, "loss": l / total,
+                     "wins_replacing_repeat": fixes / max(1, w)}
+    return out
 
 
-def bench(args):
-    model, ck = load(args)
-    if args.new_tokens < 1:
-        raise ValueError(f"--new-tokens must be >= 1, got {args.new_tokens}")
-    prompts, n = bench_prompts(ck, args), args.new_tokens
-    res, cfg = Resources(model, ck), settings_for(ck, args)
-    greedy = [greedy_decode(model, p, n) for p in prompts]
-    be, same = exactness(model, res, cfg, prompts, greedy, n, ["bpd"] + REFINED + ["oracle"])
-    timed = {"greedy": None, **{k: make_drafter(k, res, cfg.get(k)) for k in ["bpd"] + REFINED}}
-    tps = timings(model, timed, prompts, n)
-    result = {"block_efficiency": be, "identical_to_greedy": same, "tokens_per_s": tps,
-              "speedup_vs_greedy": {k: v / tps["greedy"] for k, v in tps.items()},
-              "prompts": len(prompts), "new_tokens": n, "checkpoint": args.checkpoint,
-              "settings": cfg, "ngram_perplexity": ngram_perplexities(res, ck)}
-    if args.json:
-        print(json.dumps(result, indent=1))
-    else:
-        print_bench(result, model)
-    return 0 if all(same.values()) else 1
+def be_of(model, items, n, res, name, s):
+    """Block efficiency of one decoder with settings s, by offline replay."""
+    return block_eff(replay_all(model, items, n, lambda full: make_drafter(name, res, s, full)), n)
 
 
-def print_bench(r, model):
-    print(f"{r['prompts']} prompts x {r['new_tokens']} new tokens, {r['checkpoint']}, "
-          f"{next(model.parameters()).device}\n")
-    print(f"  {'decoder':8s} {'block eff.':>10s} {'vs bpd':>8s} {'= greedy':>9s} {'tok/s':>8s} "
-          f"{'speedup':>8s}  settings")
-    be, tps = r["block_efficiency"], r["tokens_per_s"]
-    for k in be:
-        t = f"{tps[k]:8.0f} {tps[k] / tps['greedy']:7.2f}x" if k in tps else f"{'-':>8s} {'-':>8s}"
-        rel = f"{100 * (be[k] / be['bpd'] - 1):+7.1f}%" if k not in ("greedy", "bpd") else ""
-        sets = ", ".join(f"{a}={b}" for a, b in r["settings"].get(k, {}).items())
-        print(f"  {k:8s} {be[k]:10.3f} {rel:>8s} {'yes' if r['identical_to_greedy'][k] else 'NO':>9s}"
-              f" {t}  {sets}")
-    print("\n  n-gram held-out perplexity by order: " + ", ".join(
-        f"{o}: {v:.2f}" for o, v in r["ngram_perplexity"].items()))
+def oracle_by_k(model, items, n, res, ks=(1, 2, 4, 8, 16)):
+    """Kim §6.3: oracle block efficiency of the top-k lattice for each k (k = 1 is plain BPD)."""
+    return {str(k): be_of(model, items, n, res, "oracle", {"k": k}) for k in ks}
+
+
+def relative_gain(be, oracle_at):
+    """Kim Table 4 form: each refined drafter's block efficiency relative to BPD (percent), and
+    the share of the BPD-to-oracle gap it closes (oracle at the drafter's own k)."""
+    out = {}
+    for name in REFINED:
+        if name in be:
+            gap = oracle_at[name] - be["bpd"]
+            out[name] = {"percent": 100 * (be[name] / be["bpd"] - 1),
+                         "gap_closed": (be[name] - be["bpd"]) / gap if gap > 0 else 0.0}
+    return out
+
+
+class FirstHeads:
+    """Plain BPD that uses only the first j heads (the sweep over the number of heads)."""
+    max_drafts = 1
+
+    def __init__(self, j):
+        self.j = j
+
+    def __call__(self, logprobs, context):
+        return [logprobs[:self.j].argmax(-1).tolist()]
+
+
+def lattice_lookups(positions, k, V, order):
+    """(context, token) n-gram evaluations the p-best DP makes on a lattice of `positions`
+    positions (the first certain): at position i, one per state x candidate."""
+    K = [1] + [min(k, V)] * (positions - 1)
+    return sum(math.prod(K[max(0, i - order + 1):i + 1]) for i in range(positions))
+
+
+def greedy_processed(plen, n, B):
+    """Tokens greedy decoding runs the model on: the prompt (its window), one token per step,
+    and the whole window again each time the window moves (window_start jumps)."""
+    total, prev = 0, None
+    for t in range(plen, plen + n):
+        s = window_start(t, B)
+        total += t - s if s != prev else 1
+        prev = s
+    return total
+
+
+def cost(model, res, cfg, online, prompts, n, tps):
+    """Per generated token: base calls, tokens the base model ran on, small-LM calls, n-gram
+    lookups; FLOPs estimated as 2 x parameters x tokens run, as a ratio to greedy, next to the
+    measured wall-clock ratio (time per token / greedy's)."""
+    params = lambda m: sum(p.numel() for p in m.parameters()) - m.pos_emb.weight.numel()
+    N, B, V = params(model), model.config.block_size, model.config.vocab_size
+    tokens = len(prompts) * n
+    greedy_flops = N * sum(greedy_processed(len(p), n, B) for p in prompts)
+    out = {}
+    for name, runs in online.items():
+        steps = [s for r in runs for s in r["steps"]]
+        s = cfg.get(name) or {}
+        small = sum(len(st["drafts"][0]) - 1 for st in steps) if name == "neural" else 0
+        lookups = sum(lattice_lookups(len(st["drafts"][0]), s["k"], V, s["order"]) for st in steps
+                      ) if name in ("ngram", "pbest") else 0
+        flops = N * sum(r["processed"] for r in runs) + (params(res.small_lm()) * small if small else 0)
+        out[name] = {"base_calls": sum(r["calls"] for r in runs) / tokens,
+                     "base_tokens": sum(r["processed"] for r in runs) / tokens,
+                     "small_lm_calls": small / tokens, "ngram_lookups": lookups / tokens,
+                     "flop_ratio": flops / greedy_flops,
+                     "wall_clock_ratio": tps["greedy"] / tps[name] if name in tps else None}
+    return out
+
+
+def sweep(model, items, n, res, cfg):
+    """Block efficiency as a function of k, p, alpha and the number of heads used (tune split)."""
+    h = model.config.n_bpd_heads
+    with_ = lambda name, **kw: {**(cfg.get(name) or {}), **kw}
+    return {
+        "k": {name: {str(k): be_of(model, items, n, res, name, with_(name, k=k))
+                     for k in (1, 2, 4, 8)} for name in ("neural", "ngram", "pbest0", "pbest")},
+        "p": {str(p): be_of(model, items, n, res, "pbest", with_("pbest", p=p))
+              for p in (1, 2, 4, 8, 16, 32)},
+        "alpha": {name: {str(a): be_of(model, items, n, res, name, with_(name, alpha=a))
+                         for a in (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)} for name in ("neural", "pbest")},
+        "heads": {str(j): block_eff(replay_all(model, items, n, lambda full: FirstHeads(j)), n)
+                  for j in range(1, h + 1)}}
+
+
+TUNE_GRID = {"neural": {"k": [8, 16], "alpha": [0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]},
+             "ngram": {"k": [8], "order": [3, 4, 5], "alpha": [0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]},
+             "pbest": {"k": [8], "p": [16], "order": [3, 4, 5],
+                       "alpha": [0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]},
+             "pbest0": {"k": [8], "p": [16]}, "oracle": {"k": [8]}}
+
+
+def tune(model, items, n, res, log=print):
+    """Grid search on the tune split (never the test split): for each method, the setting with
+    the highest block efficiency (ties: the first in grid order). k = 8 and p = 16 for the
+    lattice methods: the exact DP at k = 16 costs ~35 ms a step here (see README)."""
+    chosen, scores = {}, {}
+    for name, grid in TUNE_GRID.items():
+        keys, best = list(grid), None
+        for values in itertools.product(*grid.values()):
+            s = dict(zip(keys, values))
+            be = be_of(model, items, n, res, name, s)
+            scores[f"{name} " + " ".join(f"{k}={v}" for k, v in s.items())] = be
+            log(f"  {name:7s} {s}: block efficiency {be:.3f}")
+            if best is None or be > best[0]:
+                best = (be, s)
+        chosen[name] = best[1]
+    return chosen, scores

@@ -349,7 +349,6 @@ class NeuralDrafter:
         check_settings(k, 1, alpha)
         self.lm, self.k, self.alpha = small_lm, k, alpha
         self.cache, self.cached = KVCache(small_lm), []   # cached: the committed tokens it holds
-        self.none = torch.zeros(1, 0, dtype=torch.long, device=small_lm.lm_head.weight.device)
 
     @torch.no_grad()
     def __call__(self, logprobs, context):
@@ -358,13 +357,14 @@ class NeuralDrafter:
         top = logprobs.topk(min(self.k, logprobs.shape[-1]), dim=-1)      # [m, k] each
         seq = list(context)
         for i in range(1, len(logprobs)):
-            z, fed = model_call(self.lm, self.cache, seq, self.none)      # predicts seq[len(seq)]
+            z, fed = model_call(self.lm, self.cache, seq, [[]])           # predicts seq[len(seq)]
             self.cache.advance(0, fed)
             lm_lp = F.log_softmax(self.lm.lm_head(z[0, -1]), dim=-1).to(top.values.dtype)
             score = (1 - self.alpha) * top.values[i] + self.alpha * lm_lp[top.indices[i]]
             seq.append(int(top.indices[i, score.argmax()]))
-        # The drafted tokens may be rejected: keep only the committed context in the cache.
-        self.cache.length = max(0, min(self.cache.length, len(context) - self.cache.start))
+        # The drafted tokens may be rejected: keep only context[:-1] in the cache, so that the next
+        # step (whose context extends this one, or repeats it) always feeds at least one token.
+        self.cache.length = max(0, min(self.cache.length, len(context) - 1 - self.cache.start))
         self.cached = list(context[:self.cache.start + self.cache.length])
         return [seq[len(context) - 1:]]
 

@@ -4,7 +4,7 @@ A tiny character-level GPT with h prediction heads (Stern et al. 2018, "Blockwis
 Decoding for Deep Autoregressive Models"), a preallocated KV cache, greedy decoding (the
 reference), and BPD with Stern's merged predict+verify step: one model call per step, whose
 verification pass also yields the next draft. Drafters (Kim et al. 2024, §7) plug into the one
-decode loop; `lattice.py` holds the refined ones, `analysis.py` the demo and the benchmark.
+decode loop; `lattice.py` holds the refined ones, `bench.py` the command line (demo, benchmark).
 
 Exactness: BPD returns exactly the tokens of `greedy_decode`. In float64 this holds bit for bit
 in practice: the batched verification pass and the one-token pass sum in different orders, and
@@ -12,10 +12,9 @@ the rounding differences (~1e-16) cannot flip an argmax unless two logits tie th
 float32 (~1e-7) or bf16 (~1e-2) such near-ties do happen now and then, so an argmax can flip and
 the two decoders can diverge: this is rounding, not a bug, and it is why the tests run in float64.
 """
-import argparse
-import math
+import functools
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
@@ -129,9 +128,7 @@ class GPT(nn.Module):
         start = 0 if cache is None else cache.length
         pos = torch.arange(start, start + L, device=idx.device)
         x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))
-        mask = None  # query i may see slots 0..start+i; a single query sees every slot
-        if cache is not None and L > 1:
-            mask = torch.ones(L, start + L, dtype=torch.bool, device=idx.device).tril(start)
+        mask = causal_mask(L, start, idx.device) if cache is not None and L > 1 else None
         for i, block in enumerate(self.blocks):
             x = block(x, None if cache is None else cache.layer(i), start, mask)
         return self.ln_f(x)
@@ -173,6 +170,13 @@ class GPT(nn.Module):
         w = torch.full((h,), float(head_weight), device=chunk.device)
         w[0] = 1.0
         return (w * per_head).sum() / w.sum(), per_head
+
+
+@functools.lru_cache(maxsize=4096)
+def causal_mask(L, start, device):
+    """[L, start + L] bool: query i (at slot start + i) may see slots 0..start + i. Cached: the
+    decode loop asks for the same few shapes over and over."""
+    return torch.ones(L, start + L, dtype=torch.bool, device=device).tril(start)
 
 
 # ----------------------------------------------------------------------------- the KV cache
@@ -222,16 +226,17 @@ class KVCache:
 
 def model_call(model, cache, seq, extra):
     """One serial model call. Feeds the uncached tail of `seq` plus P candidate continuations
-    `extra` [P, m] and returns z [P, m + 1, C], whose position i predicts token len(seq) + i.
-    If the window must move for position len(seq), the cache is rebuilt within this same call."""
+    `extra` (P lists of m tokens) and returns (z [P, m + 1, C], tail length); z[:, i] predicts
+    token len(seq) + i. If the window must move for position len(seq), the cache is rebuilt
+    within this same call."""
     n, B = len(seq), model.config.block_size
     start = window_start(n, B)
     if start != cache.start:
         cache.reset(start)
-    tail = torch.tensor(seq[cache.start + cache.length:n], device=extra.device)
-    idx = torch.cat([tail.expand(extra.shape[0], -1), extra], dim=1)
+    tail = seq[cache.start + cache.length:n]
+    idx = torch.tensor([tail + e for e in extra], dtype=torch.long, device=model.lm_head.weight.device)
     z = model(idx, cache)
-    return z[:, -(extra.shape[1] + 1):], len(tail)
+    return z[:, len(tail) - 1:], len(tail)
 
 
 def check_request(model, prompt, max_new_tokens):
@@ -251,9 +256,8 @@ def greedy_decode(model, prompt, max_new_tokens):
     """Greedy decoding with the KV cache: the reference and the speed baseline. -> new tokens."""
     check_request(model, prompt, max_new_tokens)
     cache, seq = KVCache(model), list(prompt)
-    none = torch.zeros(1, 0, dtype=torch.long, device=model.lm_head.weight.device)
     for _ in range(max_new_tokens):
-        z, fed = model_call(model, cache, seq, none)
+        z, fed = model_call(model, cache, seq, [[]])
         cache.advance(0, fed)
         seq.append(int(model.lm_head(z[0, -1]).argmax()))
     return seq[len(prompt):]
@@ -275,12 +279,14 @@ class ArgmaxDrafter:
 
 
 def verify(model, z, extra):
-    """Stern §3, verify + accept. z [P, m + 1, C] from model_call, extra [P, m] the drafts' tokens
-    after the greedy one. -> (winning row, accepted extra tokens a, greedy tokens [m + 1])."""
-    g = model.lm_head(z).argmax(-1)                                  # [P, m + 1]
-    ok = (extra == g[:, :-1]).long().cumprod(dim=1).sum(dim=1)       # [P] longest matching prefix
-    row = int(ok.argmax())                                           # first row among the best
-    return row, int(ok[row]), g[row]
+    """Stern §3, verify + accept. z [P, m + 1, C] from model_call; extra: P lists of the drafts'
+    m tokens after the certain one. -> (winning row, accepted tokens a of extra[row], the greedy
+    tokens of that row [m + 1]: g[i] is the base model's choice after extra[row][:i])."""
+    g = model.lm_head(z).argmax(-1).tolist()                         # P lists of m + 1
+    ok = [next((i for i, (e, t) in enumerate(zip(ex, gr)) if e != t), len(ex))
+          for ex, gr in zip(extra, g)]                               # longest matching prefixes
+    row = ok.index(max(ok))                                          # the first of the best
+    return row, ok[row], g[row]
 
 
 @torch.no_grad()
@@ -288,36 +294,38 @@ def bpd_decode(model, prompt, max_new_tokens, drafter=None):
     """Blockwise parallel decoding with merged predict+verify (Stern §4): each call verifies the
     drafts and, through the heads at the last accepted position, yields the next draft.
     -> (new tokens, stats). stats: calls (serial model calls, prefill included), accepted (tokens
-    gained per call), block_efficiency (new tokens / calls), steps (drafts, winner, accepted)."""
+    gained per call), block_efficiency (new tokens / calls), steps (drafts, winner, accepted),
+    processed (tokens the base model ran on: p-best verifies p rows per call)."""
     check_request(model, prompt, max_new_tokens)
     drafter = drafter or ArgmaxDrafter()
     h, B = model.config.n_bpd_heads, model.config.block_size
     cache = KVCache(model, rows=getattr(drafter, "max_drafts", 1))
     seq, n0 = list(prompt), len(prompt)
-    extra = torch.zeros(1, 0, dtype=torch.long, device=model.lm_head.weight.device)
-    stats, drafts = {"calls": 0, "accepted": [], "steps": []}, None
+    extra = [[]]                                  # the prefill call verifies nothing
+    stats, drafts = {"calls": 0, "accepted": [], "steps": [], "processed": 0}, None
     while True:
         z, fed = model_call(model, cache, seq, extra)
         row, a, g = verify(model, z, extra)
         cache.advance(row, fed + a)
-        new = extra[row, :a].tolist() + [int(g[a])]
+        new = extra[row][:a] + [g[a]]
         if drafts is not None:
             stats["steps"].append({"context": len(seq), "drafts": drafts, "winner": row,
                                    "accepted": len(new)})
         seq += new
         stats["calls"] += 1
         stats["accepted"].append(len(new))
+        stats["processed"] += len(extra) * (fed + len(extra[0]))       # tokens the model ran on
         left = max_new_tokens - (len(seq) - n0)
         if left <= 0:
             break
         # Draft up to m more tokens: no more than needed, none that would cross the window.
         m = min(h - 1, left, window_start(len(seq), B) + B - len(seq))
-        extra, drafts = extra[:, :0], None
+        extra, drafts = [[]], None
         if m > 0:
             logprobs = F.log_softmax(model.head_logits(z[row, a])[:m + 1], dim=-1)  # [m + 1, V]
             drafts = drafter(logprobs, seq)
             cache.ensure_rows(len(drafts))
-            extra = torch.tensor([d[1:m + 1] for d in drafts], device=extra.device)
+            extra = [d[1:m + 1] for d in drafts]
     stats["block_efficiency"] = max_new_tokens / stats["calls"]
     return seq[n0:n0 + max_new_tokens], stats
 
@@ -388,46 +396,23 @@ def resolve_device(name):
 
 # ----------------------------------------------------------------------------- command line
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description="Exact blockwise parallel decoding with a tiny GPT.")
-    mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--demo", action="store_true", help="show greedy vs BPD vs refined drafts")
-    mode.add_argument("--prompt", help="generate a continuation of this text")
-    mode.add_argument("--bench", action="store_true", help="benchmark every decoder")
-    p.add_argument("--max-new-tokens", type=int, default=200)
-    p.add_argument("--decoder", default="bpd", help="decoder for --prompt (see --bench for names)")
-    p.add_argument("--checkpoint", default=CHECKPOINT)
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
-    p.add_argument("--seed", type=int, default=0, help="picks the demo prompt; seeds torch")
-    p.add_argument("--json", action="store_true", help="--bench: print one JSON object only")
-    p.add_argument("--text", help="--bench: take prompts from this UTF-8 file, not the test split")
-    p.add_argument("--prompts", type=int, default=16, help="--bench: number of prompts")
-    p.add_argument("--new-tokens", type=int, default=128, help="--bench: tokens per prompt")
-    p.add_argument("--k", type=int, default=None, help="lattice width (default: tuned)")
-    p.add_argument("--p", type=int, default=None, help="drafts verified per call by p-best")
-    p.add_argument("--alpha", type=float, default=None, help="LM interpolation weight in [0, 1]")
-    p.add_argument("--sweep", action="store_true", help="--bench: sweep k, p, alpha, heads (tune split)")
-    p.add_argument("--plot", metavar="DIR", help="--bench: also write PNG figures (needs matplotlib)")
-    p.add_argument("--no-color", action="store_true")
-    return p.parse_args(argv)
-
-
 def main(argv=None):
-    args = parse_args(argv)
+    import bench                            # the command line: demo, generator, benchmark
+    args = bench.parse_args(argv)
     try:
         torch.manual_seed(args.seed)
-        import analysis                     # the demo and the benchmark live there
+        if args.tune:
+            return bench.tune(args)
         if args.bench:
-            return analysis.bench(args)
+            return bench.bench(args)
         if args.prompt is not None:
-            return analysis.generate(args)
-        return analysis.demo(args)
+            return bench.generate(args)
+        return bench.demo(args)
     except (ValueError, CheckpointError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
 
 
 if __name__ == "__main__":
-    import minibpd  # run main() from the importable module, so analysis.py shares its classes
+    import minibpd  # run main() from the importable module, so bench.py shares its classes
     sys.exit(minibpd.main())

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import minibpd
 import train_heads
-from minibpd import (GPT, ArgmaxDrafter, GPTConfig, KVCache, bpd_decode, greedy_decode,
+from minibpd import (GPT, GPTConfig, KVCache, bpd_decode, greedy_decode,
                      model_call, window_start)
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
@@ -139,17 +139,17 @@ def test_cache_equals_recompute(device, m, plen, chunks):
     seq = random_prompt(m[0], m[1], plen)
     cache = KVCache(model, rows=2)
     for size in chunks:
-        extra = torch.tensor([random_prompt(m[0] + size, m[1], size)] * 2, device=device)
-        extra = extra[:, :max(0, window_start(len(seq), B) + B - len(seq))]
+        draft = random_prompt(m[0] + size, m[1], size)
+        draft = draft[:max(0, window_start(len(seq), B) + B - len(seq))]
         with torch.no_grad():
-            z, fed = model_call(model, cache, seq, extra)
-            t = len(seq) + extra.shape[1]
+            z, fed = model_call(model, cache, seq, [draft, draft])
+            t = len(seq) + len(draft)
             s = window_start(t, B)
-            ref = model(torch.tensor([(seq + extra[0].tolist())[s:t]], device=device))
+            ref = model(torch.tensor([(seq + draft)[s:t]], device=device))
         torch.testing.assert_close(z[0], ref[0, -z.shape[1]:], rtol=1e-10, atol=1e-10)
-        keep = extra.shape[1] // 2                      # reject the rest: rewind by not advancing
+        keep = len(draft) // 2                          # reject the rest: rewind by not advancing
         cache.advance(1, fed + keep)
-        seq = seq + extra[0, :keep].tolist() + [int(model.lm_head(z[1, keep]).argmax())]
+        seq = seq + draft[:keep] + [int(model.lm_head(z[1, keep]).argmax())]
 
 
 # ----------------------------------------------------------------------------- the model
@@ -202,15 +202,6 @@ def test_clean_and_split():
 
 # ----------------------------------------------------------------------------- checkpoint + CLI
 
-@pytest.fixture(scope="session")
-def tiny_ckpt(tmp_path_factory):
-    path = str(tmp_path_factory.mktemp("ck") / "tiny.pt")
-    train_heads.main(["--steps", "40", "--rescorer-steps", "20", "--n-layer", "1", "--n-embd",
-                      "32", "--n-head", "2", "--block-size", "32", "--batch-size", "8",
-                      "--rescorer-embd", "16", "--rescorer-layers", "1", "--out", path])
-    return path
-
-
 def test_checkpoint_round_trip(tiny_ckpt):
     ck = torch.load(tiny_ckpt, weights_only=True)
     model, ck2 = minibpd.load_checkpoint(tiny_ckpt)
@@ -251,7 +242,7 @@ def test_bench_json_smoke(tiny_ckpt, capsys):
     (["--prompt", "héllo ☃"], "never saw"),
     (["--prompt", ""], "empty"),
     (["--prompt", "The", "--max-new-tokens", "0"], "max-new-tokens"),
-    (["--prompt", "The", "--decoder", "nope"], "unknown --decoder"),
+    (["--prompt", "The", "--decoder", "nope"], "unknown decoder"),
     (["--bench", "--prompts", "0"], "--prompts"),
     (["--bench", "--new-tokens", "-3"], "--new-tokens"),
     (["--bench", "--text", "/nonexistent/file.txt"], "cannot read"),

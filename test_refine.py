@@ -11,7 +11,7 @@ import lattice
 import minibpd
 from minibpd import ArgmaxDrafter, bpd_decode, greedy_decode
 from ngram import NgramLM
-from test_minibpd import DEVICES, SETTINGS, models, random_prompt, tiny_ckpt, tiny_model  # noqa: F401
+from test_minibpd import DEVICES, SETTINGS, models, random_prompt, tiny_model
 
 NAMES = ["bpd", "neural", "ngram", "pbest0", "pbest", "oracle"]
 
@@ -113,14 +113,14 @@ def test_bad_settings(kwargs, message):
 
 @pytest.mark.parametrize("flag, value, message", [
     ("--k", "0", "k must be"), ("--p", "0", "p must be"), ("--alpha", "2", "alpha must be")])
-def test_cli_bad_settings(tiny_ckpt, capsys, flag, value, message):  # noqa: F811
+def test_cli_bad_settings(tiny_ckpt, capsys, flag, value, message):
     code = minibpd.main(["--prompt", "The", "--decoder", "pbest", flag, value,
                          "--checkpoint", tiny_ckpt])
     err = capsys.readouterr().err
     assert code == 2 and message in err and "Traceback" not in err
 
 
-def test_missing_rescorer(tiny_ckpt, tmp_path, capsys):  # noqa: F811
+def test_missing_rescorer(tiny_ckpt, tmp_path, capsys):
     ck = torch.load(tiny_ckpt, weights_only=True)
     del ck["rescorer"]
     path = str(tmp_path / "norescorer.pt")
@@ -130,7 +130,7 @@ def test_missing_rescorer(tiny_ckpt, tmp_path, capsys):  # noqa: F811
     assert code == 2 and "no rescorer" in err
 
 
-def test_bench_json_has_every_decoder(tiny_ckpt, capsys):  # noqa: F811
+def test_bench_json_has_every_decoder(tiny_ckpt, capsys):
     code = minibpd.main(["--bench", "--json", "--checkpoint", tiny_ckpt, "--prompts", "2",
                          "--new-tokens", "10", "--k", "3", "--p", "4", "--alpha", "0.4"])
     res = json.loads(capsys.readouterr().out)
@@ -143,3 +143,43 @@ def test_bench_json_has_every_decoder(tiny_ckpt, capsys):  # noqa: F811
     assert res["settings"]["pbest"] == {"k": 3, "p": 4, "alpha": 0.4, "order": 4}
     ppl = res["ngram_perplexity"]
     assert all(v > 1 for v in ppl.values())
+    check_paper_keys(res, h=8)
+
+
+def share(x):
+    return 0.0 <= x <= 1.0
+
+
+def check_paper_keys(res, h):
+    """The analysis sections of --bench --json (Kim §6-7): keys present, values in range."""
+    for name, v in res["repetition"].items():
+        assert share(v["adjacent_repeat"]) and 1.0 <= v["longest_run"] <= h, name
+    assert "greedy_text" in res["repetition"] and "bpd" in res["repetition"]
+    assert len(res["head_entropy"]) == h and all(e >= 0 for e in res["head_entropy"])
+    assert 1 <= res["hmax"] <= h and all(map(share, res["head_accuracy"]))
+    assert list(res["oracle_by_k"]) == ["1", "2", "4", "8", "16"]
+    assert all(1.0 <= v <= h for v in res["oracle_by_k"].values())
+    assert abs(res["oracle_by_k"]["1"] - res["block_efficiency"]["bpd"]) < 1e-9   # k = 1 is BPD
+    assert set(res["relative_gain"]) == {"neural", "ngram", "pbest0", "pbest"}
+    for name, w in res["win_tie_loss"].items():
+        assert abs(w["win"] + w["tie"] + w["loss"] - 1) < 1e-9 and share(w["wins_replacing_repeat"])
+    for name, c in res["cost"].items():
+        assert c["base_calls"] <= 1 and c["base_tokens"] > 0 and c["flop_ratio"] > 0, name
+        assert c["small_lm_calls"] >= 0 and c["ngram_lookups"] >= 0
+
+
+def test_bench_sweep_and_plot_message(tiny_ckpt, capsys, tmp_path, monkeypatch):
+    import builtins
+    real_import = builtins.__import__
+
+    def no_matplotlib(name, *a, **kw):
+        if name.startswith("matplotlib"):
+            raise ImportError(name)
+        return real_import(name, *a, **kw)
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    code = minibpd.main(["--bench", "--checkpoint", tiny_ckpt, "--prompts", "2", "--new-tokens",
+                         "8", "--sweep", "--no-color", "--plot", str(tmp_path / "plots")])
+    out = capsys.readouterr().out
+    assert code == 0 and "pip install matplotlib" in out
+    assert "oracle block efficiency by k" in out and "sweep: p-best block efficiency by p" in out
+    assert "\033[" not in out                                        # no colour when asked
