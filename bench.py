@@ -86,16 +86,18 @@ def median_time(fn, reps):
     return statistics.median(times)
 
 
-def timings(model, named, prompts, n, reps=5):
+def timings(model, named, prompts, n, reps=5, slow_reps=3):
     """Tokens/s of each decoder over all prompts: one warm-up, then the median of `reps`
-    repetitions, the decoders interleaved so that machine noise hits them alike."""
+    repetitions for greedy and bpd (`slow_reps` for the slower refined decoders, to keep the
+    bench short), the decoders interleaved so that machine noise hits them alike."""
     for name, d in named.items():
         run_decoder(model, name, d, prompts[0], min(n, 16))
     times = {name: [] for name in named}
-    for _ in range(reps):
+    for r in range(reps):
         for name, d in named.items():
-            times[name].append(median_time(lambda: [run_decoder(model, name, d, p, n)
-                                                    for p in prompts], 1))
+            if r < (reps if name in ("greedy", "bpd") else slow_reps):
+                times[name].append(median_time(lambda: [run_decoder(model, name, d, p, n)
+                                                        for p in prompts], 1))
     return {name: len(prompts) * n / statistics.median(t) for name, t in times.items()}
 
 

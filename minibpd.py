@@ -139,10 +139,12 @@ class GPT(nn.Module):
         each BPDHead, but on a CPU h - 1 separate small calls would cost about as much as the trunk."""
         if not self.heads:
             return self.lm_head(z).unsqueeze(-2)
-        w1, b1, w2, b2 = self._stacked_heads()                              # [h-1, C, C], [h-1, 1, C]
-        x = z.reshape(1, -1, z.shape[-1]).expand(len(w1), -1, -1)           # [h-1, N, C]
-        y = x + torch.baddbmm(b2, F.gelu(torch.baddbmm(b1, x, w1)), w2)     # [h-1, N, C]
-        zs = torch.cat([x[:1], y]).transpose(0, 1).reshape(*z.shape[:-1], -1, z.shape[-1])
+        w1, b1, w2, b2 = self._stacked_heads()   # [(h-1)C, C], [(h-1)C], [h-1, C, C], [h-1, 1, C]
+        C, H = z.shape[-1], len(self.heads)
+        x = z.reshape(-1, C)                                                 # [N, C]
+        hidden = F.gelu(F.linear(x, w1, b1)).view(-1, H, C).transpose(0, 1)  # [h-1, N, C]
+        y = x + torch.baddbmm(b2, hidden, w2)                                # [h-1, N, C]
+        zs = torch.cat([x[None], y]).transpose(0, 1).reshape(*z.shape[:-1], H + 1, C)
         return self.lm_head(zs)                                              # [..., h, V]
 
     def _stacked_heads(self):
@@ -150,9 +152,9 @@ class GPT(nn.Module):
         ps = [p for hd in self.heads for p in (hd.fc.weight, hd.fc.bias, hd.proj.weight, hd.proj.bias)]
         key = tuple((p.data_ptr(), p._version) for p in ps)
         if self.training or getattr(self, "_stack_key", None) != key:
-            w = lambda i: torch.stack([p.t() for p in ps[i::4]])           # [h-1, C_in, C_out]
-            b = lambda i: torch.stack([p[None] for p in ps[i::4]])         # [h-1, 1, C]
-            stacked = (w(0), b(1), w(2), b(3))
+            stacked = (torch.cat(ps[0::4]), torch.cat(ps[1::4]),          # fc: one wide linear
+                        torch.stack([p.t() for p in ps[2::4]]),            # proj: [h-1, C_in, C_out]
+                        torch.stack([p[None] for p in ps[3::4]]))          # [h-1, 1, C]
             if self.training:                                               # keep autograd intact
                 return stacked
             self._stack, self._stack_key = stacked, key

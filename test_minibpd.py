@@ -285,3 +285,19 @@ def test_script_exits_cleanly(tmp_path):
                         str(tmp_path / "none.pt")], capture_output=True, text=True,
                        cwd=os.path.dirname(os.path.abspath(__file__)))
     assert r.returncode == 2 and r.stderr.startswith("error: ") and "Traceback" not in r.stderr
+
+
+def test_train_on_own_text(tmp_path):
+    data = tmp_path / "text.txt"
+    data.write_text("The quick brown fox jumps over the lazy dog. " * 120, encoding="utf-8")
+    out = str(tmp_path / "own.pt")
+    train_heads.main(["--data", str(data), "--steps", "5", "--rescorer-steps", "2", "--n-layer", "1",
+                      "--n-embd", "16", "--n-head", "2", "--block-size", "16", "--batch-size", "4",
+                      "--rescorer-embd", "8", "--rescorer-layers", "1", "--heads", "3", "--out", out])
+    model, ck = minibpd.load_checkpoint(out)
+    assert ck["corpus"]["name"] == str(data) and model.config.n_bpd_heads == 3
+    assert set(ck["splits"]) == {"train", "tune", "test"}
+    short = tmp_path / "short.txt"
+    short.write_text("too short", encoding="utf-8")
+    with pytest.raises(SystemExit, match="only"):
+        train_heads.main(["--data", str(short), "--out", str(tmp_path / "x.pt")])

@@ -57,8 +57,10 @@ def load_corpus(path=None):
 
 
 def split_corpus(text, chunk=2000):
-    """Fixed split by 2,000-character chunks: chunk j goes to tune if j % 20 == 18, to test if
-    j % 20 == 19, else to train (90 / 5 / 5). Deterministic, and every split spans the corpus."""
+    """Fixed split by 2,000-character chunks (smaller for texts under 80,000 characters, so that
+    there are at least 40): chunk j goes to tune if j % 20 == 18, to test if j % 20 == 19, else to
+    train (90 / 5 / 5). Deterministic, and every split spans the corpus."""
+    chunk = max(1, min(chunk, len(text) // 40))
     parts = {"train": [], "tune": [], "test": []}
     for j in range(0, len(text), chunk):
         key = {18: "tune", 19: "test"}.get((j // chunk) % 20, "train")
@@ -166,6 +168,10 @@ def main(argv=None):
     splits = {k: torch.tensor([stoi[c] for c in v]) for k, v in texts.items()}
     print(f"corpus: {corpus['name']}, {corpus['chars']:,} chars, vocab {len(vocab)}, "
           + ", ".join(f"{k} {len(v):,}" for k, v in splits.items()))
+    span = args.block_size + args.heads + 1
+    if min(len(v) for v in splits.values()) <= span:
+        raise SystemExit(f"error: the corpus is too small for --block-size {args.block_size}: each "
+                         f"split needs over {span} characters (about {20 * span} in all)")
     cfg = GPTConfig(len(vocab), args.block_size, args.n_layer, args.n_head, args.n_embd,
                     args.heads, args.dropout)
     model = GPT(cfg)
