@@ -137,16 +137,25 @@ def draw_steps(model, res, cfg, stats, full, plen, vocab, limit=5):
     drafters = {name: make_drafter(name, res, cfg.get(name)) for name in ["bpd"] + REFINED}
     print("\n  how the drafts are checked (• = head 1, the base model's own token; ✓ = equals "
           "greedy, kept; ✗ = first miss, the base model's token replaces it):")
-    for step in stats["steps"][:limit]:
+    repeat = next((s for s in stats["steps"][limit:] if repaired(s, full)), None)
+    for step in stats["steps"][:limit] + ([repeat] if repeat else []):
         known = step["context"]
         pending, m = known - 1, len(step["drafts"][0]) - 1
-        print(f"    after '…{show(full[max(plen, known - 24):known - 1], vocab)}':")
+        if step is repeat:
+            print("    ... later, a repeated token in BPD's draft, replaced by the refined drafts:")
+        print(f"    after '…{show(full[max(0, known - 24):known - 1], vocab)}':")
         for name, drafter in drafters.items():
             d = drafter(heads[pending][:m + 1], full[:known])
             best = max(d, key=lambda x: marks(x, full, pending)[1])
             tick, ok = marks(best, full, pending)
             more = f" (best of {len(d)})" if len(d) > 1 else ""
             print(f"      {name:7s} '{show(best, vocab)}'  {tick}  +{ok}{more}")
+
+
+def repaired(step, full):
+    """BPD's first miss was a repeat of the token before it (Kim §6.1, §7.3)."""
+    d, j = step["drafts"][0], step["accepted"]
+    return j < len(d) and d[j] == d[j - 1]
 
 
 def demo(args):
