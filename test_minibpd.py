@@ -43,6 +43,18 @@ models = st.builds(lambda seed, v, l, h, b: (seed, v, l, h, b), st.integers(0, 1
                    st.integers(2, 64), st.integers(1, 2), st.integers(1, 8), st.integers(1, 16))
 
 
+def on_random_models(**more):
+    """Decorator: each device x hypothesis-drawn tiny model m, prompt length, new tokens n."""
+    def wrap(test):
+        drawn = given(m=models, plen=st.integers(1, 30), n=st.integers(1, 30), **more)(test)
+        return pytest.mark.parametrize("device", DEVICES)(SETTINGS(drawn))
+    return wrap
+
+
+def model_and_prompt(m, plen, device):
+    return tiny_model(*m, device=device), random_prompt(m[0], m[1], plen)
+
+
 def random_prompt(seed, vocab, length):
     g = torch.Generator().manual_seed(seed)
     return torch.randint(vocab, (length,), generator=g).tolist()
@@ -77,12 +89,9 @@ class OracleDrafter:
 
 # ----------------------------------------------------------------------------- exactness
 
-@pytest.mark.parametrize("device", DEVICES)
-@SETTINGS
-@given(m=models, plen=st.integers(1, 30), n=st.integers(1, 30))
+@on_random_models()
 def test_bpd_equals_greedy(device, m, plen, n):
-    model = tiny_model(*m, device=device)
-    prompt = random_prompt(m[0], m[1], plen)
+    model, prompt = model_and_prompt(m, plen, device)
     greedy = greedy_decode(model, prompt, n)
     assert greedy == naive_greedy(model, prompt, n)        # the cache does not change the maths
     out, stats = bpd_decode(model, prompt, n)
@@ -92,12 +101,9 @@ def test_bpd_equals_greedy(device, m, plen, n):
     assert stats["block_efficiency"] == n / stats["calls"]
 
 
-@pytest.mark.parametrize("device", DEVICES)
-@SETTINGS
-@given(m=models, plen=st.integers(1, 30), n=st.integers(1, 30))
+@on_random_models()
 def test_extremes_all_and_none_accepted(device, m, plen, n):
-    model = tiny_model(*m, device=device)
-    prompt = random_prompt(m[0], m[1], plen)
+    model, prompt = model_and_prompt(m, plen, device)
     full = prompt + greedy_decode(model, prompt, n + 8)
     out, stats = bpd_decode(model, prompt, n, OracleDrafter(full))
     assert out == full[plen:plen + n]

@@ -4,14 +4,14 @@ import json
 
 import pytest
 import torch
-from hypothesis import given, strategies as st
+from hypothesis import strategies as st
 
 import analysis
 import lattice
 import minibpd
 from minibpd import ArgmaxDrafter, bpd_decode, greedy_decode
 from ngram import NgramLM
-from test_minibpd import DEVICES, SETTINGS, models, random_prompt, tiny_model
+from test_minibpd import on_random_models, random_prompt, tiny_model
 
 NAMES = ["bpd", "neural", "ngram", "pbest0", "pbest", "oracle"]
 
@@ -43,9 +43,7 @@ def setup(m, device, order, plen, n):
     return model, small, lm, prompt, full
 
 
-@pytest.mark.parametrize("device", DEVICES)
-@SETTINGS
-@given(m=models, s=settings_st, plen=st.integers(1, 30), n=st.integers(1, 30))
+@on_random_models(s=settings_st)
 def test_every_drafter_is_exact(device, m, s, plen, n):
     """k may exceed the vocabulary (clamped); p may exceed the number of lattice paths."""
     k, p, alpha, order = s
@@ -59,9 +57,7 @@ def test_every_drafter_is_exact(device, m, s, plen, n):
             assert 1 <= len(step["drafts"]) <= (p if name in ("pbest", "pbest0") else 1)
 
 
-@pytest.mark.parametrize("device", DEVICES)
-@SETTINGS
-@given(m=models, s=settings_st, plen=st.integers(1, 30), n=st.integers(1, 30))
+@on_random_models(s=settings_st)
 def test_offline_replay_equals_decode(device, m, s, plen, n):
     """One forward pass + replay gives exactly the calls and accepted lengths of bpd_decode, and
     from every context the oracle accepts at least as much as any drafter at the same k."""
