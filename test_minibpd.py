@@ -307,3 +307,17 @@ def test_train_on_own_text(tmp_path):
     short.write_text("too short", encoding="utf-8")
     with pytest.raises(SystemExit, match="only"):
         train_heads.main(["--data", str(short), "--out", str(tmp_path / "x.pt")])
+
+
+def test_readme_snippet_runs_on_shipped_checkpoint(capsys):
+    """The README's 'In your own code' example runs as written (and asserts exactness itself)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    text = open(os.path.join(here, "README.md"), encoding="utf-8").read()
+    code = text.split("## In your own code", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    cwd = os.getcwd()
+    try:
+        os.chdir(here)
+        exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
+    finally:
+        os.chdir(cwd)
+    assert capsys.readouterr().out.strip()                # it printed its text and numbers
