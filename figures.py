@@ -58,6 +58,9 @@ def paper_tables(r):
         wall = f"{c['wall_clock_ratio']:6.2f}" if c["wall_clock_ratio"] else f"{'-':>6s}"
         print(f"  {name:8s} {c['base_calls']:6.3f} {c['base_tokens']:7.2f} {c['small_lm_calls']:9.2f}"
               f" {c['ngram_lookups']:7.0f} {c['flop_ratio']:6.2f} {wall}")
+    print("  A large model on a GPU is memory-bound: its time follows 'calls' while the verified\n"
+          "  tokens fit the compute headroom. This tiny model on a CPU follows 'FLOPs' and the\n"
+          "  drafting work far more: see 'wall'.")
 
 
 def print_report(r, model, color=False):
