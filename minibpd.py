@@ -13,6 +13,7 @@ float32 (~1e-7) or bf16 (~1e-2) such near-ties do happen now and then, so an arg
 the two decoders can diverge: this is rounding, not a bug, and it is why the tests run in float64.
 """
 import functools
+import os
 import sys
 from dataclasses import dataclass
 
@@ -20,7 +21,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-CHECKPOINT = "checkpoints/minibpd.pt"
+# The shipped checkpoint, found next to this file whatever the working directory.
+CHECKPOINT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "checkpoints", "minibpd.pt")
 FORMAT_VERSION = 1
 
 
