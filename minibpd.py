@@ -415,6 +415,9 @@ def main(argv=None):
     except (ValueError, CheckpointError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:                 # e.g. `python minibpd.py --demo | head`
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":
