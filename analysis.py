@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import lattice
-from minibpd import ArgmaxDrafter, build_model, encode, greedy_decode, window_start
+from minibpd import ArgmaxDrafter, build_model, encode, greedy_decode, matched, window_start
 from ngram import NgramLM
 
 
@@ -62,7 +62,7 @@ class Resources:
     n-gram LMs of each order, fitted on the train split only."""
 
     def __init__(self, model, ck):
-        self.model, self.ck, self.lms, self._small = model, ck, {}, None
+        self.model, self.ck, self.lms, self.tables, self._small = model, ck, {}, {}, None
 
     def small_lm(self):
         if self._small is None:
@@ -75,12 +75,17 @@ class Resources:
         return self._small
 
     def ngram(self, order):
-        """(NgramLM, its numpy lookup table) of this order, fitted on the train split."""
+        """The NgramLM of this order, fitted on the train split."""
         if order not in self.lms:
             train = encode(split_text(self.ck, "train"), self.ck["vocab"])
-            lm = NgramLM(order, self.model.config.vocab_size).fit(train)
-            self.lms[order] = (lm, lattice.NgramTable(lm))
+            self.lms[order] = NgramLM(order, self.model.config.vocab_size).fit(train)
         return self.lms[order]
+
+    def table(self, order):
+        """Its numpy lookup table, for the DP in the decode loop."""
+        if order not in self.tables:
+            self.tables[order] = lattice.NgramTable(self.ngram(order))
+        return self.tables[order]
 
 
 def make_drafter(name, res, s, full=None):
@@ -91,7 +96,8 @@ def make_drafter(name, res, s, full=None):
         return lattice.NeuralDrafter(res.small_lm(), s["k"], s["alpha"])
     if name in ("ngram", "pbest"):
         p = 1 if name == "ngram" else s["p"]
-        return lattice.PBestDrafter(s["k"], p, s["alpha"], *res.ngram(s["order"]), name=name)
+        return lattice.PBestDrafter(s["k"], p, s["alpha"], res.ngram(s["order"]),
+                                    res.table(s["order"]), name=name)
     if name == "pbest0":
         return lattice.PBestDrafter(s["k"], s["p"], 0.0, None, name=name)
     if name == "oracle":
@@ -143,7 +149,7 @@ def replay(drafter, heads, full, plen, n, h, B):
 def gain(draft, full, pending):
     """Tokens one verification call gains with this draft: its first token (certain) and then
     every token equal to greedy up to the first miss, whose place the base model's token takes."""
-    return next((j for j in range(1, len(draft)) if draft[j] != full[pending + j]), len(draft))
+    return 1 + matched(draft[1:], full[pending + 1:pending + len(draft)])
 
 
 def marks(draft, full, pending):
@@ -219,19 +225,19 @@ def head_confidence(items):
     return {"head_entropy": entropy, "hmax": hmax, "head_accuracy": accuracy}
 
 
-def win_tie_loss(model, items, n, res, cfg, names=("neural", "pbest")):
-    """Kim §7.3, step by step on BPD's own contexts: how often each refined drafter gains more,
-    the same, or fewer tokens than BPD's draft, and the share of its wins where BPD's first
-    miss was a repeated token (d_j == d_{j-1}) that the refined draft replaced."""
-    bpd_runs = replay_all(model, items, n, lambda full: ArgmaxDrafter())
+def win_tie_loss(items, bpd_runs, res, cfg, names=("neural", "pbest")):
+    """Kim §7.3, step by step on BPD's own contexts (its runs, one per prepared prompt): how
+    often each refined drafter gains more, the same, or fewer tokens than BPD's draft, and the
+    share of its wins where BPD's first miss was a repeated token (d_j == d_{j-1}) that the
+    refined draft replaced."""
     out = {}
     for name in names:
         drafter, w, t, l, fixes = make_drafter(name, res, cfg.get(name)), 0, 0, 0, 0
         for (plen, full, heads), run in zip(items, bpd_runs):
             for s in run["steps"]:
-                base = s["drafts"][0]
-                drafts = drafter(heads[s["pending"]][:len(base)], full[:s["context"]])
-                new = max(gain(d, full, s["pending"]) for d in drafts)
+                base, pending = s["drafts"][0], s["context"] - 1
+                drafts = drafter(heads[pending][:len(base)], full[:s["context"]])
+                new = max(gain(d, full, pending) for d in drafts)
                 j = s["accepted"]                                    # BPD's first miss
                 w, t, l = w + (new > j), t + (new == j), l + (new < j)
                 fixes += new > j and base[j] == base[j - 1]

@@ -77,13 +77,10 @@ def run_decoder(model, name, drafter, prompt, n):
     return out, stats["calls"]
 
 
-def median_time(fn, reps):
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+def seconds(fn):
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
 
 
 def timings(model, named, prompts, n, reps=5, slow_reps=3):
@@ -96,8 +93,8 @@ def timings(model, named, prompts, n, reps=5, slow_reps=3):
     for r in range(reps):
         for name, d in named.items():
             if r < (reps if name in ("greedy", "bpd") else slow_reps):
-                times[name].append(median_time(lambda: [run_decoder(model, name, d, p, n)
-                                                        for p in prompts], 1))
+                times[name].append(seconds(lambda: [run_decoder(model, name, d, p, n)
+                                                    for p in prompts]))
     return {name: len(prompts) * n / statistics.median(t) for name, t in times.items()}
 
 
@@ -204,7 +201,7 @@ def bench_prompts(ck, args):
 def ngram_perplexities(res, ck, orders=(1, 2, 3, 4, 5)):
     """Held-out (test split) perplexity of the n-gram LM of each order, fitted on train."""
     test = encode(split_text(ck, "test"), ck["vocab"])
-    return {str(o): res.ngram(o)[0].perplexity(test) for o in orders}
+    return {str(o): res.ngram(o).perplexity(test) for o in orders}
 
 
 def exactness(model, res, cfg, prompts, greedy, n, names):
@@ -232,7 +229,7 @@ def paper_sections(model, res, cfg, prompts, greedy, n, be, runs, tps):
                 {k: v for k, v in runs.items() if k != "oracle"}, items),
             **analysis.head_confidence(items), "oracle_by_k": by_k,
             "relative_gain": analysis.relative_gain(be, oracle_at),
-            "win_tie_loss": analysis.win_tie_loss(model, items, n, res, cfg),
+            "win_tie_loss": analysis.win_tie_loss(items, runs["bpd"], res, cfg),
             "cost": analysis.cost(model, res, cfg, runs, prompts, n, tps)}
 
 

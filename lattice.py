@@ -41,35 +41,36 @@ class Lattice:
             raise ValueError("position 0 (the certain greedy token) needs exactly one candidate")
 
     @classmethod
-    def from_logprobs(cls, head_logprobs, k):
+    def from_logprobs(cls, head_logprobs, k, first=None):
         """Top-k lattice of head log-probs [h, V] (numpy, float32 or float64). Candidates are
-        ordered by (logprob desc, token id asc); k is clamped to V; position 0 keeps only the
-        argmax (smallest id among exact ties)."""
+        ordered by (logprob desc, token id asc); k is clamped to V; position 0 keeps only
+        `first` (in BPD the token verification already chose) or else the argmax (smallest id
+        among exact ties)."""
         k, lp = index(k), np.asarray(head_logprobs, dtype=np.float64)  # exact for float32
         if k < 1 or lp.ndim != 2 or 0 in lp.shape or np.isnan(lp).any():
             raise ValueError(f"need k >= 1 and NaN-free head_logprobs [h, V]; got k = {k}, "
                              f"shape {lp.shape}")
         # Stable ascending sort of -lp: descending lp, exact ties in id order. [h, min(k, V)]
         top = np.argsort(-lp, axis=1, kind="stable")[:, :k].tolist()
-        tokens = [row[:1] if i == 0 else row for i, row in enumerate(top)]
-        return cls(tokens, [lp[i, toks].tolist() for i, toks in enumerate(tokens)])
+        top[0] = [index(first)] if first is not None else top[0][:1]
+        return cls(top, [lp[i, toks].tolist() for i, toks in enumerate(top)])
 
     h = property(lambda self: len(self.tokens))
     k = property(lambda self: max(map(len, self.tokens)), doc="most candidates at a position")
 
 
-def _check(p, alpha):
-    p, alpha = index(p), float(alpha)
-    if p < 1:
-        raise ValueError(f"p must be >= 1, got {p}")
+def check_settings(k=1, p=1, alpha=0.0, order=1):
+    """Clear errors for impossible settings (k larger than the vocabulary is clamped to it)."""
+    for name, value in (("k", k), ("p", p), ("order", order)):
+        if int(value) != value or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value}")
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"alpha must be in [0, 1], got {alpha}")
-    return p, alpha
 
 
 def path_score(lattice, lm, history, tokens, alpha):
     """The reference score of one path (a token per position), summed left to right."""
-    _, alpha = _check(1, alpha)
+    check_settings(alpha=alpha)
     history, path = [index(t) for t in history], [index(t) for t in tokens]
     if len(path) != lattice.h:
         raise ValueError(f"path has {len(path)} tokens, lattice has {lattice.h} positions")
@@ -106,7 +107,7 @@ def best_paths(lattice, lm, history, p, alpha):
     positions; the state, the last n-1 tokens of history + path (one state with no LM), is all
     the LM sees, so paths sharing it extend alike. Scores use path_score's float operations in
     the same order, so they are bitwise equal to it. Ties: smaller rank tuple first."""
-    p, alpha = _check(p, alpha)
+    check_settings(p=p, alpha=alpha)
     use_lm = lm is not None and alpha != 0.0
     n = lm.order - 1 if use_lm else 0  # tokens of context the LM sees
     history = [index(t) for t in history]
@@ -246,7 +247,7 @@ def best_paths_fast(lattice, lm, history, p, alpha, table=None):
     S holds partial scores [K_{i-m+1}, .., K_i, Q]: the state (candidate ranks of the last m <= n
     positions), then its Q <= p partial paths. Pass table=NgramTable(lm) in a loop: building it
     walks the whole LM. With the LM, token ids must be < lm.vocab_size."""
-    p, alpha = _check(p, alpha)
+    check_settings(p=p, alpha=alpha)
     use_lm = lm is not None and alpha != 0.0
     n = lm.order - 1 if use_lm else 0
     hist = [index(t) for t in history]
@@ -303,21 +304,9 @@ def oracle_path(lattice, greedy):
 # Each drafter is called by minibpd.bpd_decode as drafter(logprobs [m, V], context) and returns
 # drafts of m tokens, the first being the verified greedy token context[-1] (see ArgmaxDrafter).
 
-def check_settings(k=1, p=1, alpha=0.0, order=1):
-    """Clear errors for impossible settings (k larger than the vocabulary is clamped to it)."""
-    for name, value in (("k", k), ("p", p), ("order", order)):
-        if int(value) != value or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value}")
-    if not 0.0 <= alpha <= 1.0:
-        raise ValueError(f"alpha must be in [0, 1], got {alpha}")
-
-
 def head_lattice(logprobs, context, k):
     """Top-k lattice of the heads' log-probs [m, V]; position 0 is the verified token context[-1]."""
-    lp = logprobs.detach().double().cpu().numpy()
-    lat = Lattice.from_logprobs(lp, k)
-    lat.tokens[0], lat.logprobs[0] = [context[-1]], [float(lp[0, context[-1]])]
-    return lat
+    return Lattice.from_logprobs(logprobs.detach().double().cpu().numpy(), k, first=context[-1])
 
 
 class PBestDrafter:

@@ -132,7 +132,7 @@ class GPT(nn.Module):
         x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))
         mask = causal_mask(L, start, idx.device) if cache is not None and L > 1 else None
         for i, block in enumerate(self.blocks):
-            x = block(x, None if cache is None else cache.layer(i), start, mask)
+            x = block(x, None if cache is None else cache.kv[i], start, mask)
         return self.ln_f(x)
 
     def head_logits(self, z):
@@ -207,9 +207,6 @@ class KVCache:
                     for _ in range(2)] for _ in range(cfg.n_layer)]
         self.rows, self.start, self.length = rows, 0, 0
 
-    def layer(self, i):
-        return self.kv[i]
-
     def ensure_rows(self, rows):
         if rows > self.rows:  # grow, copying the shared prefix of row 0 into the new rows
             self.kv = [[torch.cat([t, t[:1].expand(rows - self.rows, *self.shape)]) for t in pair]
@@ -220,7 +217,8 @@ class KVCache:
         self.start, self.length = start, 0
 
     def advance(self, row, n):
-        """Keep the first n slots just written by `row`; copy them to the other rows."""
+        """Keep the first n slots just written by `row` and copy them to the other rows; row None:
+        the call had one row, which was already written to every row."""
         if self.rows > 1 and row is not None:
             for pair in self.kv:
                 for t in pair:
@@ -282,13 +280,18 @@ class ArgmaxDrafter:
         return [logprobs.argmax(-1).tolist()]
 
 
+def matched(proposed, truth):
+    """Length of the longest prefix of `proposed` that equals `truth` (Stern §3, accept)."""
+    return next((i for i, (a, b) in enumerate(zip(proposed, truth)) if a != b),
+                min(len(proposed), len(truth)))
+
+
 def verify(model, z, extra):
     """Stern §3, verify + accept. z [P, m + 1, C] from model_call; extra: P lists of the drafts'
     m tokens after the certain one. -> (winning row, accepted tokens a of extra[row], the greedy
     tokens of that row [m + 1]: g[i] is the base model's choice after extra[row][:i])."""
     g = model.lm_head(z).argmax(-1).tolist()                         # P lists of m + 1
-    ok = [next((i for i, (e, t) in enumerate(zip(ex, gr)) if e != t), len(ex))
-          for ex, gr in zip(extra, g)]                               # longest matching prefixes
+    ok = [matched(ex, gr) for ex, gr in zip(extra, g)]               # longest matching prefixes
     row = ok.index(max(ok))                                          # the first of the best
     return row, ok[row], g[row]
 
@@ -310,7 +313,7 @@ def bpd_decode(model, prompt, max_new_tokens, drafter=None):
     while True:
         z, fed = model_call(model, cache, seq, extra)
         row, a, g = verify(model, z, extra)
-        cache.advance(row, fed + a)
+        cache.advance(row if len(extra) > 1 else None, fed + a)
         new = extra[row][:a] + [g[a]]
         if drafts is not None:
             stats["steps"].append({"context": len(seq), "drafts": drafts, "winner": row,
