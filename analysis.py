@@ -7,102 +7,12 @@ tokens then gives each drafter's exact accepted lengths without a single verific
 cheap, and it is what the repetition, head-confidence, oracle and win/tie/loss analyses use.
 """
 import itertools
-import json
-import math
 
 import torch
 import torch.nn.functional as F
 
-import lattice
-from minibpd import ArgmaxDrafter, build_model, encode, greedy_decode, matched, window_start
-from ngram import NgramLM
-
-
-def split_text(ck, name):
-    """A split's text from the checkpoint (saved at training time, so it never depends on which
-    Python's pydoc_data is installed here)."""
-    return ck.get("splits", {}).get(name) or ""
-
-
-# ----------------------------------------------------------------------------- decoders
-
-# Settings used when no tuned file exists; `python minibpd.py --tune` chooses them on the tune
-# split and writes them next to the checkpoint (CHECKPOINT.tuned.json), where the bench reads them.
-DEFAULTS = {"neural": {"k": 8, "alpha": 0.5}, "ngram": {"k": 8, "alpha": 0.5, "order": 4},
-            "pbest0": {"k": 8, "p": 16}, "pbest": {"k": 8, "p": 16, "alpha": 0.5, "order": 4},
-            "oracle": {"k": 8}}
-REFINED = ["neural", "ngram", "pbest0", "pbest"]
-
-
-def tuned_path(checkpoint):
-    return checkpoint + ".tuned.json"
-
-
-def settings_for(ck, args):
-    """Per-method settings: tuned file (if any), then --k / --p / --alpha overrides."""
-    cfg = {name: dict(v) for name, v in DEFAULTS.items()}
-    try:
-        with open(tuned_path(args.checkpoint)) as f:
-            for name, v in json.load(f)["settings"].items():
-                cfg.setdefault(name, {}).update(v)
-    except (OSError, ValueError, KeyError):
-        pass                                    # no (valid) tuned file: the defaults above
-    for key in ("k", "p", "alpha"):
-        value = getattr(args, key, None)
-        for name in cfg:
-            if value is not None and key in cfg[name]:
-                cfg[name][key] = value
-    for s in cfg.values():
-        lattice.check_settings(s.get("k", 1), s.get("p", 1), s.get("alpha", 0.0), s.get("order", 1))
-    return cfg
-
-
-class Resources:
-    """What the refined drafters need from a checkpoint, built once: the small rescorer LM and
-    n-gram LMs of each order, fitted on the train split only."""
-
-    def __init__(self, model, ck):
-        self.model, self.ck, self.lms, self.tables, self._small = model, ck, {}, {}, None
-
-    def small_lm(self):
-        if self._small is None:
-            if "rescorer" not in self.ck:
-                raise ValueError("this checkpoint has no rescorer LM for 'neural'; "
-                                 "retrain it with `python train_heads.py`")
-            w = self.model.lm_head.weight
-            self._small = build_model(self.ck["rescorer_config"], self.ck["rescorer"], w.device,
-                                      w.dtype, "the checkpoint's rescorer")
-        return self._small
-
-    def ngram(self, order):
-        """The NgramLM of this order, fitted on the train split."""
-        if order not in self.lms:
-            train = encode(split_text(self.ck, "train"), self.ck["vocab"])
-            self.lms[order] = NgramLM(order, self.model.config.vocab_size).fit(train)
-        return self.lms[order]
-
-    def table(self, order):
-        """Its numpy lookup table, for the DP in the decode loop."""
-        if order not in self.tables:
-            self.tables[order] = lattice.NgramTable(self.ngram(order))
-        return self.tables[order]
-
-
-def make_drafter(name, res, s, full=None):
-    """A fresh drafter for one decoder name with settings s; `full` (prompt + greedy) for oracle."""
-    if name == "bpd":
-        return ArgmaxDrafter()
-    if name == "neural":
-        return lattice.NeuralDrafter(res.small_lm(), s["k"], s["alpha"])
-    if name in ("ngram", "pbest"):
-        p = 1 if name == "ngram" else s["p"]
-        return lattice.PBestDrafter(s["k"], p, s["alpha"], res.ngram(s["order"]),
-                                    res.table(s["order"]), name=name)
-    if name == "pbest0":
-        return lattice.PBestDrafter(s["k"], s["p"], 0.0, None, name=name)
-    if name == "oracle":
-        return lattice.OracleDrafter(full, s["k"])
-    raise ValueError(f"unknown decoder {name!r}; choose from greedy, bpd, {', '.join(DEFAULTS)}")
+import decoders
+from minibpd import ArgmaxDrafter, greedy_decode, matched, window_start
 
 
 # ----------------------------------------------------------------------------- offline replay
@@ -206,8 +116,9 @@ def repetition_table(runs_by_name, items):
 
 
 def head_confidence(items):
-    """Kim §6.2: mean entropy (nats) of each head, h_max (the last head up to which the mean
-    entropy rises monotonically, 1-based) and each head's top-1 accuracy against greedy."""
+    """Kim §6.2: mean entropy (nats) of each head and h_max (the last head up to which the mean
+    entropy rises monotonically, 1-based); plus, our addition (not in the paper), each head's
+    top-1 accuracy against greedy."""
     lps, targets = [], []
     for _, full, heads in items:
         ts = sorted(heads)
@@ -225,14 +136,14 @@ def head_confidence(items):
     return {"head_entropy": entropy, "hmax": hmax, "head_accuracy": accuracy}
 
 
-def win_tie_loss(items, bpd_runs, res, cfg, names=("neural", "pbest")):
+def win_tie_loss(items, bpd_runs, res, cfg, names=None):
     """Kim §7.3, step by step on BPD's own contexts (its runs, one per prepared prompt): how
     often each refined drafter gains more, the same, or fewer tokens than BPD's draft, and the
     share of its wins where BPD's first miss was a repeated token (d_j == d_{j-1}) that the
     refined draft replaced."""
     out = {}
-    for name in names:
-        drafter, w, t, l, fixes = make_drafter(name, res, cfg.get(name)), 0, 0, 0, 0
+    for name in names or decoders.refined():
+        drafter, w, t, l, fixes = decoders.make(name, res, cfg[name]), 0, 0, 0, 0
         for (plen, full, heads), run in zip(items, bpd_runs):
             for s in run["steps"]:
                 base, pending = s["drafts"][0], s["context"] - 1
@@ -249,7 +160,7 @@ def win_tie_loss(items, bpd_runs, res, cfg, names=("neural", "pbest")):
 
 def be_of(model, items, n, res, name, s):
     """Block efficiency of one decoder with settings s, by offline replay."""
-    return block_eff(replay_all(model, items, n, lambda full: make_drafter(name, res, s, full)), n)
+    return block_eff(replay_all(model, items, n, lambda full: decoders.make(name, res, s, full)), n)
 
 
 def oracle_by_k(model, items, n, res, ks=(1, 2, 4, 8, 16)):
@@ -258,33 +169,16 @@ def oracle_by_k(model, items, n, res, ks=(1, 2, 4, 8, 16)):
 
 
 def relative_gain(be, oracle_at):
-    """Kim Table 4 form: each refined drafter's block efficiency relative to BPD (percent), and
-    the share of the BPD-to-oracle gap it closes (oracle at the drafter's own k)."""
+    """Each refined drafter's block efficiency relative to BPD (percent; the form of Kim Table 4,
+    which reports block efficiency only), and the share of the BPD-to-oracle gap it closes
+    (oracle at the drafter's own k)."""
     out = {}
-    for name in REFINED:
+    for name in decoders.refined():
         if name in be:
             gap = oracle_at[name] - be["bpd"]
             out[name] = {"percent": 100 * (be[name] / be["bpd"] - 1),
                          "gap_closed": (be[name] - be["bpd"]) / gap if gap > 0 else 0.0}
     return out
-
-
-class FirstHeads:
-    """Plain BPD that uses only the first j heads (the sweep over the number of heads)."""
-    max_drafts = 1
-
-    def __init__(self, j):
-        self.j = j
-
-    def __call__(self, logprobs, context):
-        return [logprobs[:self.j].argmax(-1).tolist()]
-
-
-def lattice_lookups(positions, k, V, order):
-    """(context, token) n-gram evaluations the p-best DP makes on a lattice of `positions`
-    positions (the first certain): at position i, one per state x candidate."""
-    K = [1] + [min(k, V)] * (positions - 1)
-    return sum(math.prod(K[max(0, i - order + 1):i + 1]) for i in range(positions))
 
 
 def greedy_processed(plen, n, B):
@@ -298,65 +192,59 @@ def greedy_processed(plen, n, B):
     return total
 
 
-def cost(model, res, cfg, online, prompts, n, tps):
-    """Per generated token: base calls, tokens the base model ran on, small-LM calls, n-gram
-    lookups; FLOPs estimated as 2 x parameters x tokens run, as a ratio to greedy, next to the
-    measured wall-clock ratio (time per token / greedy's)."""
+def cost(model, res, online, work, prompts, n, tps):
+    """Per generated token: base calls, tokens the base model ran on, and the drafters' own work
+    as they counted it (`work`: {name: summed drafter counts}: small-LM calls, n-gram lookups);
+    FLOPs estimated as 2 x parameters x tokens run (base model and small LM), as a ratio to
+    greedy, next to the measured wall-clock ratio (time per token / greedy's). Our table: Kim et
+    al. analyse cost in their Fig. 2 and an appendix table (KV-cache I/O, parameter I/O, FLOPs)."""
     params = lambda m: sum(p.numel() for p in m.parameters()) - m.pos_emb.weight.numel()
-    N, B, V = params(model), model.config.block_size, model.config.vocab_size
+    N, B = params(model), model.config.block_size
     tokens = len(prompts) * n
     greedy_flops = N * sum(greedy_processed(len(p), n, B) for p in prompts)
     out = {}
     for name, runs in online.items():
-        steps = [s for r in runs for s in r["steps"]]
-        s = cfg.get(name) or {}
-        small = sum(len(st["drafts"][0]) - 1 for st in steps) if name == "neural" else 0
-        lookups = sum(lattice_lookups(len(st["drafts"][0]), s["k"], V, s["order"]) for st in steps
-                      ) if name in ("ngram", "pbest") else 0
+        w = work.get(name, {})
+        small = w.get("small_lm_tokens", 0)
         flops = N * sum(r["processed"] for r in runs) + (params(res.small_lm()) * small if small else 0)
         out[name] = {"base_calls": sum(r["calls"] for r in runs) / tokens,
                      "base_tokens": sum(r["processed"] for r in runs) / tokens,
-                     "small_lm_calls": small / tokens, "ngram_lookups": lookups / tokens,
+                     "small_lm_calls": w.get("small_lm_calls", 0) / tokens,
+                     "ngram_lookups": w.get("ngram_lookups", 0) / tokens,
                      "flop_ratio": flops / greedy_flops,
                      "wall_clock_ratio": tps["greedy"] / tps[name] if name in tps else None}
     return out
 
 
+SWEEP = {"k": (1, 2, 4, 8), "p": (1, 2, 4, 8, 16, 32), "alpha": (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)}
+
+
 def sweep(model, items, n, res, cfg):
-    """Block efficiency as a function of k, p, alpha and the number of heads used (tune split)."""
+    """Block efficiency as a function of the number of heads used (plain BPD) and of each setting
+    in SWEEP, for every refined decoder that has it (tune split)."""
     h = model.config.n_bpd_heads
-    with_ = lambda name, **kw: {**(cfg.get(name) or {}), **kw}
-    return {
-        "k": {name: {str(k): be_of(model, items, n, res, name, with_(name, k=k))
-                     for k in (1, 2, 4, 8)} for name in ("neural", "ngram", "pbest0", "pbest")},
-        "p": {str(p): be_of(model, items, n, res, "pbest", with_("pbest", p=p))
-              for p in (1, 2, 4, 8, 16, 32)},
-        "alpha": {name: {str(a): be_of(model, items, n, res, name, with_(name, alpha=a))
-                         for a in (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)} for name in ("neural", "pbest")},
-        "heads": {str(j): block_eff(replay_all(model, items, n, lambda full: FirstHeads(j)), n)
-                  for j in range(1, h + 1)}}
-
-
-TUNE_GRID = {"neural": {"k": [8, 16], "alpha": [0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]},
-             "ngram": {"k": [8], "order": [3, 4, 5], "alpha": [0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]},
-             "pbest": {"k": [8], "p": [16], "order": [3, 4, 5],
-                       "alpha": [0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]},
-             "pbest0": {"k": [8], "p": [16]}, "oracle": {"k": [8]}}
+    out = {"heads": {str(j): block_eff([replay(ArgmaxDrafter(), heads, full, plen, n, j, model.config.block_size)
+                                        for plen, full, heads in items], n) for j in range(1, h + 1)}}
+    for key, values in SWEEP.items():
+        out[key] = {name: {str(v): be_of(model, items, n, res, name, {**cfg[name], key: v})
+                           for v in values} for name in decoders.refined() if key in cfg[name]}
+    return out
 
 
 def tune(model, items, n, res, log=print):
-    """Grid search on the tune split (never the test split): for each method, the setting with
-    the highest block efficiency (ties: the first in grid order). k = 8 and p = 16 for the
-    lattice methods: the exact DP at k = 16 costs ~35 ms a step here (see README)."""
+    """Grid search on the tune split (never the test split): for each decoder with a grid, the
+    setting with the highest block efficiency (ties: the first in grid order)."""
     chosen, scores = {}, {}
-    for name, grid in TUNE_GRID.items():
-        keys, best = list(grid), None
-        for values in itertools.product(*grid.values()):
-            s = dict(zip(keys, values))
+    for name, dec in decoders.DECODERS.items():
+        if not dec.grid:
+            continue
+        keys, best = list(dec.grid), None
+        for values in itertools.product(*dec.grid.values()):
+            s = {**dec.defaults, **dict(zip(keys, values))}
             be = be_of(model, items, n, res, name, s)
-            scores[f"{name} " + " ".join(f"{k}={v}" for k, v in s.items())] = be
-            log(f"  {name:7s} {s}: block efficiency {be:.3f}")
+            scores[f"{name} " + " ".join(f"{k}={v}" for k, v in zip(keys, values))] = be
+            log(f"  {name:7s} {dict(zip(keys, values))}: block efficiency {be:.3f}")
             if best is None or be > best[0]:
-                best = (be, s)
+                best = (be, dict(zip(keys, values)))
         chosen[name] = best[1]
     return chosen, scores

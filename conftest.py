@@ -1,8 +1,77 @@
-"""Shared test fixtures."""
+"""Shared test fixtures: random tiny float64 models and prompts, the hypothesis strategies and
+profiles, the devices, a tiny trained checkpoint, and the --drafter option.
+
+    HYPOTHESIS_PROFILE=thorough python -m pytest -q     # 10x the examples of the default profile
+    python -m pytest test_minibpd.py --drafter my_module:MyDrafter   # your drafter, checked
+
+Every test file takes its hypothesis settings from here (`examples(scale)`), so the profile
+scales them all.
+"""
+import importlib
+import inspect
+import os
+
 import pytest
+import torch
+from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
 import train_heads
+from minibpd import GPT, GPTConfig, set_threads
 
+set_threads()  # one thread: measured fastest here for models this small (README, "Threads")
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="CUDA not available"))]
+for _name, _n in (("quick", 5), ("default", 25), ("thorough", 250)):
+    settings.register_profile(_name, max_examples=_n, deadline=None,   # quick: no shrinking
+                              phases=list(Phase)[:-2] if _name == "quick" else list(Phase),
+                              suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                     HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+def examples(scale=1.0):
+    """Hypothesis settings with `scale` times the profile's examples (cheap tests run more)."""
+    return settings(max_examples=max(1, round(scale * settings().max_examples)))
+
+
+# ----------------------------------------------------------------------------- random models
+
+def tiny_model(seed, vocab, n_layer, h, block, device="cpu", n_head=2, head_dim=4, std=0.5):
+    """Random float64 GPT. A large init std makes logits spread out, so argmaxes are not ties."""
+    torch.manual_seed(seed)
+    cfg = GPTConfig(vocab, block, n_layer, n_head, n_head * head_dim, h)
+    model = GPT(cfg).double()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, std)
+    return model.to(device).eval()
+
+
+def random_prompt(seed, vocab, length):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(vocab, (length,), generator=g).tolist()
+
+
+# (seed, vocabulary 2-64, layers 1-2, heads h 1-8, context window 1-16)
+models = st.tuples(st.integers(0, 10**6), st.integers(2, 64), st.integers(1, 2), st.integers(1, 8),
+                   st.integers(1, 16))
+
+
+def on_random_models(**more):
+    """Decorator: each device x hypothesis-drawn tiny model m, prompt length plen (often longer
+    than the window), new tokens n (often running past it), and any `more` strategies."""
+    def wrap(test):
+        drawn = given(m=models, plen=st.integers(1, 30), n=st.integers(1, 30), **more)(test)
+        return pytest.mark.parametrize("device", DEVICES)(examples()(drawn))
+    return wrap
+
+
+def model_and_prompt(m, plen, device):
+    return tiny_model(*m, device=device), random_prompt(m[0], m[1], plen)
+
+
+# ----------------------------------------------------------------------------- fixtures
 
 @pytest.fixture(scope="session")
 def tiny_ckpt(tmp_path_factory):
@@ -11,3 +80,27 @@ def tiny_ckpt(tmp_path_factory):
                       "32", "--n-head", "2", "--block-size", "32", "--batch-size", "8",
                       "--rescorer-embd", "16", "--rescorer-layers", "1", "--out", path])
     return path
+
+
+def pytest_addoption(parser):
+    parser.addoption("--drafter", metavar="MODULE:FACTORY", default=None,
+                     help="run test_minibpd.py's drafter properties on your drafter: "
+                          "FACTORY(model) or FACTORY() returns it (default minibpd:ArgmaxDrafter)")
+
+
+@pytest.fixture(scope="session")
+def drafter_factory(request):
+    """model -> a fresh drafter, from --drafter MODULE:FACTORY (default minibpd:ArgmaxDrafter)."""
+    spec = request.config.getoption("--drafter") or "minibpd:ArgmaxDrafter"
+    module, _, name = spec.partition(":")
+    if not module or not name:
+        raise pytest.UsageError(f"--drafter takes MODULE:FACTORY, e.g. my_drafter:MyDrafter; got {spec!r}")
+    try:
+        factory = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as e:
+        raise pytest.UsageError(f"--drafter {spec}: {e}") from None
+    try:
+        takes_model = bool(inspect.signature(factory).parameters)
+    except (TypeError, ValueError):
+        takes_model = False
+    return (lambda model: factory(model)) if takes_model else (lambda model: factory())

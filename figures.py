@@ -38,20 +38,22 @@ def decoder_table(r):
 
 
 def paper_tables(r):
-    print("\n  repetition in drafts (Kim §6.1; paper: BPD 20-75%, 9.9-24.5% after 2-gram rescoring)")
+    print("\n  repetition in drafts (Kim §6.1; paper: BPD 20-75%; with 2-gram rescoring it quotes\n"
+          "  9.9-24.5%, which may be read as levels or as reductions)")
     for name, v in r["repetition"].items():
         print(f"  {name:12s} adjacent repeats {100 * v['adjacent_repeat']:5.1f}%   "
               f"longest run {v['longest_run']:.2f}")
-    print("\n  head top-1 accuracy vs greedy: "
+    print("\n  head top-1 accuracy vs greedy (ours; Kim §6.2 reports entropy): "
           + " ".join(f"{100 * a:.0f}%" for a in r["head_accuracy"]) + f"   h_max = {r['hmax']}")
-    print("\n  refined vs BPD (Kim Table 4 form; paper: +5% to +21%)")
+    print("\n  refined vs BPD (block efficiency, as in Kim Table 4; paper: +5% to +21%)")
     for name, g in r["relative_gain"].items():
         w = r["win_tie_loss"].get(name)
         wtl = (f"  steps won/tied/lost {100 * w['win']:.0f}/{100 * w['tie']:.0f}/{100 * w['loss']:.0f}%,"
                f" {100 * w['wins_replacing_repeat']:.0f}% of wins fixed a repeat") if w else ""
         print(f"  {name:7s} {g['percent']:+6.1f}%  closes {100 * g['gap_closed']:4.0f}% of the gap "
               f"to the oracle{wtl}")
-    print("\n  cost per generated token (FLOPs = 2 x params x tokens run; ratios to greedy)")
+    print("\n  cost per generated token (ours; Kim analyse cost in Fig. 2 and an appendix table)\n"
+          "  FLOPs = 2 x params x tokens run; ratios to greedy")
     print(f"  {'decoder':8s} {'calls':>6s} {'tokens':>7s} {'small-LM':>9s} {'n-gram':>7s} "
           f"{'FLOPs':>6s} {'wall':>6s}")
     for name, c in r["cost"].items():
@@ -64,9 +66,11 @@ def paper_tables(r):
 
 
 def print_report(r, model, color=False):
-    print(f"{r['prompts']} prompts x {r['new_tokens']} new tokens from the test split, "
-          f"{r['checkpoint']}, {next(model.parameters()).device}, {r['seconds']:.0f} s\n")
+    print(f"{r['prompts']} prompts x {r['new_tokens']} new tokens, {r['checkpoint']}, "
+          f"{next(model.parameters()).device}, {r['threads']} thread(s), {r['seconds']:.0f} s\n")
     decoder_table(r)
+    for w in r["timing_warnings"]:
+        print(f"  warning: {w}")
     print("\n  n-gram held-out perplexity by order: " + ", ".join(
         f"{o}: {v:.2f}" for o, v in r["ngram_perplexity"].items()))
     paper_tables(r)
@@ -81,22 +85,17 @@ def print_report(r, model, color=False):
         s = r["sweep"]
         chart("sweep (tune split): BPD block efficiency by heads used", list(s["heads"].items()),
               color=color)
-        chart("sweep: p-best block efficiency by p", list(s["p"].items()), color=color)
-        for name, row in s["alpha"].items():
-            chart(f"sweep: {name} block efficiency by alpha", list(row.items()), color=color)
-        for name, row in s["k"].items():
-            chart(f"sweep: {name} block efficiency by k", list(row.items()), color=color)
+        for key in ("k", "p", "alpha"):
+            for name, row in s[key].items():
+                chart(f"sweep: {name} block efficiency by {key}", list(row.items()), color=color)
 
 
 def plot(r, folder):
-    """The same figures as PNG files in `folder`; matplotlib stays optional."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("--plot needs matplotlib, which is not installed: pip install matplotlib")
-        return
+    """The same figures as PNG files in `folder` -> their names. matplotlib stays optional: the
+    command line checks for it before any work."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
     os.makedirs(folder, exist_ok=True)
     figs = {"head_entropy.png": ("head entropy (nats)", [f"{i + 1}" for i in range(len(r["head_entropy"]))],
                                  r["head_entropy"], "head"),
@@ -112,4 +111,4 @@ def plot(r, folder):
         fig.tight_layout()
         fig.savefig(os.path.join(folder, name), dpi=120)
         plt.close(fig)
-    print(f"wrote {', '.join(figs)} to {folder}")
+    return list(figs)

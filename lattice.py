@@ -1,19 +1,25 @@
-"""lattice: the top-k lattice of a BPD draft and its exact p-best global rescoring.
+"""lattice: the top-k lattice of BPD's heads, its exact p-best global rescoring, and the drafters
+that refine BPD's drafts (Kim et al. 2024, "Exploring and Improving Drafts in Blockwise Parallel
+Decoding", arXiv 2404.09221v2; section numbers are v2's).
 
-Kim et al. (2024), "Exploring and Improving Drafts in Blockwise Parallel Decoding":
-§6.3 defines the top-k lattice ("sausage") of the h heads and its oracle path; §7.2 rescores
-every path of the lattice with the heads interpolated with an n-gram LM and keeps the p best.
+§6.3 defines the top-k lattice ("sausage") of the h heads and its oracle path; §7.1 rescores a
+draft locally with a small neural LM; §7.2 rescores every path of the lattice globally with the
+heads interpolated with an n-gram LM and verifies the p best.
 
 Position i (0 .. h-1) holds head i's candidates for the token i ahead; position 0 is the base
 model's greedy token, certain, so it holds one and a lattice has k^(h-1) paths. A path scores
-    sum_i (1 - alpha) * head_logprob_i + alpha * lm.logprob(token_i, history + path[:i])
+    sum_i interpolate(head_logprob_i, lm.logprob(token_i, history + path[:i]), alpha)
 (alpha = 0 or lm None: heads only, the paper's "0-gram" control). An order-n LM sees only the
 last n-1 tokens, so a DP over (position, last n-1 tokens) finds the p best paths exactly. Ties
 break by the rank tuple (each token's index in its position's list), lexicographically smaller
-first: the heads' own ordering wins. best_paths is the readable reference, best_paths_fast
-its numpy twin for the decode loop, NgramTable a numpy twin of the LM's lookup.
+first: the heads' own ordering wins.
+
+Part 1 reads as the paper: the lattice, the readable DP `best_paths`, the oracle, the drafters.
+Part 2 is the numpy twin that the decode loop runs (`best_paths_fast`, `NgramTable`): the same
+paths, proven equal to Part 1 and to brute force in test_lattice.py.
 """
 import math
+import threading
 from operator import index
 
 import numpy as np
@@ -22,6 +28,53 @@ import torch.nn.functional as F
 
 from minibpd import KVCache, model_call
 
+MAX_ORDER = 8            # n-gram orders above this take minutes to fit in pure Python
+MAX_DP_CELLS = 2 ** 22   # the most partial-path scores the p-best DP may hold at one position
+
+
+def interpolate(head_logprob, lm_logprob, alpha):
+    """The score of one token: the heads' log-prob interpolated with an LM's (Kim §7). Works on
+    floats, numpy arrays and torch tensors alike; every rescorer and path_score use it, so this is
+    the one line to change. Our reading: Kim et al. interpolate logits; we interpolate log-probs,
+    which differ per position by a constant (the log-normaliser) and so rank alike."""
+    return (1 - alpha) * head_logprob + alpha * lm_logprob
+
+
+def check_settings(k=1, p=1, alpha=0.0, order=1):
+    """Clear errors for impossible settings (k larger than the vocabulary is clamped to it)."""
+    for name, value in (("k", k), ("p", p), ("order", order)):
+        if isinstance(value, bool) or int(value) != value or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value}")
+    if order > MAX_ORDER:
+        raise ValueError(f"order must be at most {MAX_ORDER} (a higher-order n-gram LM takes "
+                         f"minutes to fit and the DP grows as k^order), got {order}")
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+
+
+def dp_cells(k, p, order, V):
+    """Most partial-path scores the p-best DP holds at one position: the candidates of the last
+    `order` positions (the LM's state and the new token) x p. 5-gram, k=8, p=16: 524,288."""
+    return min(k, V) ** order * p
+
+
+def check_dp_budget(k, p, order, V):
+    """Refuse, up front, a DP over MAX_DP_CELLS (about 100 ms a step on one core here)."""
+    cells = dp_cells(k, p, order, V)
+    if cells > MAX_DP_CELLS:
+        raise ValueError(f"k={k}, p={p} with an order-{order} LM would make the p-best DP hold "
+                         f"min(k, V)^order x p = {cells:,} scores a step; the budget is "
+                         f"{MAX_DP_CELLS:,} (lower k, p or the order)")
+
+
+def lattice_lookups(positions, k, V, order):
+    """(context, token) LM evaluations the p-best DP makes on a lattice of `positions` positions
+    (the first certain): at position i, one per state x candidate."""
+    K = [1] + [min(k, V)] * (positions - 1)
+    return sum(math.prod(K[max(0, i - order + 1):i + 1]) for i in range(positions))
+
+
+# ============================================================================= Part 1: the paper
 
 class Lattice:
     """tokens[i]: distinct candidate ids of position i, best first; logprobs[i]: their head
@@ -52,20 +105,13 @@ class Lattice:
                              f"shape {lp.shape}")
         # Stable ascending sort of -lp: descending lp, exact ties in id order. [h, min(k, V)]
         top = np.argsort(-lp, axis=1, kind="stable")[:, :k].tolist()
+        if first is not None and not 0 <= index(first) < lp.shape[1]:
+            raise ValueError(f"first must be a token id in [0, {lp.shape[1]}), got {first}")
         top[0] = [index(first)] if first is not None else top[0][:1]
         return cls(top, [lp[i, toks].tolist() for i, toks in enumerate(top)])
 
     h = property(lambda self: len(self.tokens))
     k = property(lambda self: max(map(len, self.tokens)), doc="most candidates at a position")
-
-
-def check_settings(k=1, p=1, alpha=0.0, order=1):
-    """Clear errors for impossible settings (k larger than the vocabulary is clamped to it)."""
-    for name, value in (("k", k), ("p", p), ("order", order)):
-        if int(value) != value or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value}")
-    if not 0.0 <= alpha <= 1.0:
-        raise ValueError(f"alpha must be in [0, 1], got {alpha}")
 
 
 def path_score(lattice, lm, history, tokens, alpha):
@@ -82,7 +128,7 @@ def path_score(lattice, lm, history, tokens, alpha):
         if lm is None or alpha == 0.0:  # 0-gram control: never call the LM
             s = s + lp
         else:
-            s = s + ((1 - alpha) * lp + alpha * lm.logprob(tok, history + path[:i]))
+            s = s + interpolate(lp, lm.logprob(tok, history + path[:i]), alpha)
     return s
 
 
@@ -117,7 +163,7 @@ def best_paths(lattice, lm, history, p, alpha):
         grown = {}
         for state, partials in beams.items():
             for r, (tok, lp) in enumerate(zip(lattice.tokens[i], lattice.logprobs[i])):
-                term = (1 - alpha) * lp + alpha * lm.logprob(tok, list(state)) if use_lm else lp
+                term = interpolate(lp, lm.logprob(tok, list(state)), alpha) if use_lm else lp
                 new_state = (state + (tok,))[-n:] if n else ()
                 bucket = grown.setdefault(new_state, [])
                 for s, ranks, toks in partials:
@@ -126,6 +172,114 @@ def best_paths(lattice, lm, history, p, alpha):
     finals = sorted((c for cands in beams.values() for c in cands), key=lambda c: (-c[0], c[1]))
     return [(s, list(toks)) for s, _, toks in finals[:p]]
 
+
+def oracle_path(lattice, greedy):
+    """Kim §6.3 oracle: the path BPD verification accepts furthest, given the true greedy
+    continuation greedy[0:h] (greedy[0] is position 0's token): follow greedy while it is a
+    candidate, then take each position's top candidate. Verification accepts the longest prefix
+    that matches greedy, and a path matching greedy on positions 0..L-1 needs greedy[i] among
+    position i's candidates, so from one context no path of the lattice accepts more tokens."""
+    greedy = [index(t) for t in greedy]
+    if len(greedy) < lattice.h or greedy[0] != lattice.tokens[0][0]:
+        raise ValueError(f"greedy needs >= {lattice.h} tokens, the first being the position 0 "
+                         f"token {lattice.tokens[0][0]}; got {greedy[:lattice.h]}")
+    path, hit = [], True
+    for cands, g in zip(lattice.tokens, greedy):
+        hit = hit and g in cands  # after the first miss nothing more is accepted
+        path.append(g if hit else cands[0])
+    return path
+
+
+# ----------------------------------------------------------------------------- drafters (Kim §7)
+# Each drafter is called by minibpd.bpd_decode as drafter(logprobs [m, V], context) and returns
+# drafts of m tokens, the first being the verified greedy token context[-1] (the contract is in
+# minibpd.ArgmaxDrafter). `counts` tallies the drafting work, for the bench's cost table.
+
+def head_lattice(logprobs, context, k):
+    """Top-k lattice of the heads' log-probs [m, V]; position 0 is the verified token context[-1]."""
+    return Lattice.from_logprobs(logprobs.detach().double().cpu().numpy(), k, first=context[-1])
+
+
+class PBestDrafter:
+    """Global rescoring (Kim §7.2): the p best lattice paths under interpolate(head log-prob,
+    n-gram log-prob, alpha), all verified in one batched call. p = 1 is 'ngram'; lm=None is the
+    paper's '0-gram' control 'pbest0' (the p best paths by head scores alone). Settings whose DP
+    exceeds MAX_DP_CELLS are refused here, before any decoding."""
+
+    def __init__(self, k, p, alpha=0.0, lm=None, table=None, name="pbest"):
+        use_lm = lm is not None and alpha > 0
+        check_settings(k, p, alpha, lm.order if use_lm else 1)
+        V = lm.vocab_size if lm is not None else k
+        check_dp_budget(k, p, lm.order if use_lm else 1, V)
+        self.k, self.p, self.alpha, self.lm, self.name = k, p, alpha, lm, name
+        self.table = (table or NgramTable(lm)) if use_lm else None     # built once, not per call
+        self.max_drafts, self.counts = p, {"ngram_lookups": 0}
+
+    def __call__(self, logprobs, context):
+        lat = head_lattice(logprobs, context, self.k)
+        if self.table is not None:
+            self.counts["ngram_lookups"] += lattice_lookups(lat.h, self.k, self.table.V, self.lm.order)
+        paths = best_paths_fast(lat, self.lm, context[:-1], self.p, self.alpha, self.table)
+        return [tokens for _, tokens in paths]
+
+
+class NeuralDrafter:
+    """Local rescoring (Kim §7.1): left to right, pick among head i's top-k the token maximising
+    interpolate(head log-prob, small-LM log-prob, alpha) given the context and the tokens already
+    picked. The small LM keeps its own KV cache across steps: a step feeds it the newly accepted
+    tokens once, then one token per drafted position, and rewinds its cache after. That cache is
+    per-sequence state: a lock makes sharing one drafter between threads safe (each call then
+    finds another sequence and starts its cache afresh), one drafter per thread makes it fast."""
+    name, max_drafts = "neural", 1
+
+    def __init__(self, small_lm, k, alpha):
+        check_settings(k, 1, alpha)
+        self.lm, self.k, self.alpha = small_lm, k, alpha
+        self.cache, self.cached = KVCache(small_lm), []   # cached: the committed tokens it holds
+        self.lock, self.counts = threading.Lock(), {"small_lm_calls": 0, "small_lm_tokens": 0}
+
+    @torch.no_grad()
+    def __call__(self, logprobs, context):
+        with self.lock:
+            if self.cached != context[:len(self.cached)]:  # a new sequence: start afresh
+                self.cache.reset(0)
+            top = logprobs.topk(min(self.k, logprobs.shape[-1]), dim=-1)  # [m, k] each
+            seq = list(context)
+            for i in range(1, len(logprobs)):
+                z, fed = model_call(self.lm, self.cache, seq, [[]])       # predicts seq[len(seq)]
+                self.cache.advance(fed)
+                self.counts["small_lm_calls"] += 1
+                self.counts["small_lm_tokens"] += fed
+                lm_lp = F.log_softmax(self.lm.lm_head(z[0, -1]), dim=-1).to(top.values.dtype)
+                score = interpolate(top.values[i], lm_lp[top.indices[i]], self.alpha)
+                seq.append(int(top.indices[i, score.argmax()]))
+            # The drafted tokens may be rejected: keep only context[:-1] in the cache, so that the
+            # next step (whose context extends this one, or repeats it) feeds at least one token.
+            self.cache.truncate(len(context) - 1 - self.cache.start)
+            self.cached = list(context[:self.cache.start + self.cache.length])
+            return [seq[len(context) - 1:]]
+
+
+class OracleDrafter:
+    """Kim §6.3, for analysis only: it peeks at the greedy continuation (`full` = prompt + greedy
+    tokens) and proposes the lattice path that accepts the most (oracle_path). From any one
+    context no drafter at the same k accepts more; over a whole generation a drafter can still
+    end ahead now and then, because its steps start at different positions."""
+    name, max_drafts = "oracle", 1
+
+    def __init__(self, full, k):
+        check_settings(k)
+        self.full, self.k = full, k
+
+    def __call__(self, logprobs, context):
+        lat = head_lattice(logprobs, context, self.k)
+        n = len(context)
+        return [oracle_path(lat, self.full[n - 1:n - 1 + lat.h])]
+
+
+# ============================================================================= Part 2: numpy twin
+# best_paths_fast finds exactly best_paths' paths with whole-array operations: the decode loop's
+# version. NgramTable is the n-gram LM's lookup as sorted int64 codes (np.searchsorted).
 
 class NgramTable:
     """numpy twin of an NgramLM's lookup: per context length j, the keys (c_j, w) of terms[j]
@@ -246,7 +400,14 @@ def best_paths_fast(lattice, lm, history, p, alpha, table=None):
 
     S holds partial scores [K_{i-m+1}, .., K_i, Q]: the state (candidate ranks of the last m <= n
     positions), then its Q <= p partial paths. Pass table=NgramTable(lm) in a loop: building it
-    walks the whole LM. With the LM, token ids must be < lm.vocab_size."""
+    walks the whole LM. With the LM, token ids must be < lm.vocab_size.
+
+    Worked shapes: h = 4 positions, k = 3, a 3-gram (n = 2 tokens of state), p = 2.
+      i = 0  S [1]        -> E [1, 1]        position 0's one token is the state
+      i = 1  S [1, 1]     -> E [1, 3, 1]     state (K0, K1), 1 partial each
+      i = 2  S [1, 3, 1]  -> E [3, 3, 1, 1]  K0 leaves the state: [K1, K2, K0 competing, Q];
+                                             9 groups keep their best min(p, 1) -> S [3, 3, 1]
+      i = 3  S [3, 3, 1]  -> E [3, 3, 3, 1]  the last position: all 27 compete -> S [2]"""
     check_settings(p=p, alpha=alpha)
     use_lm = lm is not None and alpha != 0.0
     n = lm.order - 1 if use_lm else 0
@@ -261,7 +422,7 @@ def best_paths_fast(lattice, lm, history, p, alpha, table=None):
         K, m = len(lattice.tokens[i]), min(n, i)  # m: state axes of S before position i
         term = np.array(lattice.logprobs[i]).reshape([1] * m + [K])  # [K.. (m), K]
         if use_lm:
-            term = (1 - alpha) * term + alpha * _lm_block(table, hist, lattice.tokens, i, n)
+            term = interpolate(term, _lm_block(table, hist, lattice.tokens, i, n), alpha)
         E, s_axes, r_axis, g = _extend(S, term, m, n)
         g = 0 if i == lattice.h - 1 else g  # last position: one group, the global p best
 
@@ -281,95 +442,3 @@ def best_paths_fast(lattice, lm, history, p, alpha, table=None):
     S, R = S.ravel(), _trace(back, np.arange(S.size))  # R: rank tuples [N, h]
     order = np.lexsort([*R.T[::-1], -S]).tolist()  # best first, then smaller rank tuples
     return [(float(S[f]), [lattice.tokens[i][r] for i, r in enumerate(R[f])]) for f in order]
-
-
-def oracle_path(lattice, greedy):
-    """Kim §6.3 oracle: the path BPD verification accepts furthest, given the true greedy
-    continuation greedy[0:h] (greedy[0] is position 0's token): follow greedy while it is a
-    candidate, then take each position's top candidate. Verification accepts the longest prefix
-    that matches greedy, and a path matching greedy on positions 0..L-1 needs greedy[i] among
-    position i's candidates, so from one context no path of the lattice accepts more tokens."""
-    greedy = [index(t) for t in greedy]
-    if len(greedy) < lattice.h or greedy[0] != lattice.tokens[0][0]:
-        raise ValueError(f"greedy needs >= {lattice.h} tokens, the first being the position 0 "
-                         f"token {lattice.tokens[0][0]}; got {greedy[:lattice.h]}")
-    path, hit = [], True
-    for cands, g in zip(lattice.tokens, greedy):
-        hit = hit and g in cands  # after the first miss nothing more is accepted
-        path.append(g if hit else cands[0])
-    return path
-
-
-# ----------------------------------------------------------------------------- drafters (Kim §7)
-# Each drafter is called by minibpd.bpd_decode as drafter(logprobs [m, V], context) and returns
-# drafts of m tokens, the first being the verified greedy token context[-1] (see ArgmaxDrafter).
-
-def head_lattice(logprobs, context, k):
-    """Top-k lattice of the heads' log-probs [m, V]; position 0 is the verified token context[-1]."""
-    return Lattice.from_logprobs(logprobs.detach().double().cpu().numpy(), k, first=context[-1])
-
-
-class PBestDrafter:
-    """Global rescoring (Kim §7.2): the p best lattice paths under (1 - alpha) * head log-prob +
-    alpha * n-gram log-prob, all verified in one batched call. p = 1 is 'ngram'; lm=None is the
-    paper's '0-gram' control 'pbest0' (the p best paths by head scores alone)."""
-
-    def __init__(self, k, p, alpha=0.0, lm=None, table=None, name="pbest"):
-        check_settings(k, p, alpha)
-        self.k, self.p, self.alpha, self.lm, self.name = k, p, alpha, lm, name
-        use_lm = lm is not None and alpha > 0
-        self.table = (table or NgramTable(lm)) if use_lm else None     # built once, not per call
-        self.max_drafts = p
-
-    def __call__(self, logprobs, context):
-        lat = head_lattice(logprobs, context, self.k)
-        paths = best_paths_fast(lat, self.lm, context[:-1], self.p, self.alpha, self.table)
-        return [tokens for _, tokens in paths]
-
-
-class NeuralDrafter:
-    """Local rescoring (Kim §7.1): left to right, pick among head i's top-k the token maximising
-    (1 - alpha) * head log-prob + alpha * small-LM log-prob given the context and the tokens
-    already picked. The small LM keeps its own KV cache across steps: a step feeds it the newly
-    accepted tokens once, then one token per drafted position, and rewinds its pointer after."""
-    name, max_drafts = "neural", 1
-
-    def __init__(self, small_lm, k, alpha):
-        check_settings(k, 1, alpha)
-        self.lm, self.k, self.alpha = small_lm, k, alpha
-        self.cache, self.cached = KVCache(small_lm), []   # cached: the committed tokens it holds
-
-    @torch.no_grad()
-    def __call__(self, logprobs, context):
-        if self.cached != context[:len(self.cached)]:      # a new sequence: start afresh
-            self.cache.reset(0)
-        top = logprobs.topk(min(self.k, logprobs.shape[-1]), dim=-1)      # [m, k] each
-        seq = list(context)
-        for i in range(1, len(logprobs)):
-            z, fed = model_call(self.lm, self.cache, seq, [[]])           # predicts seq[len(seq)]
-            self.cache.advance(0, fed)
-            lm_lp = F.log_softmax(self.lm.lm_head(z[0, -1]), dim=-1).to(top.values.dtype)
-            score = (1 - self.alpha) * top.values[i] + self.alpha * lm_lp[top.indices[i]]
-            seq.append(int(top.indices[i, score.argmax()]))
-        # The drafted tokens may be rejected: keep only context[:-1] in the cache, so that the next
-        # step (whose context extends this one, or repeats it) always feeds at least one token.
-        self.cache.length = max(0, min(self.cache.length, len(context) - 1 - self.cache.start))
-        self.cached = list(context[:self.cache.start + self.cache.length])
-        return [seq[len(context) - 1:]]
-
-
-class OracleDrafter:
-    """Kim §6.3, for analysis only: it peeks at the greedy continuation (`full` = prompt + greedy
-    tokens) and proposes the lattice path that accepts the most (oracle_path). From any one
-    context no drafter at the same k accepts more; over a whole generation a drafter can still
-    end ahead now and then, because its steps start at different positions."""
-    name, max_drafts = "oracle", 1
-
-    def __init__(self, full, k):
-        check_settings(k)
-        self.full, self.k = full, k
-
-    def __call__(self, logprobs, context):
-        lat = head_lattice(logprobs, context, self.k)
-        n = len(context)
-        return [oracle_path(lat, self.full[n - 1:n - 1 + lat.h])]

@@ -7,10 +7,11 @@ import struct
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import given, strategies as st
 
-from lattice import (Lattice, NgramTable, best_paths, best_paths_fast, oracle_path,
-                     path_score)
+from conftest import examples
+from lattice import (Lattice, NgramTable, PBestDrafter, best_paths, best_paths_fast, dp_cells,
+                     oracle_path, path_score)
 
 try:
     from ngram import NgramLM
@@ -18,8 +19,7 @@ except ImportError:  # written concurrently; the fake LM below covers the interf
     NgramLM = None
 
 V = 7  # small vocabulary: contexts repeat, so the LM states actually merge paths
-SETTINGS = settings(max_examples=150, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = examples(6)  # cheap: 6x the profile's examples (150 by default)
 
 
 class FakeLM:
@@ -285,3 +285,36 @@ def test_rounding_tie_after_pruning():
     assert (0.0 + lps[0][0] + lps[1][0]) + lps[2][1] < (0.0 + lps[0][0] + lps[1][1]) + lps[2][0]
     assert best_paths(lat, None, [], 2, 0.0) == [(s, t) for s, _, t in want[:2]]
     check_fast(lat, None, [], 2, 0.0, False)
+
+
+def test_budgets_refuse_up_front():
+    lm = make_lm("real", 4, 0)
+    with pytest.raises(ValueError, match="budget"):
+        PBestDrafter(100, 16, 0.5, NgramLM(4, 200))          # 100^4 x 16 scores a step
+    with pytest.raises(ValueError, match="order must be at most"):
+        PBestDrafter(2, 1, 0.5, NgramLM(40, 3))
+    assert PBestDrafter(8, 16, 0.5, lm).max_drafts == 16       # within the budget
+    assert dp_cells(8, 16, 5, 96) == 8 ** 5 * 16 and dp_cells(100, 1, 2, 7) == 49
+
+
+def test_from_logprobs_first_out_of_range():
+    lp = np.log(np.full((3, 5), 0.2))
+    for first in (5, -1):
+        with pytest.raises(ValueError, match="first must be a token id"):
+            Lattice.from_logprobs(lp, 2, first=first)
+
+
+def test_interpolate_is_the_one_rule():
+    """path_score and the DP use lattice.interpolate: changing it changes both alike."""
+    import lattice
+    lat = Lattice([[0], [1, 2]], [[0.0], [-0.5, -1.0]])
+    lm = make_lm("fake", 2, 1)
+    before = best_paths(lat, lm, [3], 2, 0.5)
+    original = lattice.interpolate
+    try:
+        lattice.interpolate = lambda h, l, a: h - 10 * l        # a different rule
+        after = best_paths(lat, lm, [3], 2, 0.5)
+        assert [s for s, _ in after] == [path_score(lat, lm, [3], t, 0.5) for _, t in after]
+        assert after != before
+    finally:
+        lattice.interpolate = original

@@ -1,63 +1,31 @@
-"""Property-based tests: every decoding path returns exactly the greedy tokens of the base model.
+"""Property-based tests: every decoding path returns exactly the greedy tokens of the base model,
+and the decode loop holds every drafter to its contract.
 
 All exactness tests run in float64 on random tiny models: the verification pass and the one-token
 pass round differently, and only float64 makes those differences (~1e-16) far too small to flip an
 argmax (see the minibpd module docstring). Each test runs on the CPU and, when present, on CUDA.
+
+    python -m pytest test_minibpd.py --drafter my_module:MyDrafter   # these properties, your drafter
 """
-import json
 import math
 import os
+import re
+import subprocess
+import sys
+import threading
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import given, strategies as st
 
 import minibpd
 import train_heads
-from minibpd import (GPT, GPTConfig, KVCache, bpd_decode, greedy_decode,
+from conftest import (DEVICES, examples, model_and_prompt, models, on_random_models,
+                      random_prompt, tiny_model)
+from minibpd import (GPT, ArgmaxDrafter, GPTConfig, KVCache, bpd_decode, greedy_decode,
                      model_call, window_start)
 
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="CUDA not available"))]
-# HYPOTHESIS_PROFILE=thorough runs 10x more examples than the default profile used by CI.
-settings.register_profile("default", max_examples=25, deadline=None,
-                          suppress_health_check=[HealthCheck.function_scoped_fixture])
-settings.register_profile("thorough", max_examples=250, deadline=None,
-                          suppress_health_check=[HealthCheck.function_scoped_fixture])
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
-SETTINGS = settings()
-
-
-def tiny_model(seed, vocab, n_layer, h, block, device="cpu", n_head=2, head_dim=4, std=0.5):
-    """Random float64 GPT. A large init std makes logits spread out, so argmaxes are not ties."""
-    torch.manual_seed(seed)
-    cfg = GPTConfig(vocab, block, n_layer, n_head, n_head * head_dim, h)
-    model = GPT(cfg).double()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0, std)
-    return model.to(device).eval()
-
-
-models = st.builds(lambda seed, v, l, h, b: (seed, v, l, h, b), st.integers(0, 10**6),
-                   st.integers(2, 64), st.integers(1, 2), st.integers(1, 8), st.integers(1, 16))
-
-
-def on_random_models(**more):
-    """Decorator: each device x hypothesis-drawn tiny model m, prompt length, new tokens n."""
-    def wrap(test):
-        drawn = given(m=models, plen=st.integers(1, 30), n=st.integers(1, 30), **more)(test)
-        return pytest.mark.parametrize("device", DEVICES)(SETTINGS(drawn))
-    return wrap
-
-
-def model_and_prompt(m, plen, device):
-    return tiny_model(*m, device=device), random_prompt(m[0], m[1], plen)
-
-
-def random_prompt(seed, vocab, length):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(vocab, (length,), generator=g).tolist()
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 @torch.no_grad()
@@ -72,8 +40,9 @@ def naive_greedy(model, prompt, n):
     return seq[len(prompt):]
 
 
-class OracleDrafter:
-    """Proposes the true greedy continuation: every draft token is accepted."""
+class AlwaysRight:
+    """Test drafter that proposes the true greedy continuation: every draft token is accepted
+    (wrong=True: every token after the certain first one is wrong, so none is)."""
     max_drafts = 1
 
     def __init__(self, full, wrong=False):
@@ -82,7 +51,7 @@ class OracleDrafter:
     def __call__(self, logprobs, context):
         n, V = len(context), logprobs.shape[-1]
         draft = self.full[n - 1:n - 1 + len(logprobs)]
-        if self.wrong:  # every token after the first is not the greedy one
+        if self.wrong:
             draft = draft[:1] + [(t + 1) % V for t in draft[1:]]
         return [draft]
 
@@ -105,11 +74,11 @@ def test_bpd_equals_greedy(device, m, plen, n):
 def test_extremes_all_and_none_accepted(device, m, plen, n):
     model, prompt = model_and_prompt(m, plen, device)
     full = prompt + greedy_decode(model, prompt, n + 8)
-    out, stats = bpd_decode(model, prompt, n, OracleDrafter(full))
+    out, stats = bpd_decode(model, prompt, n, AlwaysRight(full))
     assert out == full[plen:plen + n]
     for step in stats["steps"]:                             # every draft fully accepted
         assert step["accepted"] == len(step["drafts"][0])
-    out, stats = bpd_decode(model, prompt, n, OracleDrafter(full, wrong=True))
+    out, stats = bpd_decode(model, prompt, n, AlwaysRight(full, wrong=True))
     assert out == full[plen:plen + n]
     assert stats["calls"] == n and stats["block_efficiency"] == 1.0
 
@@ -120,7 +89,7 @@ def test_all_accepted_reaches_h(h):
     model = tiny_model(1, 17, 1, h, 256)
     prompt, n = random_prompt(2, 17, 5), 100
     full = prompt + greedy_decode(model, prompt, n)
-    out, stats = bpd_decode(model, prompt, n, OracleDrafter(full))
+    out, stats = bpd_decode(model, prompt, n, AlwaysRight(full))
     assert out == full[5:]
     assert stats["calls"] == 1 + math.ceil((n - 1) / h)
     assert all(a == h for a in stats["accepted"][1:-1])
@@ -136,7 +105,7 @@ def test_window_start_definition():
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@SETTINGS
+@examples()
 @given(m=models, plen=st.integers(1, 30), chunks=st.lists(st.integers(1, 5), min_size=1, max_size=6))
 def test_cache_equals_recompute(device, m, plen, chunks):
     """Prefill + one-token steps + multi-token steps with rejections == a full forward pass."""
@@ -154,7 +123,7 @@ def test_cache_equals_recompute(device, m, plen, chunks):
             ref = model(torch.tensor([(seq + draft)[s:t]], device=device))
         torch.testing.assert_close(z[0], ref[0, -z.shape[1]:], rtol=1e-10, atol=1e-10)
         keep = len(draft) // 2                          # reject the rest: rewind by not advancing
-        cache.advance(1, fed + keep)
+        cache.advance(fed + keep, 1)
         seq = seq + draft[:keep] + [int(model.lm_head(z[1, keep]).argmax())]
 
 
@@ -206,118 +175,234 @@ def test_clean_and_split():
     assert len(parts["test"]) == len(parts["tune"]) == 4000      # chunks 18, 38 and 19, 39 of 50
 
 
-# ----------------------------------------------------------------------------- checkpoint + CLI
-
-def test_checkpoint_round_trip(tiny_ckpt):
-    ck = torch.load(tiny_ckpt, weights_only=True)
-    model, ck2 = minibpd.load_checkpoint(tiny_ckpt)
-    assert ck2["vocab"] == ck["vocab"] and ck["seed"] == 1337 and "git_revision" in ck
-    for k, v in model.state_dict().items():
-        assert torch.equal(v, ck["model"][k].float())
-    prompt = minibpd.encode("The if statement", ck["vocab"])
-    assert bpd_decode(model, prompt, 30)[0] == greedy_decode(model, prompt, 30)
 
 
-def run_cli(capsys, *argv):
-    code = minibpd.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+def test_first_heads_is_bpd_with_fewer_heads():
+    model = tiny_model(7, 13, 1, 6, 24)
+    prompt = random_prompt(8, 13, 9)
+    greedy = greedy_decode(model, prompt, 40)
+    for j in range(1, 7):
+        view = model.first_heads(j)
+        out, stats = bpd_decode(view, prompt, 40)
+        assert out == greedy and max(stats["accepted"]) <= j
+        assert view.config.n_bpd_heads == j and len(view.heads) == j - 1
+    assert model.config.n_bpd_heads == 6 and len(model.heads) == 5     # the original is intact
+    assert bpd_decode(model.first_heads(1), prompt, 40)[1]["calls"] == 40
+    for bad in (0, 7, 2.5):
+        with pytest.raises(ValueError, match="heads must be"):
+            model.first_heads(bad)
 
 
-def test_demo_and_prompt_smoke(tiny_ckpt, capsys):
-    code, out, err = run_cli(capsys, "--demo", "--checkpoint", tiny_ckpt, "--max-new-tokens", "40")
-    assert code == 0 and "identical to greedy ✓" in out and "block efficiency" in out
-    code, out, err = run_cli(capsys, "--prompt", "The if", "--max-new-tokens", "20",
-                             "--checkpoint", tiny_ckpt)
-    assert code == 0 and out.startswith("The if") and "identical to greedy: yes" in err
+# ----------------------------------------------------------------------------- your drafter
+# `python -m pytest test_minibpd.py --drafter my_module:MyDrafter` runs these two on your drafter.
+
+@on_random_models()
+def test_your_drafter_is_exact(device, m, plen, n, drafter_factory):
+    model, prompt = model_and_prompt(m, plen, device)
+    out, stats = bpd_decode(model, prompt, n, drafter_factory(model))
+    assert out == greedy_decode(model, prompt, n)
+    assert 1.0 <= stats["block_efficiency"] <= model.config.n_bpd_heads
 
 
-def test_bench_json_smoke(tiny_ckpt, capsys):
-    code, out, err = run_cli(capsys, "--bench", "--json", "--checkpoint", tiny_ckpt,
-                             "--prompts", "3", "--new-tokens", "12")
-    res = json.loads(out)
-    assert code == 0
-    for key in ("block_efficiency", "identical_to_greedy", "tokens_per_s", "speedup_vs_greedy"):
-        assert "bpd" in res[key]
-    assert res["identical_to_greedy"]["bpd"] is True
-    assert res["prompts"] == 3 and res["new_tokens"] == 12 and res["checkpoint"] == tiny_ckpt
-    assert 1.0 <= res["block_efficiency"]["bpd"] <= 8
+@pytest.mark.parametrize("device", DEVICES)
+@examples()
+@given(m=models, data=st.data())
+def test_your_drafter_keeps_the_contract(device, m, data, drafter_factory):
+    """Called directly on random head log-probs and contexts, the drafter's answer passes the
+    contract check (minibpd.check_drafts names the rule it breaks). As in the decode loop, head
+    1's most likely token is context[-1], the token just verified."""
+    model = tiny_model(*m, device=device)
+    drafter, V, h = drafter_factory(model), m[1], m[3]
+    for _ in range(3):
+        size = data.draw(st.integers(1, h), label="rows of logprobs")
+        context = data.draw(st.lists(st.integers(0, V - 1), min_size=1, max_size=20), label="context")
+        logits = torch.randn(size, V, dtype=torch.float64, device=device)
+        logits[0, context[-1]] = logits[0].max() + 1.0
+        logprobs = logits.log_softmax(-1)
+        minibpd.check_drafts(drafter(logprobs, list(context)), size, context[-1], V,
+                             minibpd.max_drafts(drafter), drafter)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--prompt", "héllo ☃"], "never saw"),
-    (["--prompt", ""], "empty"),
-    (["--prompt", "The", "--max-new-tokens", "0"], "max-new-tokens"),
-    (["--prompt", "The", "--decoder", "nope"], "unknown decoder"),
-    (["--bench", "--prompts", "0"], "--prompts"),
-    (["--bench", "--new-tokens", "-3"], "--new-tokens"),
-    (["--bench", "--text", "/nonexistent/file.txt"], "cannot read"),
-])
-def test_cli_errors(tiny_ckpt, capsys, argv, message):
-    code, out, err = run_cli(capsys, *argv, "--checkpoint", tiny_ckpt)
-    assert code == 2 and message in err and err.count("\n") == 1 and "Traceback" not in err
+def run_student_tests(tmp_path, source):
+    (tmp_path / "student_drafter.py").write_text(source)
+    env = dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{HERE}", HYPOTHESIS_PROFILE="quick")
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           os.path.join(HERE, "test_minibpd.py"), "-k", "your_drafter and cpu",
+                           "--drafter", "student_drafter:make"],
+                          capture_output=True, text=True, cwd=HERE, env=env, timeout=300)
 
 
-def test_cli_cuda_unavailable(tiny_ckpt, capsys):
-    if torch.cuda.is_available():
-        pytest.skip("CUDA is available here")
-    code, _, err = run_cli(capsys, "--demo", "--device", "cuda", "--checkpoint", tiny_ckpt)
-    assert code == 2 and "CUDA is not available" in err
+def test_drafter_option_passes_a_good_drafter_and_fails_a_bad_one(tmp_path):
+    good = run_student_tests(tmp_path, "from minibpd import ArgmaxDrafter\n"
+                                       "def make(model):\n    return ArgmaxDrafter()\n")
+    assert good.returncode == 0 and "2 passed" in good.stdout, good.stdout[-2000:]
+    bad = run_student_tests(tmp_path, "class Bad:\n    def __call__(self, logprobs, context):\n"
+                                      "        return [logprobs.argmax(-1)]\n"
+                                      "def make():\n    return Bad()\n")
+    assert bad.returncode == 1 and "broke the drafter contract (lists of ints)" in bad.stdout
 
 
-def test_checkpoint_errors(tiny_ckpt, tmp_path, capsys):
-    corrupt = tmp_path / "corrupt.pt"
-    corrupt.write_bytes(b"this is not a checkpoint")
-    ck = torch.load(tiny_ckpt, weights_only=True)
-    old = dict(ck, format_version=0)
-    torch.save(old, tmp_path / "old.pt")
-    shape = dict(ck, config=dict(ck["config"], n_embd=64))
-    torch.save(shape, tmp_path / "shape.pt")
-    truncated = tmp_path / "truncated.pt"
-    truncated.write_bytes(open(tiny_ckpt, "rb").read()[:1000])
-    cases = [(tmp_path / "missing.pt", "not found"), (corrupt, "corrupt"),
-             (truncated, "corrupt"), (tmp_path / "old.pt", "format"),
-             (tmp_path / "shape.pt", "does not match")]
-    for path, message in cases:
-        code, out, err = run_cli(capsys, "--demo", "--checkpoint", str(path))
-        assert code == 2 and message in err and "Traceback" not in err, (path, err)
+# ----------------------------------------------------------------------------- the contract
+
+def malformed(kind, draft, V, most):
+    """One way to break the drafter contract, applied to a valid draft (a list of ints)."""
+    return {"empty": [], "too many": [draft] * (most + 1), "not a list": None,
+            "tensor": [torch.tensor(draft)], "short": [draft[:-1]], "long": [draft + draft[:1]],
+            "float token": [draft[:-1] + [0.5]], "first token": [[(draft[0] + 1) % V] + draft[1:]],
+            "id >= V": [draft[:-1] + [V]], "negative id": [draft[:-1] + [-1]]}[kind]
 
 
-def test_script_exits_cleanly(tmp_path):
-    """Through the real entry point: a one-line error and exit status 2, no traceback."""
-    import subprocess
-    import sys
-    r = subprocess.run([sys.executable, "minibpd.py", "--demo", "--checkpoint",
-                        str(tmp_path / "none.pt")], capture_output=True, text=True,
-                       cwd=os.path.dirname(os.path.abspath(__file__)))
-    assert r.returncode == 2 and r.stderr.startswith("error: ") and "Traceback" not in r.stderr
+RULES = {"empty": "1..max_drafts drafts", "too many": "1..max_drafts drafts",
+         "not a list": "1..max_drafts drafts", "tensor": "lists of ints", "short": "length",
+         "long": "length", "float token": "lists of ints", "first token": "first token",
+         "id >= V": "ids in [0, V)", "negative id": "ids in [0, V)"}
 
 
-def test_train_on_own_text(tmp_path):
-    data = tmp_path / "text.txt"
-    data.write_text("The quick brown fox jumps over the lazy dog. " * 120, encoding="utf-8")
-    out = str(tmp_path / "own.pt")
-    train_heads.main(["--data", str(data), "--steps", "5", "--rescorer-steps", "2", "--n-layer", "1",
-                      "--n-embd", "16", "--n-head", "2", "--block-size", "16", "--batch-size", "4",
-                      "--rescorer-embd", "8", "--rescorer-layers", "1", "--heads", "3", "--out", out])
-    model, ck = minibpd.load_checkpoint(out)
-    assert ck["corpus"]["name"] == str(data) and model.config.n_bpd_heads == 3
-    assert set(ck["splits"]) == {"train", "tune", "test"}
-    short = tmp_path / "short.txt"
-    short.write_text("too short", encoding="utf-8")
-    with pytest.raises(SystemExit, match="only"):
-        train_heads.main(["--data", str(short), "--out", str(tmp_path / "x.pt")])
+class Breaker:
+    """Plain BPD for `after` calls, then one malformed answer."""
+    name = "breaker"
+
+    def __init__(self, kind, after, most):
+        self.kind, self.after, self.max_drafts = kind, after, most
+
+    def __call__(self, logprobs, context):
+        draft = logprobs.argmax(-1).tolist()
+        self.after -= 1
+        if self.after >= 0:
+            return [draft]
+        return malformed(self.kind, draft, logprobs.shape[-1], self.max_drafts)
 
 
-def test_readme_snippet_runs_on_shipped_checkpoint(capsys):
-    """The README's 'In your own code' example runs as written (and asserts exactness itself)."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    text = open(os.path.join(here, "README.md"), encoding="utf-8").read()
-    code = text.split("## In your own code", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
-    cwd = os.getcwd()
-    try:
-        os.chdir(here)
-        exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
-    finally:
-        os.chdir(cwd)
-    assert capsys.readouterr().out.strip()                # it printed its text and numbers
+@on_random_models(kind=st.sampled_from(sorted(RULES)), after=st.integers(0, 5),
+                  most=st.integers(1, 3))
+def test_malformed_drafts_always_get_the_contract_error(device, m, plen, n, kind, after, most):
+    """Whatever the step at which a drafter breaks the contract, bpd_decode raises the one
+    ValueError naming the drafter and the rule, and returns nothing: never a wrong output."""
+    model, prompt = model_and_prompt(m, plen, device)
+    drafter = Breaker(kind, after, most)
+    _, plain = bpd_decode(model, prompt, n)
+    if len(plain["steps"]) <= after:
+        out, _ = bpd_decode(model, prompt, n, drafter)   # never reached the broken call
+        assert out == greedy_decode(model, prompt, n)
+        return
+    rule = f"drafter breaker broke the drafter contract ({RULES[kind]})"
+    with pytest.raises(ValueError, match=re.escape(rule)):
+        bpd_decode(model, prompt, n, drafter)
+
+
+@pytest.mark.parametrize("rows", [0, -1, 1.5, None])
+def test_bad_max_drafts(rows):
+    drafter = ArgmaxDrafter()
+    drafter.max_drafts = rows
+    with pytest.raises(ValueError, match="max_drafts must be an integer >= 1"):
+        bpd_decode(tiny_model(0, 5, 1, 3, 8), [1, 2], 5, drafter)
+
+
+class Mutator:
+    """A correct drafter (plain BPD) that then damages its arguments in one of several ways."""
+
+    def __init__(self, how):
+        self.how = how
+
+    def __call__(self, logprobs, context):
+        draft = logprobs.argmax(-1).tolist()
+        if self.how == "append":
+            context.append(0)
+        elif self.how == "clear":
+            context.clear()
+        elif self.how == "overwrite":
+            context[:] = [0] * len(context)
+        elif self.how == "logprobs":
+            logprobs.fill_(0.0)
+        elif self.how == "return alias":      # hand back a list that it then keeps mutating
+            self.last = draft
+        return [draft]
+
+
+@on_random_models(how=st.sampled_from(["append", "clear", "overwrite", "logprobs", "return alias"]))
+def test_a_drafter_cannot_corrupt_the_output(device, m, plen, n, how):
+    model, prompt = model_and_prompt(m, plen, device)
+    _, plain = bpd_decode(model, prompt, n)
+    out, stats = bpd_decode(model, prompt, n, Mutator(how))
+    assert out == greedy_decode(model, prompt, n)
+    assert stats["accepted"] == plain["accepted"]
+
+
+def test_contract_check_costs_little():
+    """The check runs at every step; on p-best's largest answer (16 drafts of 8) it costs
+    microseconds, against a model call's milliseconds (the README reports the measurement)."""
+    import timeit
+    drafts = [[3] + [i % 50 for i in range(7)] for _ in range(16)]
+    secs = min(timeit.repeat(lambda: minibpd.check_drafts(drafts, 8, 3, 96, 16, None),
+                             number=200, repeat=3)) / 200
+    assert secs < 1e-3
+
+
+# ----------------------------------------------------------------------------- the KV cache
+
+def test_kv_cache_budget():
+    model = tiny_model(0, 11, 2, 3, 16)
+    row = 2 * 2 * 2 * 16 * 4 * 8                                  # bytes of one row
+    ok = minibpd.MAX_CACHE_BYTES // row
+    assert KVCache(model, rows=3).rows == 3
+    for rows in (0, ok + 1, 10**9, 2.0):
+        with pytest.raises(ValueError, match="KV cache of"):
+            KVCache(model, rows=rows)
+
+
+def test_kv_cache_protocol():
+    """write/advance/truncate/reset: a one-row call extends every row; after a P-row call,
+    advance keeps the winner's slots in every row; truncate rewinds."""
+    model = tiny_model(1, 11, 1, 3, 16)
+    cache = KVCache(model, rows=3)
+    k = torch.randn(1, 2, 4, 4, dtype=torch.float64)
+    keys, _ = cache.write(0, k, k)
+    assert keys.shape == (1, 2, 4, 4) and all(torch.equal(cache.kv[0][0][r, :, :4], k[0]) for r in range(3))
+    cache.advance(4)
+    k3 = torch.randn(3, 2, 2, 4, dtype=torch.float64)
+    keys, _ = cache.write(0, k3, k3)
+    assert keys.shape == (3, 2, 6, 4)
+    cache.advance(1, row=2)
+    assert cache.length == 5
+    assert all(torch.equal(cache.kv[0][0][r, :, 4], k3[2, :, 0]) for r in range(3))
+    cache.truncate(2)
+    assert cache.length == 2
+    cache.truncate(10)
+    assert cache.length == 2
+    cache.reset(8)
+    assert (cache.start, cache.length) == (8, 0)
+
+
+def test_bad_requests_fail_before_any_model_call(monkeypatch):
+    model = tiny_model(0, 5, 1, 2, 8)
+
+    def no_call(*a, **kw):
+        raise AssertionError("the model was called")
+    monkeypatch.setattr(GPT, "forward", no_call)
+    for args, message in (([1], 2.5), ([1], "3"), ([1], 0), ([], 3), ([1, 9], 3), ("ab", 3)):
+        with pytest.raises(ValueError):
+            bpd_decode(model, args, message)
+        with pytest.raises(ValueError):
+            greedy_decode(model, args, message)
+
+
+def test_neural_like_state_is_safe_across_threads():
+    """One NeuralDrafter shared by two threads: every output stays exact (the lock)."""
+    import lattice
+    model, small = tiny_model(3, 20, 1, 6, 16), tiny_model(4, 20, 1, 1, 16)
+    drafter = lattice.NeuralDrafter(small, 4, 0.6)
+    prompts = [random_prompt(s, 20, 9) for s in range(6)]
+    want = [greedy_decode(model, p, 30) for p in prompts]
+    got, errors = {}, []
+
+    def run(i):
+        try:
+            got[i] = bpd_decode(model, prompts[i], 30, drafter)[0]
+        except Exception as e:                                       # pragma: no cover
+            errors.append(e)
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and [got[i] for i in range(6)] == want

@@ -2,8 +2,9 @@
 import math
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, strategies as st
 
+from conftest import examples
 from ngram import DEFAULT_DISCOUNTS, NgramLM, discounts_from_counts_of_counts
 
 
@@ -36,7 +37,7 @@ def fitted_models(draw):
     return NgramLM(order, vocab + extra).fit(corpus), corpus
 
 
-@settings(deadline=None, max_examples=300)
+@examples(12)  # cheap: 12x the profile's examples (300 by default)
 @given(fitted_models(), st.data())
 def test_distributions_sum_to_one(model, data):
     lm, corpus = model

@@ -13,9 +13,10 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import analysis  # noqa: E402
+import decoders  # noqa: E402
 import lattice  # noqa: E402
-from minibpd import KVCache, encode, load_checkpoint, model_call, verify  # noqa: E402
+from minibpd import (KVCache, check_drafts, encode, load_checkpoint, model_call, set_threads,  # noqa: E402
+                     verify)
 
 
 def ms(fn, n):
@@ -31,23 +32,28 @@ def ms(fn, n):
 
 @torch.no_grad()
 def main():
+    set_threads()                      # 1 thread, as every command (README, "Threads")
     model, ck = load_checkpoint()
-    res = analysis.Resources(model, ck)
+    res = decoders.Resources(model, ck)
     seq = encode(ck["splits"]["test"][:100], ck["vocab"])
     cache = KVCache(model, rows=16)
     z, fed = model_call(model, cache, seq[:-1], [[]])
-    cache.advance(None, fed)
+    cache.advance(fed)
     print(f"base call, 1 token (greedy step):       {ms(lambda: model_call(model, cache, seq, [[]]), 200):6.2f} ms")
     print(f"base call, 8 tokens (BPD verification):  {ms(lambda: model_call(model, cache, seq, [list(range(7))]), 200):6.2f} ms")
     print(f"base call, 16 x 8 tokens (p-best):       {ms(lambda: model_call(model, cache, seq, [list(range(7))] * 16), 50):6.2f} ms")
     z8, _ = model_call(model, cache, seq, [list(range(7))])
     print(f"verify (argmax, match, pick a row):      {ms(lambda: verify(model, z8, [list(range(7))]), 500):6.2f} ms")
+    one, sixteen = [[seq[-1]] + list(range(7))], [[seq[-1]] + list(range(7))] * 16
+    V = model.config.vocab_size
+    print(f"drafter contract check, 1 / 16 drafts of 8: {ms(lambda: check_drafts(one, 8, seq[-1], V, 16, None), 2000):6.3f} / "
+          f"{ms(lambda: check_drafts(sixteen, 8, seq[-1], V, 16, None), 500):6.3f} ms")
     lp = F.log_softmax(model.head_logits(z[0, -1]), dim=-1)
     print(f"heads at one position + log_softmax:     {ms(lambda: F.log_softmax(model.head_logits(z[0, -1]), dim=-1), 500):6.2f} ms")
     small = res.small_lm()
     sc = KVCache(small)
     zs, f2 = model_call(small, sc, seq[:-1], [[]])
-    sc.advance(None, f2)
+    sc.advance(f2)
     print(f"small LM call, 1 token:                  {ms(lambda: model_call(small, sc, seq, [[]]), 200):6.2f} ms")
     neural = lattice.NeuralDrafter(small, 16, 0.8)
     print(f"neural drafter, 8 positions:             {ms(lambda: neural(lp, seq), 50):6.2f} ms")

@@ -1,0 +1,198 @@
+"""decoders: the one table of decoders, and their settings.
+
+Each entry names a drafter factory, its settings with their defaults, and the grid `--tune`
+searches. The demo, `--prompt`, the bench, `--tune`, the cost table, the sweeps and the tests all
+iterate DECODERS, so a new decoder is one drafter class plus one `register(...)` call:
+
+    import decoders
+    decoders.register("mine", lambda res, s, full: MyDrafter(s["k"]), defaults={"k": 4},
+                      grid={"k": [2, 4, 8]}, about="my drafter")
+
+A factory gets `res` (a Resources: the base model, the small rescorer LM, n-gram LMs), the
+settings `s` (the defaults, updated by the tuned file and the command line) and `full` (prompt +
+greedy continuation; only the oracle, which peeks at the answer, reads it).
+
+Settings with these names are checked for every decoder that has them: k (lattice width, >= 1;
+more than the vocabulary is clamped), p (drafts verified per call), alpha (LM interpolation
+weight in [0, 1]), order (n-gram order, 1..lattice.MAX_ORDER). p-best's DP must fit
+lattice.MAX_DP_CELLS and its p rows minibpd.MAX_CACHE_BYTES.
+"""
+import hashlib
+import json
+import math
+import sys
+from dataclasses import dataclass, field
+from typing import Callable
+
+import lattice
+from minibpd import ArgmaxDrafter, build_model, check_cache_budget, encode, retrain
+from ngram import NgramLM
+
+ALPHAS = [0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
+
+
+@dataclass
+class Decoder:
+    name: str
+    make: Callable                                # make(res, s, full) -> drafter
+    defaults: dict = field(default_factory=dict)  # setting -> default value
+    grid: dict = field(default_factory=dict)      # setting -> values --tune tries (tune split)
+    about: str = ""                               # one line for --help
+    peeks: bool = False                           # reads the answer (oracle): analysis only
+
+
+DECODERS = {}
+
+
+def register(name, make, defaults=None, grid=None, about="", peeks=False):
+    """Add (or replace) a decoder; it then appears in every command and in the tests."""
+    DECODERS[name] = Decoder(name, make, dict(defaults or {}), dict(grid or {}), about, peeks)
+    return DECODERS[name]
+
+
+register("bpd", lambda res, s, full: ArgmaxDrafter(),
+         about="plain BPD: each head's most likely token (Stern §3)")
+register("neural", lambda res, s, full: lattice.NeuralDrafter(res.small_lm(), s["k"], s["alpha"]),
+         {"k": 8, "alpha": 0.5}, {"k": [8, 16], "alpha": ALPHAS},
+         about="local rescoring of head i's top-k with the small LM (Kim §7.1)")
+register("ngram", lambda res, s, full: lattice.PBestDrafter(
+             s["k"], 1, s["alpha"], res.ngram(s["order"]), res.table(s["order"]), name="ngram"),
+         {"k": 8, "alpha": 0.5, "order": 4}, {"k": [8], "order": [3, 4, 5], "alpha": ALPHAS},
+         about="the best lattice path under heads + n-gram LM (Kim §7.2, p = 1)")
+register("pbest0", lambda res, s, full: lattice.PBestDrafter(s["k"], s["p"], name="pbest0"),
+         {"k": 8, "p": 16}, {"k": [8], "p": [16]},
+         about="the p best lattice paths by head scores alone: the 0-gram control (Kim §7.2)")
+register("pbest", lambda res, s, full: lattice.PBestDrafter(
+             s["k"], s["p"], s["alpha"], res.ngram(s["order"]), res.table(s["order"])),
+         {"k": 8, "p": 16, "alpha": 0.5, "order": 4},
+         {"k": [8], "p": [16], "order": [3, 4, 5], "alpha": ALPHAS},
+         about="the p best lattice paths, verified in one batched call (Kim §7.2)")
+register("oracle", lambda res, s, full: lattice.OracleDrafter(full, s["k"]), {"k": 8}, {"k": [8]},
+         about="peeks at the greedy answer: the best lattice path (Kim §6.3), analysis only",
+         peeks=True)
+
+
+def refined():
+    """Names of the decoders that refine BPD's drafts (all but bpd and the ones that peek)."""
+    return [n for n, d in DECODERS.items() if n != "bpd" and not d.peeks]
+
+
+def make(name, res, s, full=None):
+    """A fresh drafter of decoder `name` with settings s (see settings())."""
+    if name not in DECODERS:
+        raise ValueError(f"unknown decoder {name!r}; choose from greedy, {', '.join(DECODERS)}")
+    return DECODERS[name].make(res, s, full)
+
+
+# ----------------------------------------------------------------------------- settings
+
+def settings(tuned=None, overrides=None, names=None):
+    """{name: settings}: each decoder's defaults, updated by the tuned file's settings (`tuned`,
+    from load_tuned) and then by `overrides` ({'k': 3, ...}; a decoder takes only the keys it has)."""
+    out = {}
+    for name in names or DECODERS:
+        s = dict(DECODERS[name].defaults)
+        s.update((tuned or {}).get(name, {}))
+        s.update({k: v for k, v in (overrides or {}).items() if k in s and v is not None})
+        out[name] = s
+    return out
+
+
+def check(name, s, model=None):
+    """Clear errors for impossible settings and, given the model, for settings over a budget
+    (its vocabulary bounds k, its size the cache): all before any model call."""
+    known = {k: s[k] for k in ("k", "p", "alpha", "order") if k in s}
+    for key, value in known.items():
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not (number and math.isfinite(value) and (key == "alpha" or isinstance(value, int))):
+            raise ValueError(f"{name}: {key} must be {'a number' if key == 'alpha' else 'an integer'}"
+                             f", got {value!r}")
+    lattice.check_settings(**known)
+    if model is None:
+        return
+    if "p" in s:
+        check_cache_budget(model, s["p"])
+    if "k" in s and ("p" in s or "order" in s):
+        order = s.get("order", 1) if s.get("alpha", 0) > 0 else 1
+        lattice.check_dp_budget(s["k"], s.get("p", 1), order, model.config.vocab_size)
+
+
+def tuned_path(checkpoint):
+    return checkpoint + ".tuned.json"
+
+
+def file_sha256(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def load_tuned(path, checkpoint):
+    """The settings in a tuned file, validated like command-line input. A missing file means
+    none; one tuned for another checkpoint (its checkpoint_sha256) is ignored, with a warning."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        return {}
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise ValueError(f"tuned file {path} is not valid JSON ({e}); fix it, delete it, or "
+                         "run `python minibpd.py --tune`") from None
+    bad = lambda field, why: ValueError(f"tuned file {path}: {field} {why}; fix it, delete it, "
+                                        "or run `python minibpd.py --tune`")
+    if not isinstance(data, dict) or not isinstance(data.get("settings"), dict):
+        raise bad("'settings'", "must be an object {decoder: {setting: value}}")
+    for name, s in data["settings"].items():
+        if name not in DECODERS:
+            raise bad(f"settings.{name}", f"is not a decoder (known: {', '.join(DECODERS)})")
+        if not isinstance(s, dict) or not set(s) <= set(DECODERS[name].defaults):
+            raise bad(f"settings.{name}", f"must be an object with keys from "
+                                          f"{sorted(DECODERS[name].defaults) or 'none'}")
+        try:
+            check(name, {**DECODERS[name].defaults, **s})
+        except ValueError as e:
+            raise bad(f"settings.{name}:", str(e).split(": ", 1)[-1]) from None
+    if data.get("checkpoint_sha256") != file_sha256(checkpoint):
+        print(f"warning: ignoring {path}: it was tuned for another checkpoint (checkpoint_sha256 "
+              "differs); using the defaults", file=sys.stderr)
+        return {}
+    return data["settings"]
+
+
+# ----------------------------------------------------------------------------- resources
+
+def split_text(ck, name):
+    """A split's text from the checkpoint (saved at training time, so it never depends on which
+    Python's pydoc_data is installed here)."""
+    return ck.get("splits", {}).get(name) or ""
+
+
+class Resources:
+    """What the drafter factories need, built once: the base model, the small rescorer LM and
+    n-gram LMs of each order fitted on the train split only. Tests pass `small` and `lms`."""
+
+    def __init__(self, model, ck=None, small=None, lms=None):
+        self.model, self.ck, self._small = model, ck or {}, small
+        self.lms, self.tables = dict(lms or {}), {}
+
+    def small_lm(self):
+        if self._small is None:
+            if "rescorer" not in self.ck:
+                raise ValueError("this checkpoint has no rescorer LM for 'neural'; "
+                                 f"{retrain(self.ck.get('path'))}")
+            w = self.model.lm_head.weight
+            self._small = build_model(self.ck["rescorer_config"], self.ck["rescorer"], w.device,
+                                      w.dtype, "the checkpoint's rescorer")
+        return self._small
+
+    def ngram(self, order):
+        """The NgramLM of this order, fitted on the train split."""
+        if order not in self.lms:
+            train = encode(split_text(self.ck, "train"), self.ck["vocab"])
+            self.lms[order] = NgramLM(order, self.model.config.vocab_size).fit(train)
+        return self.lms[order]
+
+    def table(self, order):
+        """Its numpy lookup table, for the DP in the decode loop."""
+        if order not in self.tables:
+            self.tables[order] = lattice.NgramTable(self.ngram(order))
+        return self.tables[order]
