@@ -21,8 +21,8 @@ import decoders
 import figures
 import lattice
 from decoders import Resources, split_text
-from minibpd import (CHECKPOINT, bpd_decode, decode, drop_unknown, encode, greedy_decode,
-                     load_checkpoint, resolve_device)
+from minibpd import (CHECKPOINT, CheckpointError, bpd_decode, decode, encode, greedy_decode,
+                     load_checkpoint, set_threads)
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 MAX_NEW_TOKENS = 100_000      # more is refused: greedy alone would run for minutes
@@ -84,6 +84,21 @@ def parse_args(argv=None):
     p.add_argument("--plot", metavar="DIR", help="--bench: also write PNG figures (needs matplotlib)")
     p.add_argument("--no-color", action="store_true")
     return p.parse_args(argv)
+
+
+def resolve_device(name):
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda was asked for but CUDA is not available; use --device cpu")
+    return name
+
+
+def drop_unknown(text, vocab):
+    """-> (text without the characters the model does not know, how many were dropped)."""
+    known = set(vocab)
+    kept = "".join(c for c in text if c in known)
+    return kept, len(text) - len(kept)
 
 
 def overrides(args):
@@ -409,3 +424,27 @@ def tune(args):
         json.dump(out, f, indent=1)
     print(f"chosen: {chosen}\nwrote {out_path} ({out['seconds']} s)")
     return 0
+
+
+# ----------------------------------------------------------------------------- entry point
+
+def main(argv=None):
+    """The command line: every error a user can cause is one line on stderr and exit status 2."""
+    args = parse_args(argv)
+    try:
+        check_args(args)                    # every check that needs no checkpoint, first
+        set_threads(args.threads)
+        torch.manual_seed(args.seed)
+        if args.tune:
+            return tune(args)
+        if args.bench:
+            return bench(args)
+        if args.prompt is not None:
+            return generate(args)
+        return demo(args)
+    except (ValueError, CheckpointError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:                 # e.g. `python minibpd.py --demo | head`
+        sys.stderr.close()
+        return 0

@@ -242,7 +242,7 @@ class KVCache:
     def write(self, layer, k, v):
         """k, v: [P, n_head, L, head_dim] -> every valid slot's keys and values, new ones included:
         [P, n_head, length + L, head_dim] each."""
-        P, L, end = k.shape[0], k.shape[2], self.length + k.shape[2]
+        P, end = k.shape[0], self.length + k.shape[2]
         rows = slice(None) if P == 1 else slice(0, P)
         kc, vc = self.kv[layer]
         kc[rows, :, self.length:end], vc[rows, :, self.length:end] = k, v
@@ -501,13 +501,6 @@ def known_characters(vocab):
         (repr(rest) if rest else "") + f" ({len(vocab)} in all)"
 
 
-def drop_unknown(text, vocab):
-    """-> (text without the characters the model does not know, how many were dropped)."""
-    known = set(vocab)
-    kept = "".join(c for c in text if c in known)
-    return kept, len(text) - len(kept)
-
-
 def decode(tokens, vocab):
     return "".join(vocab[t] for t in tokens)
 
@@ -523,36 +516,12 @@ def set_threads(n=None):
     return n
 
 
-def resolve_device(name):
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda was asked for but CUDA is not available; use --device cpu")
-    return name
-
-
 # ----------------------------------------------------------------------------- command line
 
 def main(argv=None):
-    import bench                            # the command line: demo, generator, benchmark
-    args = bench.parse_args(argv)
-    try:
-        bench.check_args(args)              # every check that needs no checkpoint, first
-        set_threads(args.threads)
-        torch.manual_seed(args.seed)
-        if args.tune:
-            return bench.tune(args)
-        if args.bench:
-            return bench.bench(args)
-        if args.prompt is not None:
-            return bench.generate(args)
-        return bench.demo(args)
-    except (ValueError, CheckpointError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except BrokenPipeError:                 # e.g. `python minibpd.py --demo | head`
-        sys.stderr.close()
-        return 0
+    """`python minibpd.py ...`: the command line lives in bench.py (demo, generator, bench, tune)."""
+    import bench
+    return bench.main(argv)
 
 
 if __name__ == "__main__":
