@@ -22,7 +22,7 @@ import figures
 import lattice
 from decoders import Resources, split_text
 from minibpd import (CHECKPOINT, CheckpointError, bpd_decode, decode, encode, greedy_decode,
-                     load_checkpoint, set_threads)
+                     load_checkpoint, sample_decode, set_threads)
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 MAX_NEW_TOKENS = 100_000      # more is refused: greedy alone would run for minutes
@@ -71,7 +71,10 @@ def parse_args(argv=None):
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     p.add_argument("--threads", type=int, default=None, help="torch threads (default 1: fastest "
                    "here for this model size, see README)")
-    p.add_argument("--seed", type=int, default=0, help="picks the demo prompt; seeds torch")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 (default): greedy; T > 0: "
+                   "sample at T, every decoder exactly as sample_decode (--demo, --prompt, --bench)")
+    p.add_argument("--seed", type=int, default=0, help="picks the demo prompt; seeds torch and "
+                   "the sampling generator")
     p.add_argument("--heads", type=int, default=None, help="use only heads 1..N (default: all)")
     p.add_argument("--json", action="store_true", help="--bench: print one JSON object only")
     p.add_argument("--text", help="--bench: take prompts from this UTF-8 file, not the test split")
@@ -119,6 +122,10 @@ def check_args(args):
     if args.decoder != "greedy" and args.decoder not in decoders.DECODERS:
         raise ValueError(f"unknown decoder {args.decoder!r}; choose from greedy, {', '.join(decoders.DECODERS)}")
     given = {k: v for k, v in overrides(args).items() if v is not None}
+    if not 0 <= args.temperature < float("inf"):
+        raise ValueError(f"--temperature must be a number >= 0, got {args.temperature}")
+    if args.tune and args.temperature:
+        raise ValueError("--tune chooses settings for greedy decoding: drop --temperature")
     if args.tune and given:
         raise ValueError(f"--tune chooses {', '.join('--' + k for k in given)} itself; drop the flag")
     lattice.check_settings(**{k: v for k, v in given.items()})
@@ -172,11 +179,14 @@ def make_prompts(text, vocab, n, length=64):
     return prompts
 
 
-def run_decoder(model, name, drafter, prompt, n):
-    """-> (tokens, calls). 'greedy' is greedy_decode; every other name is bpd_decode + drafter."""
+def run_decoder(model, name, drafter, prompt, n, temperature=0.0, generator=None):
+    """-> (tokens, calls). 'greedy' is greedy_decode, 'sample' sample_decode; every other name
+    is bpd_decode with the drafter."""
     if name == "greedy":
         return greedy_decode(model, prompt, n), n
-    out, stats = bpd_decode(model, prompt, n, drafter)
+    if name == "sample":
+        return sample_decode(model, prompt, n, temperature, generator), n
+    out, stats = bpd_decode(model, prompt, n, drafter, temperature, generator)
     return out, stats["calls"]
 
 
@@ -186,18 +196,18 @@ def seconds(fn):
     return time.perf_counter() - t0
 
 
-def timings(model, named, prompts, n, reps=5, slow_reps=3):
+def timings(model, named, prompts, n, reps=5, slow_reps=3, temperature=0.0, generator=None):
     """Seconds per repetition of each decoder over all prompts: one warm-up, then `reps`
-    repetitions for greedy and bpd (`slow_reps` for the slower refined decoders, to keep the
-    bench short), the decoders interleaved so that machine noise hits them alike."""
+    repetitions for the baseline and bpd (`slow_reps` for the slower refined decoders, to keep
+    the bench short), the decoders interleaved so that machine noise hits them alike."""
+    run = lambda name, d, p, k: run_decoder(model, name, d, p, k, temperature, generator)
     for name, d in named.items():
-        run_decoder(model, name, d, prompts[0], min(n, 16))
+        run(name, d, prompts[0], min(n, 16))
     times = {name: [] for name in named}
     for r in range(reps):
         for name, d in named.items():
-            if r < (reps if name in ("greedy", "bpd") else slow_reps):
-                times[name].append(seconds(lambda: [run_decoder(model, name, d, p, n)
-                                                    for p in prompts]))
+            if r < (reps if name in ("greedy", "sample", "bpd") else slow_reps):
+                times[name].append(seconds(lambda: [run(name, d, p, n) for p in prompts]))
     return times
 
 
@@ -205,12 +215,12 @@ def tokens_per_s(times, tokens):
     return {name: tokens / statistics.median(t) for name, t in times.items()}
 
 
-def timing_warnings(times):
+def timing_warnings(times, base="greedy"):
     """Why the wall-clock ratios of this run may mean little: too short, or too noisy."""
     out = []
-    if statistics.median(times["greedy"]) < 1.0:
-        out.append(f"greedy ran {statistics.median(times['greedy']):.2f} s per repetition: too short "
-                   "for wall-clock ratios to mean much (the defaults take about 2.5 s)")
+    if statistics.median(times[base]) < 1.0:
+        out.append(f"{base} ran {statistics.median(times[base]):.2f} s per repetition: too short "
+                   "for wall-clock ratios to mean much (the defaults take about 3.5 s)")
     for name, t in times.items():
         spread = (max(t) - min(t)) / statistics.median(t)
         if spread > 0.25:
@@ -221,22 +231,27 @@ def timing_warnings(times):
 
 # ----------------------------------------------------------------------------- --prompt
 
+def chosen_drafter(args, model, ck, cfg, prompt):
+    """The --decoder's drafter (None for greedy), its settings checked and unused flags named,
+    before any model call except the oracle's: it needs the greedy answer first."""
+    if args.decoder == "greedy":
+        return None
+    s = cfg[args.decoder]
+    unused = [f"--{k}" for k, v in overrides(args).items() if v is not None and k not in s]
+    if unused:
+        print(f"warning: {', '.join(unused)} does nothing for decoder {args.decoder} (its "
+              f"settings: {', '.join(s) or 'none'})", file=sys.stderr)
+    check_decoders(model, cfg, [args.decoder])
+    peeks = decoders.DECODERS[args.decoder].peeks
+    full = prompt + greedy_decode(model, prompt, args.max_new_tokens) if peeks else None
+    return decoders.make(args.decoder, Resources(model, ck), s, full)
+
+
 def generate(args):
     model, ck, cfg = load(args)
     prompt, n = encode(args.prompt, ck["vocab"]), args.max_new_tokens
-    drafter = None
-    if args.decoder != "greedy":
-        s = cfg[args.decoder]
-        unused = [f"--{k}" for k, v in overrides(args).items() if v is not None and k not in s]
-        if unused:
-            print(f"warning: {', '.join(unused)} does nothing for decoder {args.decoder} (its "
-                  f"settings: {', '.join(s) or 'none'})", file=sys.stderr)
-        check_decoders(model, cfg, [args.decoder])
-        if not decoders.DECODERS[args.decoder].peeks:
-            drafter = decoders.make(args.decoder, Resources(model, ck), s)
+    drafter = chosen_drafter(args, model, ck, cfg, prompt)
     greedy = greedy_decode(model, prompt, n)
-    if args.decoder != "greedy" and drafter is None:    # the oracle needs the answer first
-        drafter = decoders.make(args.decoder, Resources(model, ck), cfg[args.decoder], prompt + greedy)
     out, calls = run_decoder(model, args.decoder, drafter, prompt, n)
     print(args.prompt + decode(out, ck["vocab"]))
     print(f"[{args.decoder}: {len(out)} tokens in {calls} calls, block efficiency "
@@ -437,6 +452,10 @@ def main(argv=None):
         torch.manual_seed(args.seed)
         if args.tune:
             return tune(args)
+        if args.temperature > 0:            # sampling: sampled.py, the same commands at T
+            import sampled
+            return (sampled.bench if args.bench else sampled.generate if args.prompt is not None
+                    else sampled.demo)(args)
         if args.bench:
             return bench(args)
         if args.prompt is not None:

@@ -27,6 +27,7 @@ from typing import Callable
 import lattice
 from minibpd import ArgmaxDrafter, build_model, check_cache_budget, encode, retrain
 from ngram import NgramLM
+from sampling import HeadSampler
 
 ALPHAS = [0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
 
@@ -39,19 +40,21 @@ class Decoder:
     grid: dict = field(default_factory=dict)      # setting -> values --tune tries (tune split)
     about: str = ""                               # one line for --help
     peeks: bool = False                           # reads the answer (oracle): analysis only
+    refines: bool = True                          # a refinement of BPD's drafts (Kim §7)
 
 
 DECODERS = {}
 
 
-def register(name, make, defaults=None, grid=None, about="", peeks=False):
+def register(name, make, defaults=None, grid=None, about="", peeks=False, refines=True):
     """Add (or replace) a decoder; it then appears in every command and in the tests."""
-    DECODERS[name] = Decoder(name, make, dict(defaults or {}), dict(grid or {}), about, peeks)
+    DECODERS[name] = Decoder(name, make, dict(defaults or {}), dict(grid or {}), about, peeks,
+                             refines)
     return DECODERS[name]
 
 
 register("bpd", lambda res, s, full: ArgmaxDrafter(),
-         about="plain BPD: each head's most likely token (Stern §3)")
+         about="plain BPD: each head's most likely token (Stern §3)", refines=False)
 register("neural", lambda res, s, full: lattice.NeuralDrafter(res.small_lm(), s["k"], s["alpha"]),
          {"k": 8, "alpha": 0.5}, {"k": [8, 16], "alpha": ALPHAS},
          about="local rescoring of head i's top-k with the small LM (Kim §7.1)")
@@ -67,14 +70,16 @@ register("pbest", lambda res, s, full: lattice.PBestDrafter(
          {"k": 8, "p": 16, "alpha": 0.5, "order": 4},
          {"k": [8], "p": [16], "order": [3, 4, 5], "alpha": ALPHAS},
          about="the p best lattice paths, verified in one batched call (Kim §7.2)")
+register("sampled", lambda res, s, full: HeadSampler(),
+         about="draws each draft token from its head at --temperature (at 0: bpd)", refines=False)
 register("oracle", lambda res, s, full: lattice.OracleDrafter(full, s["k"]), {"k": 8}, {"k": [8]},
          about="peeks at the greedy answer: the best lattice path (Kim §6.3), analysis only",
          peeks=True)
 
 
 def refined():
-    """Names of the decoders that refine BPD's drafts (all but bpd and the ones that peek)."""
-    return [n for n, d in DECODERS.items() if n != "bpd" and not d.peeks]
+    """Names of the decoders that refine BPD's drafts (not bpd itself, nor the ones that peek)."""
+    return [n for n, d in DECODERS.items() if d.refines and not d.peeks]
 
 
 def make(name, res, s, full=None):

@@ -112,3 +112,23 @@ def plot(r, folder):
         fig.savefig(os.path.join(folder, name), dpi=120)
         plt.close(fig)
     return list(figs)
+
+
+def print_sampled(r, model):
+    """The bench report at temperature T > 0 (sampled.py)."""
+    print(f"{r['prompts']} prompts x {r['new_tokens']} new tokens, temperature {r['temperature']} "
+          f"(seed {r['seed']}), {r['checkpoint']}, {next(model.parameters()).device}, "
+          f"{r['threads']} thread(s), {r['seconds']:.0f} s\n")
+    print(f"  {'decoder':8s} {'block eff.':>10s} {'accepted':>9s} {'distribution (L1 < bound)':>26s} "
+          f"{'tok/s':>7s} {'speedup':>8s}")
+    tps = r["tokens_per_s"]
+    for k, be in r["block_efficiency"].items():
+        c, acc = r["distribution_check"].get(k), r["acceptance"].get(k)
+        dist = f"{c['l1']:.3f} < {c['bound']:.3f} {'✓' if c['ok'] else '✗'}" if c else "reference"
+        t = f"{tps[k]:7.0f} {tps[k] / tps['sample']:7.2f}x" if k in tps else f"{'-':>7s} {'-':>8s}"
+        print(f"  {k:8s} {be:10.3f} {'' if acc is None else f'{100 * acc:8.0f}%':>9s} {dist:>26s} {t}")
+    for w in r["timing_warnings"]:
+        print(f"  warning: {w}")
+    print("\n  accepted: the share of tried draft tokens kept (each with probability min(1, p/q)).\n"
+          "  The distribution check compares the first drafted token's empirical distribution\n"
+          "  with the exact one; test_sampling.py checks whole outputs on tiny models exactly.")

@@ -274,6 +274,8 @@ class OracleDrafter:
     def __call__(self, logprobs, context):
         lat = head_lattice(logprobs, context, self.k)
         n = len(context)
+        if self.full[:n] != context:  # a sampled sequence left the greedy answer: heads' top path
+            return [[context[-1]] + [cands[0] for cands in lat.tokens[1:]]]
         return [oracle_path(lat, self.full[n - 1:n - 1 + lat.h])]
 
 

@@ -1,23 +1,23 @@
-"""minibpd: exact blockwise parallel decoding (BPD) in one readable file.
+"""minibpd: exact blockwise parallel decoding (BPD): the model, the cache, the decode loop.
 
 A tiny character-level GPT with h prediction heads (Stern et al. 2018, "Blockwise Parallel
 Decoding for Deep Autoregressive Models"), a preallocated KV cache, greedy decoding (the
 reference), and BPD with Stern's merged predict+verify step: one model call per step, whose
 verification pass also yields the next draft. Drafters (Kim et al. 2024, §7) plug into the one
-decode loop; `lattice.py` holds the refined ones, `bench.py` the command line (demo, benchmark).
+decode loop; `lattice.py` holds the refined ones, `sampling.py` the rule that keeps BPD exact when
+sampling, `checkpoint.py` loading and text (re-exported here), `bench.py` the command line.
 
 Exactness: BPD returns exactly the tokens of `greedy_decode`. In float64 this holds bit for bit
 in practice: the batched verification pass and the one-token pass sum in different orders, and
 the rounding differences (~1e-16) cannot flip an argmax unless two logits tie that closely. In
 float32 (~1e-7) or bf16 (~1e-2) such near-ties do happen now and then, so an argmax can flip and
 the two decoders can diverge: this is rounding, not a bug, and it is why the tests run in float64.
+The same holds for sampling: the distribution is exact up to the rounding of the probabilities.
 """
 import copy
 import dataclasses
 import functools
 import numbers
-import os
-import string
 import sys
 from dataclasses import dataclass
 from operator import index
@@ -26,9 +26,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-# The shipped checkpoint, found next to this file whatever the working directory.
-CHECKPOINT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "checkpoints", "minibpd.pt")
-FORMAT_VERSION = 1
+from checkpoint import (CHECKPOINT, FORMAT_VERSION, CheckpointError, build_model,  # noqa: F401
+                        decode, encode, known_characters, load_checkpoint, retrain)
+from sampling import check_temperature, target_probs, verify_sampled  # noqa: F401 (public)
+
 
 
 @dataclass
@@ -331,7 +332,8 @@ class ArgmaxDrafter:
     max_drafts = 1
 
     def __call__(self, logprobs, context):
-        return [logprobs.argmax(-1).tolist()]
+        # Under greedy decoding head 1's argmax is context[-1]; when sampling it need not be.
+        return [[context[-1]] + logprobs[1:].argmax(-1).tolist()]
 
 
 def max_drafts(drafter):
@@ -385,35 +387,42 @@ def matched(proposed, truth):
 
 def verify(model, z, extra):
     """Stern §3, verify + accept. z [P, m + 1, C] from model_call; extra: P lists of the drafts'
-    m tokens after the certain one. -> (winning row, accepted tokens a of extra[row], the greedy
-    tokens of that row [m + 1]: g[i] is the base model's choice after extra[row][:i])."""
+    m tokens after the certain one. -> (winning row, accepted tokens a of extra[row], the base
+    model's greedy token after extra[row][:a]: the one the call adds beyond the draft)."""
     g = model.lm_head(z).argmax(-1).tolist()                         # P lists of m + 1
     ok = [matched(ex, gr) for ex, gr in zip(extra, g)]               # longest matching prefixes
     row = ok.index(max(ok))                                          # the first of the best
-    return row, ok[row], g[row]
+    return row, ok[row], g[row][ok[row]]
 
 
 @torch.no_grad()
-def bpd_decode(model, prompt, max_new_tokens, drafter=None):
+def bpd_decode(model, prompt, max_new_tokens, drafter=None, temperature=0.0, generator=None):
     """Blockwise parallel decoding with merged predict+verify (Stern §4): each call verifies the
     drafts and, through the heads at the last accepted position, yields the next draft.
-    -> (new tokens, stats). stats: calls (serial model calls, prefill included), accepted (tokens
-    gained per call), block_efficiency (new tokens / calls), steps (drafts, winner, accepted),
-    processed (tokens the base model ran on: p-best verifies p rows per call)."""
+    temperature 0 (default): exactly greedy decoding's tokens. temperature T > 0: exactly the
+    distribution of sample_decode at T, whatever the drafts (sampling.py; `generator` drives all
+    randomness). -> (new tokens, stats). stats: calls (serial model calls, prefill included),
+    accepted (tokens gained per call), block_efficiency (new tokens / calls), steps (drafts,
+    winner, accepted; when sampling, the tries), processed (tokens the base model ran on)."""
     seq, h = check_request(model, prompt, max_new_tokens), model.config.n_bpd_heads
+    check_temperature(temperature)
     drafter = drafter or ArgmaxDrafter()
     rows, B, V, n0 = max_drafts(drafter), model.config.block_size, model.config.vocab_size, len(seq)
     cache = KVCache(model, rows)
-    extra, drafts = [[]], None                    # the prefill call verifies nothing
+    extra, drafts, q = [[]], None, None           # the prefill call verifies nothing
     stats = {"calls": 0, "accepted": [], "steps": [], "processed": 0}
     while True:
         z, fed = model_call(model, cache, seq, extra)
-        row, a, g = verify(model, z, extra)
+        if temperature == 0:
+            row, a, token = verify(model, z, extra)
+        else:
+            probs = target_probs(model.lm_head(z).double(), temperature).cpu()   # [P, m + 1, V]
+            row, a, token, tries = verify_sampled(probs, extra, q, generator)
         cache.advance(fed + a, row)
-        new = extra[row][:a] + [g[a]]
+        new = extra[row][:a] + [token]
         if drafts is not None:
             stats["steps"].append({"context": len(seq), "drafts": drafts, "winner": row,
-                                   "accepted": len(new)})
+                                   "accepted": len(new), **({"tries": tries} if temperature else {})})
         seq += new
         stats["calls"] += 1
         stats["accepted"].append(len(new))
@@ -423,86 +432,39 @@ def bpd_decode(model, prompt, max_new_tokens, drafter=None):
             break
         # Draft up to m more tokens: no more than needed, none that would cross the window.
         m = min(h - 1, left, window_start(len(seq), B) + B - len(seq))
-        extra, drafts = [[]], None
+        extra, drafts, q = [[]], None, None
         if m > 0:
             logprobs = F.log_softmax(model.head_logits(z[row, a])[:m + 1], dim=-1)  # [m + 1, V]
-            # The drafter gets its own copy of seq: what it does to it cannot reach the output.
-            drafts = check_drafts(drafter(logprobs, list(seq)), m + 1, seq[-1], V, rows, drafter)
-            extra = [d[1:] for d in drafts]
+            drafts, q = draft(drafter, logprobs, seq, temperature, generator)
+            drafts = check_drafts(drafts, m + 1, seq[-1], V, rows, drafter)
+            extra, q = [d[1:] for d in drafts], None if q is None else q[1:]
     stats["block_efficiency"] = max_new_tokens / stats["calls"]
     return seq[n0:n0 + max_new_tokens], stats
 
 
-# ----------------------------------------------------------------------------- checkpoints, text
-
-class CheckpointError(Exception):
-    """A checkpoint that is missing, corrupt, or does not match this code."""
-
-
-def retrain(path=None):
-    """How to make a checkpoint at `path` afresh (train_heads.py never overwrites without --force)."""
-    out = "" if path in (None, CHECKPOINT) else f" --out {path}"
-    return f"retrain it with `python train_heads.py{out} --force`"
+def draft(drafter, logprobs, seq, temperature, generator):
+    """-> (drafts, q): q [m + 1, V] when a sampling drafter declares its proposal, else None.
+    The drafter gets its own copy of seq: what it does to it cannot reach the output."""
+    if temperature > 0 and hasattr(drafter, "sample"):
+        return drafter.sample(logprobs, list(seq), temperature, generator)
+    return drafter(logprobs, list(seq)), None
 
 
-def build_model(config, state, device="cpu", dtype=torch.float32, where="checkpoint", path=None):
-    """GPT from a saved config dict and state dict, with a clear error on any mismatch."""
-    try:
-        model = GPT(GPTConfig(**config))
-        model.load_state_dict({k: v.float() for k, v in state.items()})
-    except (TypeError, ValueError, RuntimeError, AttributeError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CheckpointError(f"{where} does not match this version of minibpd.py ({first}); "
-                              f"{retrain(path)}") from None
-    return model.to(device=device, dtype=dtype).eval()
-
-
-def load_checkpoint(path=CHECKPOINT, device="cpu", dtype=torch.float32):
-    """-> (model, checkpoint dict). Loaded with weights_only=True: a checkpoint cannot run code."""
-    try:
-        ck = torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        out = "" if path == CHECKPOINT else f" --out {path}"
-        raise CheckpointError(f"checkpoint {path} not found: run `python train_heads.py{out}` "
-                              "to create it, or pass --checkpoint PATH") from None
-    except Exception as e:  # truncated zip, not a torch file, unsafe pickle, ...
-        raise CheckpointError(f"checkpoint {path} is corrupt or not a minibpd checkpoint "
-                              f"({type(e).__name__}); {retrain(path)}") from None
-    if not isinstance(ck, dict) or ck.get("format_version") != FORMAT_VERSION:
-        found = ck.get("format_version") if isinstance(ck, dict) else None
-        raise CheckpointError(f"checkpoint {path} has format {found!r}, this code reads format "
-                              f"{FORMAT_VERSION}; {retrain(path)}")
-    for key in ("config", "model", "vocab"):
-        if key not in ck:
-            raise CheckpointError(f"checkpoint {path} lacks '{key}'; {retrain(path)}")
-    model = build_model(ck["config"], ck["model"], device, dtype, f"checkpoint {path}", path)
-    if len(ck["vocab"]) != model.config.vocab_size:
-        raise CheckpointError(f"checkpoint {path}: vocabulary size does not match its model")
-    return model, ck
-
-
-def encode(text, vocab):
-    """Characters -> token ids, with a clear error for characters the model never saw."""
-    stoi = {c: i for i, c in enumerate(vocab)}
-    unknown = sorted({c for c in text if c not in stoi})
-    if unknown:
-        shown = ", ".join(repr(c) for c in unknown[:10])
-        raise ValueError(f"the text contains characters the model never saw in training: {shown}; "
-                         f"it knows {known_characters(vocab)}")
-    return [stoi[c] for c in text]
-
-
-def known_characters(vocab):
-    """A short description of a vocabulary, e.g. "a-z, A-Z, 0-9 and ' !#(),.:' (68 in all)"."""
-    runs = [r for r in (string.ascii_lowercase, string.ascii_uppercase, string.digits)
-            if set(r) <= set(vocab)]
-    rest = "".join(c for c in vocab if not any(c in r for r in runs))
-    return ", ".join(f"{r[0]}-{r[-1]}" for r in runs) + (" and " if runs and rest else "") + \
-        (repr(rest) if rest else "") + f" ({len(vocab)} in all)"
-
-
-def decode(tokens, vocab):
-    return "".join(vocab[t] for t in tokens)
+@torch.no_grad()
+def sample_decode(model, prompt, max_new_tokens, temperature=1.0, generator=None):
+    """The sampling reference: one token per call with the KV cache, each drawn from
+    target_probs at `temperature` (0: greedy_decode). -> new tokens."""
+    seq = check_request(model, prompt, max_new_tokens)
+    check_temperature(temperature)
+    cache, n0 = KVCache(model), len(seq)
+    for _ in range(max_new_tokens):
+        z, fed = model_call(model, cache, seq, [[]])
+        cache.advance(fed)
+        logits = model.lm_head(z[0, -1]).double()
+        token = logits.argmax() if temperature == 0 else \
+            torch.multinomial(target_probs(logits, temperature).cpu(), 1, generator=generator)
+        seq.append(int(token))
+    return seq[n0:]
 
 
 def set_threads(n=None):

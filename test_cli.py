@@ -157,6 +157,26 @@ def test_bench_json_with_plot_keeps_stdout_json(tiny_ckpt, tmp_path, capsys, mon
     assert code == 0 and json.loads(out)["prompts"] == 2 and "wrote fake.png" in err
 
 
+def test_sampling_commands(tiny_ckpt, capsys):
+    """--temperature T: the same seed gives the same text; the bench checks each decoder's
+    distribution and times them against sample_decode."""
+    argv = ["--prompt", "The if", "--max-new-tokens", "30", "--temperature", "1", "--seed", "3",
+            "--decoder", "pbest", "--checkpoint", tiny_ckpt]
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 0 and "sampled at temperature 1.0 (seed 3)" in err
+    assert run_cli(capsys, *argv)[1] == out
+    code, out, err = run_cli(capsys, "--demo", "--temperature", "0.7", "--max-new-tokens", "30",
+                             "--checkpoint", tiny_ckpt)
+    assert code == 0 and "p=" in out and ("✓" in out or "✗" in out)
+    code, out, err = run_cli(capsys, "--bench", "--json", "--temperature", "1", "--prompts", "2",
+                             "--new-tokens", "8", "--checkpoint", tiny_ckpt)
+    res = json.loads(out)
+    assert code == 0 and set(res["distribution_check"]) == set(decoders.DECODERS)
+    assert all(c["ok"] and c["l1"] < c["bound"] for c in res["distribution_check"].values())
+    assert all(1 <= be <= 8 for be in res["block_efficiency"].values())
+    assert res["speedup_vs_sample"]["sample"] == 1.0 and "identical_to_greedy" not in res
+
+
 # ----------------------------------------------------------------------------- bad input
 
 @pytest.mark.parametrize("argv, message", [
@@ -178,6 +198,9 @@ def test_bench_json_with_plot_keeps_stdout_json(tiny_ckpt, tmp_path, capsys, mon
     (["--bench", "--new-tokens", "-3"], "--new-tokens"),
     (["--bench", "--text", "/nonexistent/file.txt"], "cannot read"),
     (["--tune", "--k", "4"], "--tune chooses --k"),
+    (["--tune", "--temperature", "1"], "drop --temperature"),
+    (["--prompt", "The", "--temperature", "-1"], "--temperature must be"),
+    (["--prompt", "The", "--temperature", "nan"], "--temperature must be"),
     (["--tune", "--prompts", "1"], "add --tuned FILE"),
 ])
 def test_cli_errors(tiny_ckpt, capsys, no_model_calls, argv, message):

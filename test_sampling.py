@@ -1,0 +1,173 @@
+"""Lossless sampling: every decoder's output is distributed exactly as sample_decode's.
+
+Exact where it can be: tiny float64 models (vocabulary 2-3, 2-3 new tokens, context windows of
+2-4 tokens, so generation crosses them) let us enumerate every continuation and its exact
+probability under the base model. Each decoder then runs N times from a fixed seed, and the L1
+distance between its empirical distribution and the exact one must stay under
+
+    eps = sqrt(2 / N * ln((2^K - 2) / delta)),   K = V^n continuations, delta = 1e-6,
+
+because P(L1 >= eps) <= (2^K - 2) exp(-N eps^2 / 2) for the empirical distribution of N draws
+from any distribution on K outcomes (Weissman, Ordentlich, Seroussi, Verdu, Weinberger 2003).
+So a correct decoder fails one check with probability at most 1e-6, and this file's ~40 checks
+with probability at most 4e-5 over the choice of seeds; with the seeds fixed the test is
+deterministic. The test has power: the same check fails for two deliberately wrong rules
+(accept every draft token; resample from p instead of the normalised residual).
+"""
+import itertools
+import math
+from collections import Counter
+
+import pytest
+import torch
+from hypothesis import settings
+
+import decoders
+import sampling
+from conftest import DEVICES, on_random_models, model_and_prompt, random_prompt, tiny_model
+from minibpd import bpd_decode, greedy_decode, sample_decode, target_probs, window_start
+from ngram import NgramLM
+
+DELTA = 1e-6
+# (model: seed, vocabulary, layers, heads, window), prompt length, new tokens, temperature
+CASES = [((11, 3, 1, 3, 4), 3, 3, 1.0), ((12, 2, 2, 4, 6), 1, 3, 1.0), ((13, 3, 1, 3, 4), 1, 2, 0.6)]
+
+
+def runs():
+    """Draws per check: 40 x the hypothesis profile's examples (1,000 by default)."""
+    return 40 * settings().max_examples
+
+
+def bound(K, N, delta=DELTA):
+    return math.sqrt(2 / N * math.log((2 ** K - 2) / delta))
+
+
+@torch.no_grad()
+def exact(model, prompt, n, T):
+    """{continuation: its probability} under sampling the base model at T, by enumeration (no
+    cache: every prefix recomputed from its window, the definition both decoders must meet)."""
+    V, B, dev = model.config.vocab_size, model.config.block_size, model.lm_head.weight.device
+    out = {}
+    for cont in itertools.product(range(V), repeat=n):
+        seq, prob = list(prompt), 1.0
+        for tok in cont:
+            t = len(seq)
+            z = model(torch.tensor([seq[window_start(t, B):t]], device=dev))[0, -1]
+            prob *= float(target_probs(model.lm_head(z).double(), T)[tok])
+            seq.append(tok)
+        out[cont] = prob
+    return out
+
+
+def l1(counts, probs, N):
+    return sum(abs(counts.get(c, 0) / N - p) for c, p in probs.items())
+
+
+def setup(case, device):
+    (seed, V, layers, h, B), plen, n, T = case
+    model = tiny_model(seed, V, layers, h, B, device=device)
+    small = tiny_model(seed + 1, V, 1, 1, B, device=device)
+    lm = NgramLM(2, V).fit(random_prompt(seed + 2, V, 200))
+    res = decoders.Resources(model, small=small, lms={2: lm})
+    prompt = random_prompt(seed, V, plen)
+    full = prompt + greedy_decode(model, prompt, n)
+    return model, res, prompt, full, n, T
+
+
+def empirical(model, prompt, n, T, make, N, seed=0):
+    """Counts of N decoded continuations; asserts that drafts were verified (the rule was used)."""
+    gen, counts, tried = torch.Generator().manual_seed(seed), Counter(), 0
+    for _ in range(N):
+        out, stats = bpd_decode(model, prompt, n, make(), T, gen)
+        counts[tuple(out)] += 1
+        tried += sum(len(step["tries"]) for step in stats["steps"])
+    assert tried > N / 2, "the drafts were rarely verified: this case would test nothing"
+    return counts
+
+
+def make_for(name, res, full):
+    s = decoders.settings(overrides={"k": 2, "p": 3, "alpha": 0.5, "order": 2})[name]
+    return lambda: decoders.make(name, res, s, full)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", range(len(CASES)))
+@pytest.mark.parametrize("name", ["sample_decode", *decoders.DECODERS])
+def test_every_decoder_samples_the_base_model_exactly(device, case, name):
+    model, res, prompt, full, n, T = setup(CASES[case], device)
+    probs, N = exact(model, prompt, n, T), runs()
+    if name == "sample_decode":
+        gen = torch.Generator().manual_seed(0)
+        counts = Counter(tuple(sample_decode(model, prompt, n, T, gen)) for _ in range(N))
+    else:
+        counts = empirical(model, prompt, n, T, make_for(name, res, full), N)
+    assert abs(sum(probs.values()) - 1) < 1e-9
+    assert l1(counts, probs, N) < bound(len(probs), N), name
+
+
+WRONG_RULES = {
+    "accept every draft token": ("acceptance", lambda r, proposal, token: 1.0),
+    "resample from p, not the residual": ("residual", lambda r, proposal: r),
+}
+
+
+@pytest.mark.parametrize("rule", WRONG_RULES)
+@pytest.mark.parametrize("name", ["bpd", "pbest", "sampled"])
+def test_the_check_has_power(monkeypatch, rule, name):
+    """The same check, on the same cases, catches a deliberately wrong rule (in at least one
+    case: a wrong rule can be harmless where the drafts are rarely tried)."""
+    attr, wrong = WRONG_RULES[rule]
+    monkeypatch.setattr(sampling, attr, wrong)
+    for case in CASES:
+        model, res, prompt, full, n, T = setup(case, "cpu")
+        probs, N = exact(model, prompt, n, T), runs()
+        counts = empirical(model, prompt, n, T, make_for(name, res, full), N)
+        if l1(counts, probs, N) >= bound(len(probs), N):
+            return                                                   # caught
+    pytest.fail(f"the check missed the wrong rule {rule!r} with {name}")
+
+
+# ----------------------------------------------------------------------------- properties
+
+@on_random_models()
+def test_temperature_zero_is_greedy(device, m, plen, n):
+    model, prompt = model_and_prompt(m, plen, device)
+    greedy = greedy_decode(model, prompt, n)
+    assert sample_decode(model, prompt, n, 0.0) == greedy
+    assert bpd_decode(model, prompt, n, None, 0.0)[0] == greedy
+
+
+@on_random_models()
+def test_sampling_is_reproducible_and_in_bounds(device, m, plen, n):
+    """Same seed, same output; block efficiency in [1, h]; every decoder of the registry."""
+    model, prompt = model_and_prompt(m, plen, device)
+    seed, V, _, _, B = m
+    res = decoders.Resources(model, small=tiny_model(seed + 1, V, 1, 1, B, device=device),
+                             lms={2: NgramLM(2, V).fit(random_prompt(seed + 2, V, 100))})
+    full = prompt + greedy_decode(model, prompt, n)
+    for name in decoders.DECODERS:
+        make = make_for(name, res, full)
+        a, stats = bpd_decode(model, prompt, n, make(), 0.8, torch.Generator().manual_seed(seed))
+        b, _ = bpd_decode(model, prompt, n, make(), 0.8, torch.Generator().manual_seed(seed))
+        assert a == b and len(a) == n and all(0 <= t < V for t in a), name
+        assert 1.0 <= stats["block_efficiency"] <= model.config.n_bpd_heads, name
+
+
+def test_target_probs():
+    logits = torch.tensor([[1.0, 3.0, 3.0, -1.0]], dtype=torch.float64)
+    assert target_probs(logits, 0).tolist() == [[0.0, 1.0, 0.0, 0.0]]     # ties: smallest id
+    p = target_probs(logits, 2.0)
+    assert torch.allclose(p, torch.softmax(logits / 2, -1)) and abs(float(p.sum()) - 1) < 1e-12
+    for bad in (-0.1, float("nan"), float("inf"), "1", None):
+        with pytest.raises(ValueError, match="temperature"):
+            bpd_decode(tiny_model(0, 5, 1, 2, 8), [1], 3, None, bad)
+
+
+def test_residual_and_acceptance():
+    """The two halves of the rule on a worked example."""
+    p = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64)
+    q = torch.tensor([0.2, 0.6, 0.2], dtype=torch.float64)
+    assert sampling.acceptance(p, q, 0) == 1.0 and abs(sampling.acceptance(p, q, 1) - 0.5) < 1e-12
+    assert torch.allclose(sampling.residual(p, q), torch.tensor([1.0, 0.0, 0.0], dtype=torch.float64))
+    onehot = torch.tensor([0.0, 1.0, 0.0], dtype=torch.float64)        # a deterministic draft
+    assert torch.allclose(sampling.residual(p, onehot), torch.tensor([5 / 7, 0, 2 / 7], dtype=torch.float64))
