@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 import decoders
-from minibpd import ArgmaxDrafter, greedy_decode, matched, window_start
+from minibpd import ArgmaxDrafter, draft_tree, greedy_decode, matched, window_start
 
 
 # ----------------------------------------------------------------------------- offline replay
@@ -156,6 +156,15 @@ def win_tie_loss(items, bpd_runs, res, cfg, names=None):
         out[name] = {"win": w / total, "tie": t / total, "loss": l / total,
                      "wins_replacing_repeat": fixes / max(1, w)}
     return out
+
+
+def verify_tokens(runs):
+    """Draft tokens the base model runs on per call, verifying as P rows ('batch': P x m) or as
+    one token tree ('tree': each distinct prefix once), from the drafts the runs recorded."""
+    calls = sum(r["calls"] for r in runs)
+    steps = [[d[1:] for d in s["drafts"]] for r in runs for s in r["steps"]]
+    return {"batch": sum(len(e) * len(e[0]) for e in steps) / calls,
+            "tree": sum(len(draft_tree(e)[0]) for e in steps) / calls}
 
 
 def be_of(model, items, n, res, name, s):

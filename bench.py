@@ -76,6 +76,9 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=0, help="picks the demo prompt; seeds torch and "
                    "the sampling generator")
     p.add_argument("--heads", type=int, default=None, help="use only heads 1..N (default: all)")
+    p.add_argument("--verify", default="auto", choices=["auto", "batch", "tree"], help="verify "
+                   "several drafts as P rows (batch) or one token tree (tree); auto: tree when a "
+                   "decoder drafts several (measured faster here)")
     p.add_argument("--json", action="store_true", help="--bench: print one JSON object only")
     p.add_argument("--text", help="--bench: take prompts from this UTF-8 file, not the test split")
     p.add_argument("--prompts", type=int, default=16, help="--bench, --tune: number of prompts")
@@ -179,14 +182,14 @@ def make_prompts(text, vocab, n, length=64):
     return prompts
 
 
-def run_decoder(model, name, drafter, prompt, n, temperature=0.0, generator=None):
+def run_decoder(model, name, drafter, prompt, n, temperature=0.0, generator=None, verify="auto"):
     """-> (tokens, calls). 'greedy' is greedy_decode, 'sample' sample_decode; every other name
     is bpd_decode with the drafter."""
     if name == "greedy":
         return greedy_decode(model, prompt, n), n
     if name == "sample":
         return sample_decode(model, prompt, n, temperature, generator), n
-    out, stats = bpd_decode(model, prompt, n, drafter, temperature, generator)
+    out, stats = bpd_decode(model, prompt, n, drafter, temperature, generator, verify)
     return out, stats["calls"]
 
 
@@ -196,11 +199,12 @@ def seconds(fn):
     return time.perf_counter() - t0
 
 
-def timings(model, named, prompts, n, reps=5, slow_reps=3, temperature=0.0, generator=None):
+def timings(model, named, prompts, n, reps=5, slow_reps=3, temperature=0.0, generator=None,
+            verify="auto"):
     """Seconds per repetition of each decoder over all prompts: one warm-up, then `reps`
     repetitions for the baseline and bpd (`slow_reps` for the slower refined decoders, to keep
     the bench short), the decoders interleaved so that machine noise hits them alike."""
-    run = lambda name, d, p, k: run_decoder(model, name, d, p, k, temperature, generator)
+    run = lambda name, d, p, k: run_decoder(model, name, d, p, k, temperature, generator, verify)
     for name, d in named.items():
         run(name, d, prompts[0], min(n, 16))
     times = {name: [] for name in named}
@@ -252,7 +256,7 @@ def generate(args):
     prompt, n = encode(args.prompt, ck["vocab"]), args.max_new_tokens
     drafter = chosen_drafter(args, model, ck, cfg, prompt)
     greedy = greedy_decode(model, prompt, n)
-    out, calls = run_decoder(model, args.decoder, drafter, prompt, n)
+    out, calls = run_decoder(model, args.decoder, drafter, prompt, n, verify=args.verify)
     print(args.prompt + decode(out, ck["vocab"]))
     print(f"[{args.decoder}: {len(out)} tokens in {calls} calls, block efficiency "
           f"{len(out) / calls:.2f}, identical to greedy: {'yes' if out == greedy else 'NO'}]",
@@ -314,7 +318,8 @@ def demo(args):
     print(f"greedy, {n} calls: '{show(greedy, vocab)}'\n")
     all_same = True
     for name in decoders.DECODERS:
-        out, stats = bpd_decode(model, prompt, n, decoders.make(name, res, cfg[name], prompt + greedy))
+        drafter = decoders.make(name, res, cfg[name], prompt + greedy)
+        out, stats = bpd_decode(model, prompt, n, drafter, verify=args.verify)
         all_same &= out == greedy
         if name == "bpd":
             bpd_stats = stats
@@ -322,7 +327,8 @@ def demo(args):
         print(f"  {name:7s} {stats['calls']:3d} calls, block efficiency {stats['block_efficiency']:.2f}"
               f"  {'identical to greedy ✓' if out == greedy else 'DIFFERENT from greedy ✗'}  {sets}")
     draw_steps(model, res, cfg, bpd_stats, prompt + greedy, len(prompt), vocab)
-    times = timings(model, {"greedy": None, "bpd": decoders.make("bpd", res, {})}, [prompt], n, reps=3)
+    times = timings(model, {"greedy": None, "bpd": decoders.make("bpd", res, {})}, [prompt], n, reps=3,
+                    verify=args.verify)
     tps = tokens_per_s(times, n)
     print(f"\nwall-clock on this machine (median of 3): greedy {tps['greedy']:.0f} tok/s, "
           f"BPD {tps['bpd']:.0f} tok/s: {tps['bpd'] / tps['greedy']:.2f}x "
@@ -353,7 +359,7 @@ def ngram_perplexities(res, ck, orders=(1, 2, 3, 4, 5)):
     return {str(o): res.ngram(o).perplexity(test) for o in orders}
 
 
-def exactness(model, res, cfg, prompts, greedy, n):
+def exactness(model, res, cfg, prompts, greedy, n, verify="auto"):
     """Decode every prompt with every decoder for real: block efficiency (tokens / calls over
     all prompts), identical-to-greedy, the runs' stats and the drafters' summed work counts."""
     be, same, runs, work = {"greedy": 1.0}, {"greedy": True}, {}, {}
@@ -361,7 +367,7 @@ def exactness(model, res, cfg, prompts, greedy, n):
         runs[name], work[name], ok = [], {}, True
         for p, g in zip(prompts, greedy):
             drafter = decoders.make(name, res, cfg[name], p + g)
-            out, stats = bpd_decode(model, p, n, drafter)
+            out, stats = bpd_decode(model, p, n, drafter, verify=verify)
             runs[name].append(stats)
             ok = ok and out == g
             for key, v in getattr(drafter, "counts", {}).items():
@@ -392,10 +398,10 @@ def bench(args):
     res = Resources(model, ck)
     t0 = time.perf_counter()
     greedy = [greedy_decode(model, p, n) for p in prompts]
-    be, same, runs, work = exactness(model, res, cfg, prompts, greedy, n)
+    be, same, runs, work = exactness(model, res, cfg, prompts, greedy, n, args.verify)
     timed = {"greedy": None, **{k: decoders.make(k, res, cfg[k]) for k, d in decoders.DECODERS.items()
                                 if not d.peeks}}
-    times = timings(model, timed, prompts, n)
+    times = timings(model, timed, prompts, n, verify=args.verify)
     tps = tokens_per_s(times, len(prompts) * n)
     r = {"block_efficiency": be, "identical_to_greedy": same, "tokens_per_s": tps,
          "speedup_vs_greedy": {k: v / tps["greedy"] for k, v in tps.items()},
@@ -403,7 +409,8 @@ def bench(args):
                            for k, t in times.items()},
          "timing_warnings": timing_warnings(times), "threads": torch.get_num_threads(),
          "prompts": len(prompts), "new_tokens": n, "checkpoint": args.checkpoint,
-         "heads": model.config.n_bpd_heads, "settings": cfg,
+         "heads": model.config.n_bpd_heads, "settings": cfg, "verify": args.verify,
+         "verify_tokens": {k: analysis.verify_tokens(v) for k, v in runs.items()},
          "ngram_perplexity": ngram_perplexities(res, ck),
          **paper_sections(model, res, cfg, prompts, greedy, n, be, runs, work, tps)}
     if args.sweep:                  # on the tune split, at most 8 prompts x 96 tokens

@@ -71,6 +71,9 @@ def print_report(r, model, color=False):
     decoder_table(r)
     for w in r["timing_warnings"]:
         print(f"  warning: {w}")
+    print(f"\n  draft tokens verified per call, P rows (batch) / one token tree (tree); this run: "
+          f"--verify {r['verify']}\n  " + ", ".join(f"{k} {v['batch']:.1f} / {v['tree']:.1f}"
+                                                   for k, v in r["verify_tokens"].items()))
     print("\n  n-gram held-out perplexity by order: " + ", ".join(
         f"{o}: {v:.2f}" for o, v in r["ngram_perplexity"].items()))
     paper_tables(r)

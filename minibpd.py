@@ -123,14 +123,18 @@ class GPT(nn.Module):
         if isinstance(m, nn.Linear) and m.bias is not None:
             nn.init.zeros_(m.bias)
 
-    def forward(self, idx, cache=None):
+    def forward(self, idx, cache=None, tree=None):
         """idx: [P, L] token ids -> final hidden states z: [P, L, C]. With a cache the L tokens sit
-        at window slots cache.length.. (the cache is written, not advanced; see KVCache.advance)."""
+        at window slots cache.length.. (the cache is written, not advanced; see KVCache.advance).
+        tree: (positions [L], mask [L, length + L]) of a token tree in one row (tree_layout)."""
         P, L = idx.shape
         start = 0 if cache is None else cache.length
-        pos = torch.arange(start, start + L, device=idx.device)
+        if tree is None:
+            pos = torch.arange(start, start + L, device=idx.device)
+            mask = causal_mask(L, start, idx.device) if cache is not None and L > 1 else None
+        else:
+            pos, mask = tree
         x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))
-        mask = causal_mask(L, start, idx.device) if cache is not None and L > 1 else None
         for i, block in enumerate(self.blocks):
             x = block(x, cache, i, mask)
         return self.ln_f(x)
@@ -209,10 +213,11 @@ def window_start(t, block_size):
 MAX_CACHE_BYTES = 2 ** 30   # 1 GiB: the most a KVCache may allocate (p-best's p sets its rows)
 
 
-def check_cache_budget(model, rows):
+def check_cache_budget(model, rows, spare=0):
     """Refuse, before allocating, a KVCache of `rows` rows over MAX_CACHE_BYTES."""
     cfg, dtype = model.config, model.tok_emb.weight.dtype
-    row = 2 * cfg.n_layer * cfg.n_head * cfg.block_size * (cfg.n_embd // cfg.n_head) * dtype.itemsize
+    slots = cfg.block_size + spare
+    row = 2 * cfg.n_layer * cfg.n_head * slots * (cfg.n_embd // cfg.n_head) * dtype.itemsize
     if not is_int(rows) or not 1 <= rows <= MAX_CACHE_BYTES // row:
         raise ValueError(f"a KV cache of {rows} rows would need {rows * row / 2**20:,.0f} MiB; the "
                          f"budget is {MAX_CACHE_BYTES // 2**20} MiB, i.e. 1 to {MAX_CACHE_BYTES // row}"
@@ -227,15 +232,17 @@ class KVCache:
                           rows 0..P-1; a one-row call (prefill, greedy step) writes every row,
                           because it extends the prefix that all rows share.
       advance(n, row)     keep n of the slots just written, those of `row`, in every row.
+      compact(fed, nodes) tree verification (one row): keep the tail and the accepted nodes.
       truncate(length)    forget every slot from `length` on (rewind after rejected drafts).
       reset(start)        empty, for a window that starts at position `start`.
     Rejected draft tokens are dropped by not advancing past them: nothing is ever erased. R rows
-    let p drafts be verified in one batched call (Kim §7.2)."""
+    let p drafts be verified in one batched call (Kim §7.2); `spare` slots past the window hold a
+    token tree's extra branches until compact() keeps the accepted one."""
 
-    def __init__(self, model, rows=1):
+    def __init__(self, model, rows=1, spare=0):
         cfg, w = model.config, model.tok_emb.weight
-        check_cache_budget(model, rows)
-        shape = (rows, cfg.n_head, cfg.block_size, cfg.n_embd // cfg.n_head)
+        check_cache_budget(model, rows, spare)
+        shape = (rows, cfg.n_head, cfg.block_size + spare, cfg.n_embd // cfg.n_head)
         self.kv = [[torch.zeros(shape, dtype=w.dtype, device=w.device) for _ in range(2)]
                    for _ in range(cfg.n_layer)]
         self.rows, self.start, self.length, self.written = rows, 0, 0, 1
@@ -258,6 +265,16 @@ class KVCache:
                     t[:, :, new] = t[row:row + 1, :, new]
         self.length += n
 
+    def compact(self, fed, nodes):
+        """Tree verification: keep the `fed` tail slots just written and the accepted tree
+        `nodes` (offsets after the tail, root to leaf), moved to consecutive slots; advance."""
+        base = self.length + fed
+        src = torch.tensor(nodes, dtype=torch.long, device=self.kv[0][0].device) + base
+        for pair in self.kv:
+            for t in pair:
+                t[:, :, base:base + len(nodes)] = t[:, :, src]   # gathered first: overlap is safe
+        self.length = base + len(nodes)
+
     def truncate(self, length):
         self.length = max(0, min(self.length, length))
 
@@ -265,19 +282,72 @@ class KVCache:
         self.start, self.length = start, 0
 
 
+def uncached_tail(model, cache, seq):
+    """The tokens of seq the cache does not hold yet (at least seq[-1]). If the window must move
+    for position len(seq), the cache is emptied and the tail is the whole new window."""
+    start = window_start(len(seq), model.config.block_size)
+    if start != cache.start:
+        cache.reset(start)
+    return seq[cache.start + cache.length:]
+
+
 def model_call(model, cache, seq, extra):
     """One serial model call. Feeds the uncached tail of `seq` plus P candidate continuations
     `extra` (P lists of m tokens) and returns (z [P, m + 1, C], tail length); z[:, i] predicts
-    token len(seq) + i. If the window must move for position len(seq), the cache is rebuilt
-    within this same call."""
-    n, B = len(seq), model.config.block_size
-    start = window_start(n, B)
-    if start != cache.start:
-        cache.reset(start)
-    tail = seq[cache.start + cache.length:n]
+    token len(seq) + i."""
+    tail = uncached_tail(model, cache, seq)
     idx = torch.tensor([tail + e for e in extra], dtype=torch.long, device=model.lm_head.weight.device)
     z = model(idx, cache)
     return z[:, len(tail) - 1:], len(tail)
+
+
+def draft_tree(extra):
+    """The drafts as a token tree (a trie: shared prefixes once). -> (tokens [N], parents [N],
+    -1 for a child of the certain token; paths: each draft's node indices, root to leaf)."""
+    nodes, tokens, parents, paths = {}, [], [], []
+    for d in extra:
+        node, path = -1, []
+        for tok in d:
+            if (node, tok) not in nodes:
+                nodes[(node, tok)] = len(tokens)
+                tokens.append(tok)
+                parents.append(node)
+            node = nodes[(node, tok)]
+            path.append(node)
+        paths.append(path)
+    return tokens, parents, paths
+
+
+def tree_layout(T, parents, length, device):
+    """Positions [T + N] and attention mask [T + N, length + T + N] of one row: T tail tokens
+    (causal), then N tree nodes; node j sees the cache, the tail, its ancestors and itself, and
+    sits at the position of its depth, as if its path alone had been fed."""
+    N, depth = len(parents), []
+    see = torch.eye(N, dtype=torch.bool)                     # see[j, i]: node j attends to node i
+    for j, par in enumerate(parents):
+        depth.append(1 if par < 0 else depth[par] + 1)
+        if par >= 0:
+            see[j] |= see[par]
+    mask = torch.ones(T + N, length + T + N, dtype=torch.bool)         # all see the cache
+    mask[:T, length:] = False
+    mask[:T, length:length + T] = torch.ones(T, T, dtype=torch.bool).tril()   # the tail: causal
+    mask[T:, length + T:] = see                                  # nodes: the tail + ancestors
+    pos = torch.cat([torch.arange(length, length + T), length + T - 1 + torch.tensor(depth)])
+    return pos.to(device), mask.to(device)
+
+
+def tree_call(model, cache, seq, extra):
+    """model_call with the P drafts verified as ONE row: a token tree with a tree attention mask
+    (each drafted token appears once). -> (z [P, m + 1, C] gathered along each draft's path,
+    tail length, paths) for the same verification as model_call's; KVCache.compact keeps the
+    accepted path."""
+    tail = uncached_tail(model, cache, seq)
+    tokens, parents, paths = draft_tree(extra)
+    dev, T = model.lm_head.weight.device, len(tail)
+    idx = torch.tensor([tail + tokens], dtype=torch.long, device=dev)
+    z = model(idx, cache, tree_layout(T, parents, cache.length, dev))[0]       # [T + N, C]
+    at = torch.tensor([[T - 1] + [T + j for j in path] for path in paths], device=dev)
+    return z[at], T, paths
 
 
 def check_request(model, prompt, max_new_tokens):
@@ -385,7 +455,7 @@ def matched(proposed, truth):
                 min(len(proposed), len(truth)))
 
 
-def verify(model, z, extra):
+def verify_greedy(model, z, extra):
     """Stern §3, verify + accept. z [P, m + 1, C] from model_call; extra: P lists of the drafts'
     m tokens after the certain one. -> (winning row, accepted tokens a of extra[row], the base
     model's greedy token after extra[row][:a]: the one the call adds beyond the draft)."""
@@ -395,30 +465,46 @@ def verify(model, z, extra):
     return row, ok[row], g[row][ok[row]]
 
 
+VERIFY_MODES = ("auto", "batch", "tree")   # auto: tree for drafters of several drafts (faster here)
+
+
 @torch.no_grad()
-def bpd_decode(model, prompt, max_new_tokens, drafter=None, temperature=0.0, generator=None):
+def bpd_decode(model, prompt, max_new_tokens, drafter=None, temperature=0.0, generator=None,
+               verify="auto"):
     """Blockwise parallel decoding with merged predict+verify (Stern §4): each call verifies the
     drafts and, through the heads at the last accepted position, yields the next draft.
     temperature 0 (default): exactly greedy decoding's tokens. temperature T > 0: exactly the
     distribution of sample_decode at T, whatever the drafts (sampling.py; `generator` drives all
-    randomness). -> (new tokens, stats). stats: calls (serial model calls, prefill included),
-    accepted (tokens gained per call), block_efficiency (new tokens / calls), steps (drafts,
-    winner, accepted; when sampling, the tries), processed (tokens the base model ran on)."""
+    randomness). verify: "batch" (P drafts as P rows of one call), "tree" (one row, each drafted
+    token once: tree_call) or "auto" (tree when max_drafts > 1); the same tokens and steps.
+    -> (new tokens, stats). stats: calls (serial model calls, prefill included), accepted (tokens
+    gained per call), block_efficiency (new tokens / calls), steps (drafts, winner, accepted;
+    when sampling, the tries), processed (tokens the base model ran on), verified (draft
+    tokens the base model ran on)."""
     seq, h = check_request(model, prompt, max_new_tokens), model.config.n_bpd_heads
     check_temperature(temperature)
+    if verify not in VERIFY_MODES:
+        raise ValueError(f"verify must be one of {', '.join(VERIFY_MODES)}, got {verify!r}")
     drafter = drafter or ArgmaxDrafter()
     rows, B, V, n0 = max_drafts(drafter), model.config.block_size, model.config.vocab_size, len(seq)
-    cache = KVCache(model, rows)
+    verify = ("tree" if rows > 1 else "batch") if verify == "auto" else verify
+    # A tree of `rows` drafts of at most h - 1 tokens has at most (rows - 1)(h - 1) extra nodes.
+    cache = KVCache(model, 1, (rows - 1) * (h - 1)) if verify == "tree" else KVCache(model, rows)
     extra, drafts, q = [[]], None, None           # the prefill call verifies nothing
-    stats = {"calls": 0, "accepted": [], "steps": [], "processed": 0}
+    stats = {"calls": 0, "accepted": [], "steps": [], "processed": 0, "verified": 0}
     while True:
-        z, fed = model_call(model, cache, seq, extra)
+        tree = verify == "tree" and drafts is not None
+        z, fed, paths = tree_call(model, cache, seq, extra) if tree else \
+            model_call(model, cache, seq, extra) + (None,)
         if temperature == 0:
-            row, a, token = verify(model, z, extra)
+            row, a, token = verify_greedy(model, z, extra)
         else:
             probs = target_probs(model.lm_head(z).double(), temperature).cpu()   # [P, m + 1, V]
             row, a, token, tries = verify_sampled(probs, extra, q, generator)
-        cache.advance(fed + a, row)
+        if tree:
+            cache.compact(fed, paths[row][:a])
+        else:
+            cache.advance(fed + a, row)
         new = extra[row][:a] + [token]
         if drafts is not None:
             stats["steps"].append({"context": len(seq), "drafts": drafts, "winner": row,
@@ -426,7 +512,9 @@ def bpd_decode(model, prompt, max_new_tokens, drafter=None, temperature=0.0, gen
         seq += new
         stats["calls"] += 1
         stats["accepted"].append(len(new))
-        stats["processed"] += len(extra) * (fed + len(extra[0]))       # tokens the model ran on
+        ran = len(set(sum(paths, []))) if tree else len(extra) * len(extra[0])  # draft tokens
+        stats["processed"] += ran + (fed if tree else len(extra) * fed)     # tokens the model ran on
+        stats["verified"] += ran
         left = max_new_tokens - (len(seq) - n0)
         if left <= 0:
             break

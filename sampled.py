@@ -25,7 +25,7 @@ def generate(args):
     drafter = cli.chosen_drafter(args, model, ck, cfg, prompt)
     name = "sample" if args.decoder == "greedy" else args.decoder
     gen = torch.Generator().manual_seed(args.seed)
-    out, calls = cli.run_decoder(model, name, drafter, prompt, n, args.temperature, gen)
+    out, calls = cli.run_decoder(model, name, drafter, prompt, n, args.temperature, gen, args.verify)
     print(args.prompt + decode(out, ck["vocab"]))
     print(f"[{name}: {len(out)} tokens in {calls} calls, block efficiency {len(out) / calls:.2f}, "
           f"sampled at temperature {args.temperature} (seed {args.seed})]", file=sys.stderr)
@@ -49,7 +49,8 @@ def demo(args):
     gen = torch.Generator().manual_seed(args.seed)
     full = prompt + greedy_decode(model, prompt, n)
     for name in decoders.DECODERS:
-        out, stats = bpd_decode(model, prompt, n, decoders.make(name, res, cfg[name], full), T, gen)
+        drafter = decoders.make(name, res, cfg[name], full)
+        out, stats = bpd_decode(model, prompt, n, drafter, T, gen, args.verify)
         if name == "bpd":
             bpd_stats = stats
         print(f"  {name:7s} {stats['calls']:3d} calls, block efficiency {stats['block_efficiency']:.2f}"
@@ -107,7 +108,7 @@ def bench(args):
     at = entropy.index(max(entropy))
     be, check, steps = {"sample": 1.0}, {}, {}
     for name in decoders.DECODERS:
-        runs = [bpd_decode(model, p, n, decoders.make(name, res, cfg[name], f), T, gen)[1]
+        runs = [bpd_decode(model, p, n, decoders.make(name, res, cfg[name], f), T, gen, args.verify)[1]
                 for p, f in zip(prompts, full)]
         be[name] = len(prompts) * n / sum(r["calls"] for r in runs)
         steps[name] = [s for r in runs for s in r["steps"]]
@@ -115,7 +116,7 @@ def bench(args):
         check[name] = distribution_check(model, make, prompts[at], T, args.seed)
     timed = {"sample": None, **{k: decoders.make(k, res, cfg[k]) for k, d in
                                 decoders.DECODERS.items() if not d.peeks}}
-    times = cli.timings(model, timed, prompts, n, temperature=T, generator=gen)
+    times = cli.timings(model, timed, prompts, n, temperature=T, generator=gen, verify=args.verify)
     tps = cli.tokens_per_s(times, len(prompts) * n)
     r = {"temperature": T, "seed": args.seed, "block_efficiency": be, "distribution_check": check,
          "distribution_check_prompt": at, "acceptance": {k: acceptance(v) for k, v in steps.items()},

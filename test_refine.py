@@ -192,3 +192,61 @@ def test_plugin_decoder_runs_everywhere(tiny_ckpt, tmp_path, capsys, monkeypatch
     code = minibpd.main(["--plugin", "plug_two", "--prompt", "The", "--decoder", "two",
                          "--max-new-tokens", "12", "--checkpoint", tiny_ckpt])
     assert code == 0 and "identical to greedy: yes" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- tree verification
+
+class Bushy:
+    """Drafts that share only the first token, duplicates, and drafts sharing longer prefixes."""
+    name, max_drafts = "bushy", 5
+
+    def __call__(self, logprobs, context):
+        top = logprobs.topk(min(3, logprobs.shape[-1]), dim=-1).indices.tolist()
+        a = [context[-1]] + [t[0] for t in top[1:]]
+        b = [context[-1]] + [t[-1] for t in top[1:]]
+        return [b, a, list(a), a[:2] + b[2:], list(b)]
+
+
+@on_random_models(s=settings_st)
+def test_tree_verification_equals_batch(device, m, s, plen, n):
+    """One row with a tree attention mask gives exactly the batched verification's tokens and
+    steps (accepted length and winner per call), for every decoder, across the window."""
+    k, p, alpha, order = s
+    model, res, prompt, full = setup(m, device, order, plen, n)
+    makers = {name: (lambda name=name: make(name, res, full, k, p, alpha, order)) for name in NAMES}
+    makers["bushy"] = Bushy
+    for name, maker in makers.items():
+        if k ** order * p > lattice.MAX_DP_CELLS and name in ("ngram", "pbest"):
+            continue
+        out_b, batch = bpd_decode(model, prompt, n, maker(), verify="batch")
+        out_t, tree = bpd_decode(model, prompt, n, maker(), verify="tree")
+        assert out_t == out_b == full[plen:], name
+        assert [(x["accepted"], x["winner"]) for x in tree["steps"]] == \
+               [(x["accepted"], x["winner"]) for x in batch["steps"]], name
+        assert tree["verified"] <= batch["verified"], name
+        if name in ("bpd", "pbest0", "bushy"):    # sampling walks the same tree: the same draws
+            g1, g2 = torch.Generator().manual_seed(m[0]), torch.Generator().manual_seed(m[0])
+            assert bpd_decode(model, prompt, n, maker(), 0.8, g1, "tree")[0] == \
+                bpd_decode(model, prompt, n, maker(), 0.8, g2, "batch")[0], name
+
+
+def test_draft_tree_and_layout():
+    tokens, parents, paths = minibpd.draft_tree([[5, 6, 7], [5, 6, 8], [9, 6], [5, 6, 7]])
+    assert tokens == [5, 6, 7, 8, 9, 6] and parents == [-1, 0, 1, 1, -1, 4]
+    assert paths == [[0, 1, 2], [0, 1, 3], [4, 5], [0, 1, 2]]
+    pos, mask = minibpd.tree_layout(2, parents, 3, "cpu")
+    assert pos.tolist() == [3, 4, 5, 6, 7, 7, 5, 6]                 # tail, then 4 + depth
+    assert mask.shape == (8, 11) and mask[:, :3].all()              # everything sees the cache
+    assert mask[0, 3:].tolist() == [True] + [False] * 7              # the tail is causal
+    assert mask[2 + 3, 3:].tolist() == [True, True, True, True, False, True, False, False]
+    assert mask[2 + 5, 3:].tolist() == [True, True, False, False, False, False, True, True]
+
+
+def test_kv_cache_compact():
+    model = tiny_model(1, 11, 1, 3, 16)
+    cache = minibpd.KVCache(model, 1, spare=4)
+    k = torch.arange(1 * 2 * 6 * 4, dtype=torch.float64).view(1, 2, 6, 4)
+    cache.write(0, k, k)
+    cache.compact(2, [1, 3])                           # tail of 2, then nodes 1 and 3 of 4
+    assert cache.length == 4
+    torch.testing.assert_close(cache.kv[0][0][0, :, :4], k[0][:, [0, 1, 3, 5]])

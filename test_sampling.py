@@ -74,11 +74,11 @@ def setup(case, device):
     return model, res, prompt, full, n, T
 
 
-def empirical(model, prompt, n, T, make, N, seed=0):
+def empirical(model, prompt, n, T, make, N, seed=0, verify="auto"):
     """Counts of N decoded continuations; asserts that drafts were verified (the rule was used)."""
     gen, counts, tried = torch.Generator().manual_seed(seed), Counter(), 0
     for _ in range(N):
-        out, stats = bpd_decode(model, prompt, n, make(), T, gen)
+        out, stats = bpd_decode(model, prompt, n, make(), T, gen, verify)
         counts[tuple(out)] += 1
         tried += sum(len(step["tries"]) for step in stats["steps"])
     assert tried > N / 2, "the drafts were rarely verified: this case would test nothing"
@@ -92,15 +92,17 @@ def make_for(name, res, full):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("case", range(len(CASES)))
-@pytest.mark.parametrize("name", ["sample_decode", *decoders.DECODERS])
+@pytest.mark.parametrize("name", ["sample_decode", *decoders.DECODERS, "pbest0:batch", "pbest:batch"])
 def test_every_decoder_samples_the_base_model_exactly(device, case, name):
+    """Multi-draft decoders verify as a token tree by default; ':batch' as P rows."""
+    name, _, verify = name.partition(":")
     model, res, prompt, full, n, T = setup(CASES[case], device)
     probs, N = exact(model, prompt, n, T), runs()
     if name == "sample_decode":
         gen = torch.Generator().manual_seed(0)
         counts = Counter(tuple(sample_decode(model, prompt, n, T, gen)) for _ in range(N))
     else:
-        counts = empirical(model, prompt, n, T, make_for(name, res, full), N)
+        counts = empirical(model, prompt, n, T, make_for(name, res, full), N, 0, verify or "auto")
     assert abs(sum(probs.values()) - 1) < 1e-9
     assert l1(counts, probs, N) < bound(len(probs), N), name
 

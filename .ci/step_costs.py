@@ -15,8 +15,8 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import decoders  # noqa: E402
 import lattice  # noqa: E402
-from minibpd import (KVCache, check_drafts, encode, load_checkpoint, model_call, set_threads,  # noqa: E402
-                     verify)
+from minibpd import (KVCache, check_drafts, draft_tree, encode, load_checkpoint,  # noqa: E402
+                     model_call, set_threads, tree_call, verify_greedy)
 
 
 def ms(fn, n):
@@ -43,7 +43,7 @@ def main():
     print(f"base call, 8 tokens (BPD verification):  {ms(lambda: model_call(model, cache, seq, [list(range(7))]), 200):6.2f} ms")
     print(f"base call, 16 x 8 tokens (p-best):       {ms(lambda: model_call(model, cache, seq, [list(range(7))] * 16), 50):6.2f} ms")
     z8, _ = model_call(model, cache, seq, [list(range(7))])
-    print(f"verify (argmax, match, pick a row):      {ms(lambda: verify(model, z8, [list(range(7))]), 500):6.2f} ms")
+    print(f"verify (argmax, match, pick a row):      {ms(lambda: verify_greedy(model, z8, [list(range(7))]), 500):6.2f} ms")
     one, sixteen = [[seq[-1]] + list(range(7))], [[seq[-1]] + list(range(7))] * 16
     V = model.config.vocab_size
     print(f"drafter contract check, 1 / 16 drafts of 8: {ms(lambda: check_drafts(one, 8, seq[-1], V, 16, None), 2000):6.3f} / "
@@ -66,6 +66,16 @@ def main():
         ng = lattice.PBestDrafter(8, 1, 0.7, lm, res.table(order))
         print(f"{order}-gram: fit {fit:.2f} s; DP k=8 p=16 {ms(lambda: pb(lp, seq), 20):6.2f} ms, "
               f"p=1 {ms(lambda: ng(lp, seq), 20):6.2f} ms")
+    for name, pb in (("pbest0", lattice.PBestDrafter(8, 16)),
+                     ("pbest 5-gram", lattice.PBestDrafter(8, 16, 0.9, res.ngram(5), res.table(5)))):
+        extra = [d[1:] for d in pb(lp, seq)]
+        tc = KVCache(model, 1, spare=15 * 7)
+        _, f3 = model_call(model, tc, seq[:-1], [[]])
+        tc.advance(f3)
+        nodes = len(draft_tree(extra)[0])
+        print(f"{name} drafts verified as one tree ({nodes} nodes): "
+              f"{ms(lambda: tree_call(model, tc, seq, extra), 100):6.2f} ms "
+              f"(as 16 rows: {ms(lambda: model_call(model, cache, seq, extra), 50):6.2f} ms)")
     k16 = lattice.PBestDrafter(16, 16, 0.9, res.ngram(4), res.table(4))
     print(f"4-gram DP k=16 p=16:                     {ms(lambda: k16(lp, seq), 5):6.2f} ms")
 
