@@ -240,20 +240,29 @@ def sweep(model, items, n, res, cfg):
     return out
 
 
-def tune(model, items, n, res, log=print):
+OBJECTIVES = ("block_efficiency", "tokens_per_s")
+
+
+def tune(model, items, n, res, log=print, objective="block_efficiency", speed=None):
     """Grid search on the tune split (never the test split): for each decoder with a grid, the
-    setting with the highest block efficiency (ties: the first in grid order)."""
+    setting with the highest objective (ties: the first in grid order). block_efficiency comes
+    from the offline replay; tokens_per_s from speed(name, settings), a timed decode (decoders
+    that peek at the answer are never timed: they keep block efficiency)."""
     chosen, scores = {}, {}
     for name, dec in decoders.DECODERS.items():
         if not dec.grid:
             continue
         keys, best = list(dec.grid), None
+        timed = objective == "tokens_per_s" and not dec.peeks
         for values in itertools.product(*dec.grid.values()):
             s = {**dec.defaults, **dict(zip(keys, values))}
             be = be_of(model, items, n, res, name, s)
-            scores[f"{name} " + " ".join(f"{k}={v}" for k, v in zip(keys, values))] = be
-            log(f"  {name:7s} {dict(zip(keys, values))}: block efficiency {be:.3f}")
-            if best is None or be > best[0]:
-                best = (be, dict(zip(keys, values)))
+            score = speed(name, s) if timed else be
+            key = f"{name} " + " ".join(f"{k}={v}" for k, v in zip(keys, values))
+            scores[key] = {"block_efficiency": be, "tokens_per_s": score} if timed else be
+            log(f"  {name:7s} {dict(zip(keys, values))}: block efficiency {be:.3f}"
+                + (f", {score:.0f} tok/s" if timed else ""))
+            if best is None or score > best[0]:
+                best = (score, dict(zip(keys, values)))
         chosen[name] = best[1]
     return chosen, scores

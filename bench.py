@@ -86,6 +86,9 @@ def parse_args(argv=None):
     p.add_argument("--k", type=int, default=None, help="lattice width (default: tuned)")
     p.add_argument("--p", type=int, default=None, help="drafts verified per call by p-best")
     p.add_argument("--alpha", type=float, default=None, help="LM interpolation weight in [0, 1]")
+    p.add_argument("--objective", default="block_efficiency", choices=analysis.OBJECTIVES,
+                   help="--tune: what to maximise; tokens_per_s times every setting (machine-"
+                   "specific: needs --tuned FILE)")
     p.add_argument("--sweep", action="store_true", help="--bench: sweep k, p, alpha, heads (tune split)")
     p.add_argument("--plot", metavar="DIR", help="--bench: also write PNG figures (needs matplotlib)")
     p.add_argument("--no-color", action="store_true")
@@ -134,6 +137,8 @@ def check_args(args):
     lattice.check_settings(**{k: v for k, v in given.items()})
     if args.plot:
         check_plot_dir(args.plot)
+    if args.tune and args.objective == "tokens_per_s" and not args.tuned:
+        raise ValueError("speed-tuned settings hold for this machine only: add --tuned FILE")
     if args.tune and (args.prompts, args.new_tokens) != TUNE_SIZE and not args.tuned:
         raise ValueError(f"a --tune run other than the documented --prompts {TUNE_SIZE[0]} "
                          f"--new-tokens {TUNE_SIZE[1]} writes only to a file you name: add --tuned FILE")
@@ -437,9 +442,16 @@ def tune(args):
     prompts = make_prompts(split_text(ck, "tune"), ck["vocab"], args.prompts)
     t0 = time.perf_counter()
     items = analysis.prepare(model, prompts, n)
-    print(f"tuning on the tune split: {len(prompts)} prompts x {n} tokens")
-    chosen, scores = analysis.tune(model, items, n, res)
+    print(f"tuning on the tune split: {len(prompts)} prompts x {n} tokens, for {args.objective}")
+
+    def speed(name, s):                 # tokens/s of one timed decode of the tune prompts
+        drafter = decoders.make(name, res, s)
+        run_decoder(model, name, drafter, prompts[0], min(n, 16), verify=args.verify)  # warm-up
+        return len(prompts) * n / seconds(lambda: [run_decoder(
+            model, name, drafter, p, n, verify=args.verify) for p in prompts])
+    chosen, scores = analysis.tune(model, items, n, res, objective=args.objective, speed=speed)
     out = {"settings": chosen, "checkpoint_sha256": decoders.file_sha256(args.checkpoint),
+           "objective": args.objective,
            "tune_block_efficiency": scores, "prompts": len(prompts), "new_tokens": n,
            "seconds": round(time.perf_counter() - t0)}
     with open(out_path, "w") as f:

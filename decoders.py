@@ -55,8 +55,9 @@ def register(name, make, defaults=None, grid=None, about="", peeks=False, refine
 
 register("bpd", lambda res, s, full: ArgmaxDrafter(),
          about="plain BPD: each head's most likely token (Stern §3)", refines=False)
-register("neural", lambda res, s, full: lattice.NeuralDrafter(res.small_lm(), s["k"], s["alpha"]),
-         {"k": 8, "alpha": 0.5}, {"k": [8, 16], "alpha": ALPHAS},
+register("neural", lambda res, s, full: lattice.NeuralDrafter(res.small_lm(), s["k"], s["alpha"],
+                                                                s["reach"]),
+         {"k": 8, "alpha": 0.5, "reach": 0.0}, {"k": [8, 16], "alpha": ALPHAS, "reach": [0.0, 0.05]},
          about="local rescoring of head i's top-k with the small LM (Kim §7.1)")
 register("ngram", lambda res, s, full: lattice.PBestDrafter(
              s["k"], 1, s["alpha"], res.ngram(s["order"]), res.table(s["order"]), name="ngram"),

@@ -226,15 +226,18 @@ class PBestDrafter:
 class NeuralDrafter:
     """Local rescoring (Kim §7.1): left to right, pick among head i's top-k the token maximising
     interpolate(head log-prob, small-LM log-prob, alpha) given the context and the tokens already
-    picked. The small LM keeps its own KV cache across steps: a step feeds it the newly accepted
+    picked; with reach > 0, only while the heads' own estimate that verification gets there is at
+    least `reach` (the rest: their argmax). The small LM keeps its own KV cache across steps: a step feeds it the newly accepted
     tokens once, then one token per drafted position, and rewinds its cache after. That cache is
     per-sequence state: a lock makes sharing one drafter between threads safe (each call then
     finds another sequence and starts its cache afresh), one drafter per thread makes it fast."""
     name, max_drafts = "neural", 1
 
-    def __init__(self, small_lm, k, alpha):
+    def __init__(self, small_lm, k, alpha, reach=0.0):
         check_settings(k, 1, alpha)
-        self.lm, self.k, self.alpha = small_lm, k, alpha
+        if not 0.0 <= reach < 1.0:
+            raise ValueError(f"reach must be in [0, 1), got {reach}")
+        self.lm, self.k, self.alpha, self.reach = small_lm, k, alpha, reach
         self.cache, self.cached = KVCache(small_lm), []   # cached: the committed tokens it holds
         self.lock, self.counts = threading.Lock(), {"small_lm_calls": 0, "small_lm_tokens": 0}
 
@@ -244,8 +247,14 @@ class NeuralDrafter:
             if self.cached != context[:len(self.cached)]:  # a new sequence: start afresh
                 self.cache.reset(0)
             top = logprobs.topk(min(self.k, logprobs.shape[-1]), dim=-1)  # [m, k] each
+            # Cost-aware: past the position verification reaches with probability < reach (the
+            # heads' own top-1 probabilities, multiplied), keep the heads' argmax: no LM call.
+            reached = top.values[1:, 0].cumsum(0).exp().tolist()
             seq = list(context)
             for i in range(1, len(logprobs)):
+                if reached[i - 1] < self.reach:
+                    seq += top.indices[i:, 0].tolist()
+                    break
                 z, fed = model_call(self.lm, self.cache, seq, [[]])       # predicts seq[len(seq)]
                 self.cache.advance(fed)
                 self.counts["small_lm_calls"] += 1
@@ -283,16 +292,28 @@ class OracleDrafter:
 # best_paths_fast finds exactly best_paths' paths with whole-array operations: the decode loop's
 # version. NgramTable is the n-gram LM's lookup as sorted int64 codes (np.searchsorted).
 
+DENSE_MAX = 2 ** 21   # log-prob tables up to this many entries (16 MB) are precomputed whole
+
+
 class NgramTable:
     """numpy twin of an NgramLM's lookup: per context length j, the keys (c_j, w) of terms[j]
-    and c_j of gammas[j] as sorted int64 codes in base V, values alongside; np.searchsorted."""
+    and c_j of gammas[j] as sorted int64 codes in base V, values alongside; np.searchsorted.
+    dense[J], where V^(J+1) <= DENSE_MAX: every log P(w | c_J) as an array [V] * (J + 1),
+    computed by the same operations, so a lookup is one indexing (for a 3-gram over 103
+    characters: 1.1M entries; the DP's per-step LM work then all but vanishes)."""
 
-    def __init__(self, lm):
+    def __init__(self, lm, dense=True):
         self.order, self.V = index(lm.order), index(lm.vocab_size)
         if self.V ** self.order >= 2 ** 63:
             raise ValueError(f"V^order = {self.V}^{self.order} does not fit int64 codes")
         self.terms = [self._table({c + (w,): v for (c, w), v in d.items()}) for d in lm.terms]
         self.gammas = [self._table(d) for d in lm.gammas]
+        self.dense = []
+        for J in range(self.order if dense else 0):
+            if self.V ** (J + 1) > DENSE_MAX:
+                break
+            grid = np.indices([self.V] * (J + 1)).reshape(J + 1, -1).T      # [V^(J+1), J + 1]
+            self.dense.append(self.logprob(grid[:, :J], grid[:, J]).reshape([self.V] * (J + 1)))
 
     def _table(self, d):  # {token tuple: value} -> (sorted int64 codes, float64 values)
         codes = {sum(t * self.V ** e for e, t in enumerate(reversed(toks))): v
@@ -337,8 +358,14 @@ def _lm_block(table, hist, cands, i, n):
     m = min(n, i)
     axes = [np.array(cands[i - m + a], dtype=np.int64).reshape([-1] + [1] * (m - a))
             for a in range(m + 1)]  # axes[a]: ids of position i-m+a along axis a; axes[m]: next
+    J = min(n, len(hist) + i)      # the context length the LM sees here
+    if J < len(table.dense):       # precomputed: the same values, by indexing
+        from_path = min(J, i)
+        idx = [*hist[len(hist) - (J - from_path):], *axes[m - from_path:]]
+        out = table.dense[J][tuple(idx)]
+        return out.reshape((1,) * (m + 1 - out.ndim) + out.shape)
     p = 1.0 / table.V
-    for j in range(min(n, len(hist) + i) + 1):
+    for j in range(J + 1):
         from_path = min(j, i)  # c_j = last (j - from_path) history tokens + last from_path path
         code = np.zeros([1] * (m + 1), dtype=np.int64)
         for t in hist[len(hist) - (j - from_path):]:

@@ -202,6 +202,7 @@ def test_sampling_commands(tiny_ckpt, capsys):
     (["--prompt", "The", "--temperature", "-1"], "--temperature must be"),
     (["--prompt", "The", "--temperature", "nan"], "--temperature must be"),
     (["--tune", "--prompts", "1"], "add --tuned FILE"),
+    (["--tune", "--objective", "tokens_per_s"], "this machine only: add --tuned FILE"),
 ])
 def test_cli_errors(tiny_ckpt, capsys, no_model_calls, argv, message):
     code, out, err = run_cli(capsys, *argv, "--checkpoint", tiny_ckpt)
@@ -283,6 +284,12 @@ def test_tune_writes_only_where_asked(tiny_ckpt, tmp_path, capsys, monkeypatch):
     assert code == 0 and not os.path.exists(decoders.tuned_path(tiny_ckpt))
     assert data["checkpoint_sha256"] == decoders.file_sha256(tiny_ckpt)
     assert decoders.load_tuned(str(out_path), tiny_ckpt) == data["settings"]
+    code, out, err = run_cli(capsys, "--tune", "--objective", "tokens_per_s", "--prompts", "2",
+                             "--new-tokens", "8", "--tuned", str(out_path), "--checkpoint", tiny_ckpt)
+    data = json.loads(out_path.read_text())
+    assert code == 0 and data["objective"] == "tokens_per_s" and "tok/s" in out
+    timed = [v for k, v in data["tune_block_efficiency"].items() if not k.startswith("oracle")]
+    assert timed and all(v["tokens_per_s"] > 0 and v["block_efficiency"] >= 1 for v in timed)
 
 
 # ----------------------------------------------------------------------------- the README

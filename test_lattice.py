@@ -119,6 +119,9 @@ def near_ties(scores, tol=1e-9):
 def check_fast(lat, lm, history, p, alpha, exact_arith):
     ref1 = best_paths(lat, lm, history, p + 1, alpha)  # one more: ties across the cut matter
     got, ref = best_paths_fast(lat, lm, history, p, alpha), ref1[:p]
+    if lm is not None:  # the dense tables (all of V = 7 fits) give exactly the sparse lookups
+        sparse = best_paths_fast(lat, lm, history, p, alpha, NgramTable(lm, dense=False))
+        assert [(bits(s), t) for s, t in sparse] == [(bits(s), t) for s, t in got]
     assert len(got) == len(ref)
     no_lm = lm is None or alpha == 0
     if no_lm:  # same float operations, no log: bitwise equal scores
