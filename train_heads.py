@@ -10,6 +10,9 @@ plus the small neural rescorer LM used for local rescoring (Kim §7.1).
     python train_heads.py --data /tmp/json_src.py --out py.pt --steps 500
     python minibpd.py --checkpoint py.pt --prompt "def "
 
+    # Self-distillation (distill.py): heads 2..h learn the model's own greedy future
+    python train_heads.py --distill joint --threads 1    # -> checkpoints/minibpd-distilled.pt
+
 Default corpus: the reference documentation that ships with every CPython (`pydoc_data.topics`),
 cleaned so that the model learns prose rather than whitespace runs and table borders. A --data
 file is used as it is (--clean applies the same cleaning). An existing --out is only overwritten
@@ -29,6 +32,7 @@ from dataclasses import asdict
 
 import torch
 
+import distill
 from minibpd import CHECKPOINT, FORMAT_VERSION, GPT, GPTConfig
 
 RULE = re.compile(r"^[\s*=\-+|~^#.:`'\"_]*$")   # reST underlines, table borders, blank-ish lines
@@ -212,7 +216,11 @@ def parse_args(argv=None):
     arg("--log-every", "steps between log lines", type=int, default=100)
     arg("--threads", "torch threads (default: every core if the 1-minute load average is "
         "under 0.5, else 1)", type=int)
-    return p.parse_args(argv)
+    distill.add_arguments(p, arg)
+    args = p.parse_args(argv)
+    # which flags were written out: --distill changes the defaults of the others
+    args.given = distill.explicit_flags(p, sys.argv[1:] if argv is None else argv)
+    return args
 
 
 def check_args(args):
@@ -261,7 +269,10 @@ def scale_rescorer(args):
 
 def main(argv=None):
     args = parse_args(argv)
+    distill.check_args(args, args.given, fail)      # first: it sets --distill's defaults
     check_args(args)
+    if args.distill:
+        return main_distill(args)
     scale_rescorer(args)
     torch.manual_seed(args.seed)
     gen = torch.Generator().manual_seed(args.seed)
@@ -290,6 +301,23 @@ def main(argv=None):
     ckpt["train"]["threads"] = threads
     torch.save(ckpt, args.out)
     print(f"saved {args.out} ({ckpt['train']['seconds'] / 60:.1f} min of training)")
+
+
+def main_distill(args):
+    """--distill: fine-tune --base's heads (and, joint, its trunk) on its own greedy output."""
+    threads, reason = (args.threads, "--threads") if args.threads else auto_threads()
+    print(f"threads: {threads} ({reason}{'' if args.threads else '; --threads overrides'})")
+    threads_before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads)
+        ckpt = distill.run(args, lr_at, evaluate, fail)
+    finally:
+        torch.set_num_threads(threads_before)
+    ckpt["distill"].update(threads=threads, git_revision=git_revision())
+    torch.save(ckpt, args.out)
+    d = ckpt["distill"]
+    print(f"saved {args.out} ({d['seconds'] / 60:.1f} min of distillation, "
+          f"{d['seconds_generating'] / 60:.1f} generating)")
 
 
 def train_both(args, vocab, splits, gen):
