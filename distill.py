@@ -233,7 +233,7 @@ def run(args, lr_at, evaluate, fail, log=print):
         fail(f"--base: {e}")
     if model.config.n_bpd_heads < 2 or "splits" not in ck:
         fail(f"--base {args.base} has one head or no stored splits: nothing to distil")
-    vocab, stoi = ck["vocab"], {c: i for i, c in enumerate(ck["vocab"])}
+    stoi = {c: i for i, c in enumerate(ck["vocab"])}
     splits = {k: torch.tensor([stoi[c] for c in v]) for k, v in ck["splits"].items()}
     torch.manual_seed(args.seed)
     gen = torch.Generator().manual_seed(args.seed)

@@ -50,7 +50,7 @@ def test_joint_saves_a_checkpoint_whose_bpd_is_its_greedy(teacher, base, tmp_pat
     out = str(tmp_path / "joint.pt")
     train_heads.main(DISTIL + ["--distill", "joint", "--base", base, "--out", out,
                                "--teacher", teacher])
-    (m0, ck0), (m1, ck1) = minibpd.load_checkpoint(base), minibpd.load_checkpoint(out)
+    ck0, (m1, ck1) = minibpd.load_checkpoint(base)[1], minibpd.load_checkpoint(out)
     assert not torch.equal(ck0["model"]["blocks.0.mlp.0.weight"], ck1["model"]["blocks.0.mlp.0.weight"])
     d = ck1["distill"]
     assert d["variant"] == "joint" and d["teacher"] == teacher and 0 <= d["seconds_generating"] <= d["seconds"] + 1
