@@ -238,6 +238,21 @@ def timing_warnings(times, base="greedy"):
     return out
 
 
+def time_decoders(model, res, cfg, prompts, n, base, verify, temperature=0.0, generator=None):
+    """The bench's wall-clock section: the baseline (greedy or sample) and every decoder that
+    does not peek, timed in one run -> tokens_per_s, speedup_vs_<base>, timing_spread,
+    timing_warnings, threads."""
+    timed = {base: None, **{k: decoders.make(k, res, cfg[k]) for k, d in decoders.DECODERS.items()
+                            if not d.peeks}}
+    times = timings(model, timed, prompts, n, temperature=temperature, generator=generator,
+                    verify=verify)
+    tps = tokens_per_s(times, len(prompts) * n)
+    return {"tokens_per_s": tps, f"speedup_vs_{base}": {k: v / tps[base] for k, v in tps.items()},
+            "timing_spread": {k: {"min": min(t), "median": statistics.median(t), "max": max(t)}
+                              for k, t in times.items()},
+            "timing_warnings": timing_warnings(times, base), "threads": torch.get_num_threads()}
+
+
 # ----------------------------------------------------------------------------- --prompt
 
 def chosen_drafter(args, model, ck, cfg, prompt):
@@ -404,15 +419,9 @@ def bench(args):
     t0 = time.perf_counter()
     greedy = [greedy_decode(model, p, n) for p in prompts]
     be, same, runs, work = exactness(model, res, cfg, prompts, greedy, n, args.verify)
-    timed = {"greedy": None, **{k: decoders.make(k, res, cfg[k]) for k, d in decoders.DECODERS.items()
-                                if not d.peeks}}
-    times = timings(model, timed, prompts, n, verify=args.verify)
-    tps = tokens_per_s(times, len(prompts) * n)
-    r = {"block_efficiency": be, "identical_to_greedy": same, "tokens_per_s": tps,
-         "speedup_vs_greedy": {k: v / tps["greedy"] for k, v in tps.items()},
-         "timing_spread": {k: {"min": min(t), "median": statistics.median(t), "max": max(t)}
-                           for k, t in times.items()},
-         "timing_warnings": timing_warnings(times), "threads": torch.get_num_threads(),
+    clock = time_decoders(model, res, cfg, prompts, n, "greedy", args.verify)
+    tps = clock["tokens_per_s"]
+    r = {"block_efficiency": be, "identical_to_greedy": same, **clock,
          "prompts": len(prompts), "new_tokens": n, "checkpoint": args.checkpoint,
          "heads": model.config.n_bpd_heads, "settings": cfg, "verify": args.verify,
          "verify_tokens": {k: analysis.verify_tokens(v) for k, v in runs.items()},

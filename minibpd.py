@@ -373,15 +373,26 @@ def is_int(x):
 # ----------------------------------------------------------------------------- decoding
 
 @torch.no_grad()
-def greedy_decode(model, prompt, max_new_tokens):
-    """Greedy decoding with the KV cache: the reference and the speed baseline. -> new tokens."""
+def sample_decode(model, prompt, max_new_tokens, temperature=1.0, generator=None):
+    """The reference decoder: one token per call with the KV cache, each the argmax (temperature
+    0) or drawn from target_probs at `temperature`. -> new tokens."""
     seq = check_request(model, prompt, max_new_tokens)
+    check_temperature(temperature)
     cache, n0 = KVCache(model), len(seq)
     for _ in range(max_new_tokens):
         z, fed = model_call(model, cache, seq, [[]])
         cache.advance(fed)
-        seq.append(int(model.lm_head(z[0, -1]).argmax()))
+        logits = model.lm_head(z[0, -1])
+        token = logits.argmax() if temperature == 0 else torch.multinomial(
+            target_probs(logits.double(), temperature).cpu(), 1, generator=generator)
+        seq.append(int(token))
     return seq[n0:]
+
+
+def greedy_decode(model, prompt, max_new_tokens):
+    """Greedy decoding with the KV cache: the reference every BPD path must equal, and the speed
+    baseline."""
+    return sample_decode(model, prompt, max_new_tokens, 0.0)
 
 
 class ArgmaxDrafter:
@@ -536,23 +547,6 @@ def draft(drafter, logprobs, seq, temperature, generator):
     if temperature > 0 and hasattr(drafter, "sample"):
         return drafter.sample(logprobs, list(seq), temperature, generator)
     return drafter(logprobs, list(seq)), None
-
-
-@torch.no_grad()
-def sample_decode(model, prompt, max_new_tokens, temperature=1.0, generator=None):
-    """The sampling reference: one token per call with the KV cache, each drawn from
-    target_probs at `temperature` (0: greedy_decode). -> new tokens."""
-    seq = check_request(model, prompt, max_new_tokens)
-    check_temperature(temperature)
-    cache, n0 = KVCache(model), len(seq)
-    for _ in range(max_new_tokens):
-        z, fed = model_call(model, cache, seq, [[]])
-        cache.advance(fed)
-        logits = model.lm_head(z[0, -1]).double()
-        token = logits.argmax() if temperature == 0 else \
-            torch.multinomial(target_probs(logits, temperature).cpu(), 1, generator=generator)
-        seq.append(int(token))
-    return seq[n0:]
 
 
 def set_threads(n=None):

@@ -114,18 +114,10 @@ def bench(args):
         steps[name] = [s for r in runs for s in r["steps"]]
         make = lambda: decoders.make(name, res, cfg[name], full[at])
         check[name] = distribution_check(model, make, prompts[at], T, args.seed)
-    timed = {"sample": None, **{k: decoders.make(k, res, cfg[k]) for k, d in
-                                decoders.DECODERS.items() if not d.peeks}}
-    times = cli.timings(model, timed, prompts, n, temperature=T, generator=gen, verify=args.verify)
-    tps = cli.tokens_per_s(times, len(prompts) * n)
+    clock = cli.time_decoders(model, res, cfg, prompts, n, "sample", args.verify, T, gen)
     r = {"temperature": T, "seed": args.seed, "block_efficiency": be, "distribution_check": check,
          "distribution_check_prompt": at, "acceptance": {k: acceptance(v) for k, v in steps.items()},
-         "tokens_per_s": tps,
-         "speedup_vs_sample": {k: v / tps["sample"] for k, v in tps.items()},
-         "timing_spread": {k: {"min": min(t), "median": sorted(t)[len(t) // 2], "max": max(t)}
-                           for k, t in times.items()},
-         "timing_warnings": cli.timing_warnings(times, "sample"),
-         "threads": torch.get_num_threads(), "prompts": len(prompts), "new_tokens": n,
+         **clock, "prompts": len(prompts), "new_tokens": n,
          "checkpoint": args.checkpoint, "heads": model.config.n_bpd_heads, "settings": cfg,
          "seconds": time.perf_counter() - t0}
     if args.json:
