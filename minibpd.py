@@ -20,6 +20,7 @@ import functools
 import numbers
 import sys
 from dataclasses import dataclass
+from typing import NamedTuple
 from operator import index
 
 import torch
@@ -48,6 +49,16 @@ class GPTConfig:
                 raise ValueError(f"GPTConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
+
+
+class KVSpec(NamedTuple):
+    """The shape of a model's KV cache (GPT.kv_spec): any model with this, `config`, forward and
+    head_logits runs in the decode loop."""
+    layers: int
+    heads: int        # key/value heads (fewer than query heads under grouped-query attention)
+    head_dim: int
+    dtype: torch.dtype
+    device: torch.device
 
 
 # ----------------------------------------------------------------------------- the model
@@ -153,6 +164,11 @@ class GPT(nn.Module):
         zs = torch.cat([x[None], y]).transpose(0, 1).reshape(*z.shape[:-1], H + 1, C)
         return self.lm_head(zs)                                              # [..., h, V]
 
+    def kv_spec(self):
+        """What a KVCache for this model holds: (layers, kv heads, head dim, dtype, device)."""
+        cfg, w = self.config, self.tok_emb.weight
+        return KVSpec(cfg.n_layer, cfg.n_head, cfg.n_embd // cfg.n_head, w.dtype, w.device)
+
     def first_heads(self, n):
         """This model using only heads 1..n, weights shared: plain BPD with n heads (n = 1: greedy)."""
         if not is_int(n) or not 1 <= n <= self.config.n_bpd_heads:
@@ -215,9 +231,8 @@ MAX_CACHE_BYTES = 2 ** 30   # 1 GiB: the most a KVCache may allocate (p-best's p
 
 def check_cache_budget(model, rows, spare=0):
     """Refuse, before allocating, a KVCache of `rows` rows over MAX_CACHE_BYTES."""
-    cfg, dtype = model.config, model.tok_emb.weight.dtype
-    slots = cfg.block_size + spare
-    row = 2 * cfg.n_layer * cfg.n_head * slots * (cfg.n_embd // cfg.n_head) * dtype.itemsize
+    spec, slots = model.kv_spec(), model.config.block_size + spare
+    row = 2 * spec.layers * spec.heads * slots * spec.head_dim * spec.dtype.itemsize
     if not is_int(rows) or not 1 <= rows <= MAX_CACHE_BYTES // row:
         raise ValueError(f"a KV cache of {rows} rows would need {rows * row / 2**20:,.0f} MiB; the "
                          f"budget is {MAX_CACHE_BYTES // 2**20} MiB, i.e. 1 to {MAX_CACHE_BYTES // row}"
@@ -240,11 +255,11 @@ class KVCache:
     token tree's extra branches until compact() keeps the accepted one."""
 
     def __init__(self, model, rows=1, spare=0):
-        cfg, w = model.config, model.tok_emb.weight
+        spec = model.kv_spec()
         check_cache_budget(model, rows, spare)
-        shape = (rows, cfg.n_head, cfg.block_size + spare, cfg.n_embd // cfg.n_head)
-        self.kv = [[torch.zeros(shape, dtype=w.dtype, device=w.device) for _ in range(2)]
-                   for _ in range(cfg.n_layer)]
+        shape = (rows, spec.heads, model.config.block_size + spare, spec.head_dim)
+        self.kv = [[torch.zeros(shape, dtype=spec.dtype, device=spec.device) for _ in range(2)]
+                   for _ in range(spec.layers)]
         self.rows, self.start, self.length, self.written = rows, 0, 0, 1
 
     def write(self, layer, k, v):
