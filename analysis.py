@@ -12,7 +12,8 @@ import torch
 import torch.nn.functional as F
 
 import decoders
-from minibpd import ArgmaxDrafter, draft_tree, greedy_decode, matched, window_start
+from minibpd import (ArgmaxDrafter, device_of, draft_budget, draft_tree, greedy_decode, matched,
+                     window_start)
 
 
 # ----------------------------------------------------------------------------- offline replay
@@ -22,7 +23,7 @@ def heads_along(model, seq, first):
     """Log-probs of all heads at every position t >= first of seq, as the decode loop computes
     them (context seq[window_start(t):t]): {t: [h, V]}. Heads are causal, so one forward pass
     per window position gives them all (Kim §6 analyses; makes sweeps cheap)."""
-    B, dev, out, t = model.config.block_size, model.lm_head.weight.device, {}, first
+    B, dev, out, t = model.config.block_size, device_of(model), {}, first
     while t < len(seq):
         s = window_start(t, B)
         end = min(s + B, len(seq) - 1)                  # the last t that shares this window
@@ -33,18 +34,16 @@ def heads_along(model, seq, first):
     return out
 
 
-def replay(drafter, heads, full, plen, n, h, B):
-    """Replays bpd_decode's steps against the known greedy continuation full = prompt + greedy:
+def replay(drafter, heads, answer, plen, n, h, B):
+    """Replays bpd_decode's steps against the known greedy continuation answer = prompt + greedy:
     the same drafts and accepted lengths, with no verification calls. -> stats like bpd_decode
     (steps also record 'pending', the position of each draft's first, certain token)."""
     known, stats = plen + 1, {"calls": 1, "accepted": [1], "steps": []}
     while known - plen < n:
-        left, pending = n - (known - plen), known - 1
-        m = min(h - 1, left, window_start(known, B) + B - known)
-        gained = 1
+        m, pending, gained = draft_budget(known, plen + n, h, B), known - 1, 1
         if m > 0:
-            drafts = drafter(heads[pending][:m + 1], full[:known])
-            gains = [gain(d, full, pending) for d in drafts]
+            drafts = drafter(heads[pending][:m + 1], answer[:known])
+            gains = [gain(d, answer, pending) for d in drafts]
             row = gains.index(max(gains))                       # the first of the longest
             gained = gains[row]
             stats["steps"].append({"context": known, "pending": pending, "drafts": drafts,
@@ -56,15 +55,15 @@ def replay(drafter, heads, full, plen, n, h, B):
     return stats
 
 
-def gain(draft, full, pending):
+def gain(draft, answer, pending):
     """Tokens one verification call gains with this draft: its first token (certain) and then
     every token equal to greedy up to the first miss, whose place the base model's token takes."""
-    return 1 + matched(draft[1:], full[pending + 1:pending + len(draft)])
+    return 1 + matched(draft[1:], answer[pending + 1:pending + len(draft)])
 
 
-def marks(draft, full, pending):
+def marks(draft, answer, pending):
     """•: the certain greedy token; ✓ accepted (equals greedy); ✗ first miss; · never checked."""
-    ok = gain(draft, full, pending)
+    ok = gain(draft, answer, pending)
     return "•" + "".join("✓" if j < ok else "✗" if j == ok else "·" for j in range(1, len(draft))), ok
 
 
@@ -72,15 +71,15 @@ def marks(draft, full, pending):
 
 def prepare(model, prompts, n, greedy=None):
     """Greedy continuation and heads' log-probs of each prompt, computed once for every analysis:
-    [(prompt length, full = prompt + greedy, heads {position: [h, V]})]."""
+    [(prompt length, answer = prompt + greedy, heads {position: [h, V]})]."""
     greedy = greedy or [greedy_decode(model, p, n) for p in prompts]
     return [(len(p), p + g, heads_along(model, p + g, len(p))) for p, g in zip(prompts, greedy)]
 
 
 def replay_all(model, items, n, make):
-    """Replay a drafter over every prepared prompt; make(full) -> a fresh drafter."""
+    """Replay a drafter over every prepared prompt; make(answer) -> a fresh drafter."""
     h, B = model.config.n_bpd_heads, model.config.block_size
-    return [replay(make(full), heads, full, plen, n, h, B) for plen, full, heads in items]
+    return [replay(make(answer), heads, answer, plen, n, h, B) for plen, answer, heads in items]
 
 
 def block_eff(runs, n):
@@ -109,8 +108,8 @@ def repetition_table(runs_by_name, items):
     the same windows as BPD's drafts, so natural repetition ('ll', '  ') is not blamed on heads."""
     out = {name: repetition([s["drafts"][0] for r in runs for s in r["steps"]])
            for name, runs in runs_by_name.items()}
-    windows = [full[s["context"] - 1:s["context"] - 1 + len(s["drafts"][0])]
-               for (_, full, _), r in zip(items, runs_by_name["bpd"]) for s in r["steps"]]
+    windows = [answer[s["context"] - 1:s["context"] - 1 + len(s["drafts"][0])]
+               for (_, answer, _), r in zip(items, runs_by_name["bpd"]) for s in r["steps"]]
     out["greedy_text"] = repetition(windows)
     return out
 
@@ -120,12 +119,12 @@ def head_confidence(items):
     entropy rises monotonically, 1-based); plus, our addition (not in the paper), each head's
     top-1 accuracy against greedy."""
     lps, targets = [], []
-    for _, full, heads in items:
+    for _, answer, heads in items:
         ts = sorted(heads)
         lp = torch.stack([heads[t] for t in ts]).double().cpu()           # [T, h, V]
         pos = torch.tensor(ts)[:, None] + torch.arange(lp.shape[1])       # [T, h]: head i's target
         lps.append(lp)
-        targets.append(torch.tensor(full + [-1] * lp.shape[1])[pos])      # -1: past the end
+        targets.append(torch.tensor(answer + [-1] * lp.shape[1])[pos])      # -1: past the end
     lp, target = torch.cat(lps), torch.cat(targets)
     entropy = (-(lp.exp() * lp).sum(-1).mean(0)).tolist()                 # [h]
     valid = target >= 0
@@ -136,19 +135,19 @@ def head_confidence(items):
     return {"head_entropy": entropy, "hmax": hmax, "head_accuracy": accuracy}
 
 
-def win_tie_loss(items, bpd_runs, res, cfg, names=None):
+def win_tie_loss(items, bpd_runs, res, chosen, names=None):
     """Kim §7.3, step by step on BPD's own contexts (its runs, one per prepared prompt): how
     often each refined drafter gains more, the same, or fewer tokens than BPD's draft, and the
     share of its wins where BPD's first miss was a repeated token (d_j == d_{j-1}) that the
     refined draft replaced."""
     out = {}
     for name in names or decoders.refined():
-        drafter, w, t, l, fixes = decoders.make(name, res, cfg[name]), 0, 0, 0, 0
-        for (plen, full, heads), run in zip(items, bpd_runs):
+        drafter, w, t, l, fixes = decoders.make(name, res, chosen[name]), 0, 0, 0, 0
+        for (plen, answer, heads), run in zip(items, bpd_runs):
             for s in run["steps"]:
                 base, pending = s["drafts"][0], s["context"] - 1
-                drafts = drafter(heads[pending][:len(base)], full[:s["context"]])
-                new = max(gain(d, full, pending) for d in drafts)
+                drafts = drafter(heads[pending][:len(base)], answer[:s["context"]])
+                new = max(gain(d, answer, pending) for d in drafts)
                 j = s["accepted"]                                    # BPD's first miss
                 w, t, l = w + (new > j), t + (new == j), l + (new < j)
                 fixes += new > j and base[j] == base[j - 1]
@@ -169,7 +168,7 @@ def verify_tokens(runs):
 
 def be_of(model, items, n, res, name, s):
     """Block efficiency of one decoder with settings s, by offline replay."""
-    return block_eff(replay_all(model, items, n, lambda full: decoders.make(name, res, s, full)), n)
+    return block_eff(replay_all(model, items, n, lambda answer: decoders.make(name, res, s, answer)), n)
 
 
 def oracle_by_k(model, items, n, res, ks=(1, 2, 4, 8, 16)):
@@ -209,7 +208,7 @@ def cost(model, res, online, work, prompts, n, tps):
     al. analyse cost in their Fig. 2 and an appendix table (KV-cache I/O, parameter I/O, FLOPs)."""
     params = lambda m: sum(p.numel() for p in m.parameters()) - m.pos_emb.weight.numel()
     N, B = params(model), model.config.block_size
-    tokens = len(prompts) * n
+    tokens, base = len(prompts) * n, decoders.baseline_name(0)
     greedy_flops = N * sum(greedy_processed(len(p), n, B) for p in prompts)
     out = {}
     for name, runs in online.items():
@@ -221,22 +220,22 @@ def cost(model, res, online, work, prompts, n, tps):
                      "small_lm_calls": w.get("small_lm_calls", 0) / tokens,
                      "ngram_lookups": w.get("ngram_lookups", 0) / tokens,
                      "flop_ratio": flops / greedy_flops,
-                     "wall_clock_ratio": tps["greedy"] / tps[name] if name in tps else None}
+                     "wall_clock_ratio": tps[base] / tps[name] if name in tps else None}
     return out
 
 
 SWEEP = {"k": (1, 2, 4, 8), "p": (1, 2, 4, 8, 16, 32), "alpha": (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)}
 
 
-def sweep(model, items, n, res, cfg):
+def sweep(model, items, n, res, chosen):
     """Block efficiency as a function of the number of heads used (plain BPD) and of each setting
     in SWEEP, for every refined decoder that has it (tune split)."""
     h = model.config.n_bpd_heads
-    out = {"heads": {str(j): block_eff([replay(ArgmaxDrafter(), heads, full, plen, n, j, model.config.block_size)
-                                        for plen, full, heads in items], n) for j in range(1, h + 1)}}
+    out = {"heads": {str(j): block_eff([replay(ArgmaxDrafter(), heads, answer, plen, n, j, model.config.block_size)
+                                        for plen, answer, heads in items], n) for j in range(1, h + 1)}}
     for key, values in SWEEP.items():
-        out[key] = {name: {str(v): be_of(model, items, n, res, name, {**cfg[name], key: v})
-                           for v in values} for name in decoders.refined() if key in cfg[name]}
+        out[key] = {name: {str(v): be_of(model, items, n, res, name, {**chosen[name], key: v})
+                           for v in values} for name in decoders.refined() if key in chosen[name]}
     return out
 
 

@@ -1,12 +1,13 @@
-"""checkpoint: loading a minibpd checkpoint safely, and characters <-> token ids.
+"""checkpoint: reading a minibpd checkpoint file safely, and text <-> token ids (below the model:
+minibpd.load_checkpoint builds the model from what `read` returns, and re-exports the rest).
 
 A checkpoint is a dict saved by train_heads.py: format_version, config and model (the GPT's
 state, fp16), rescorer_config and rescorer (the small LM of Kim §7.1), vocab (its characters),
-corpus, splits (train / tune / test texts), seed, git_revision and a train record. It is loaded
+corpus, splits (train / tune / test texts), seed, git_revision and a train record. It is read
 with torch.load(..., weights_only=True), so a checkpoint cannot run code, and every way it can be
-missing, corrupt or mismatched becomes one CheckpointError with a way out. minibpd re-exports
-everything here (minibpd.load_checkpoint, minibpd.encode, ...).
+missing, corrupt or mismatched becomes one CheckpointError with a way out.
 """
+import hashlib
 import os
 import string
 
@@ -27,21 +28,8 @@ def retrain(path=None):
     return f"retrain it with `python train_heads.py{out} --force`"
 
 
-def build_model(config, state, device="cpu", dtype=torch.float32, where="checkpoint", path=None):
-    """GPT from a saved config dict and state dict, with a clear error on any mismatch."""
-    from minibpd import GPT, GPTConfig      # here, not at the top: minibpd imports this module
-    try:
-        model = GPT(GPTConfig(**config))
-        model.load_state_dict({k: v.float() for k, v in state.items()})
-    except (TypeError, ValueError, RuntimeError, AttributeError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CheckpointError(f"{where} does not match this version of minibpd.py ({first}); "
-                              f"{retrain(path)}") from None
-    return model.to(device=device, dtype=dtype).eval()
-
-
-def load_checkpoint(path=CHECKPOINT, device="cpu", dtype=torch.float32):
-    """-> (model, checkpoint dict). Loaded with weights_only=True: a checkpoint cannot run code."""
+def read(path=CHECKPOINT, needs=("config", "model", "vocab")):
+    """The checkpoint dict at `path`, its format and keys checked (weights_only=True)."""
     try:
         ck = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
@@ -55,13 +43,15 @@ def load_checkpoint(path=CHECKPOINT, device="cpu", dtype=torch.float32):
         found = ck.get("format_version") if isinstance(ck, dict) else None
         raise CheckpointError(f"checkpoint {path} has format {found!r}, this code reads format "
                               f"{FORMAT_VERSION}; {retrain(path)}")
-    for key in ("config", "model", "vocab"):
+    for key in needs:
         if key not in ck:
             raise CheckpointError(f"checkpoint {path} lacks '{key}'; {retrain(path)}")
-    model = build_model(ck["config"], ck["model"], device, dtype, f"checkpoint {path}", path)
-    if len(ck["vocab"]) != model.config.vocab_size:
-        raise CheckpointError(f"checkpoint {path}: vocabulary size does not match its model")
-    return model, ck
+    return ck
+
+
+def file_sha256(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
 
 
 def encode(text, vocab):
@@ -75,6 +65,10 @@ def encode(text, vocab):
     return [stoi[c] for c in text]
 
 
+def decode(tokens, vocab):
+    return "".join(vocab[t] for t in tokens)
+
+
 def known_characters(vocab):
     """A short description of a vocabulary, e.g. "a-z, A-Z, 0-9 and ' !#(),.:' (68 in all)"."""
     runs = [r for r in (string.ascii_lowercase, string.ascii_uppercase, string.digits)
@@ -82,7 +76,3 @@ def known_characters(vocab):
     rest = "".join(c for c in vocab if not any(c in r for r in runs))
     return ", ".join(f"{r[0]}-{r[-1]}" for r in runs) + (" and " if runs and rest else "") + \
         (repr(rest) if rest else "") + f" ({len(vocab)} in all)"
-
-
-def decode(tokens, vocab):
-    return "".join(vocab[t] for t in tokens)

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 import train_heads
 from minibpd import GPT, GPTConfig, set_threads
 
-set_threads()  # one thread: measured fastest here for models this small (README, "Threads")
+set_threads()  # one thread, as every command (README, "Threads")
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not torch.cuda.is_available(), reason="CUDA not available"))]

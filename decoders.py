@@ -1,41 +1,44 @@
-"""decoders: the one table of decoders, and their settings.
+"""decoders: the one table of decoders, their settings, and the methods every command runs.
 
 Each entry names a drafter factory, its settings with their defaults, and the grid `--tune`
 searches. The demo, `--prompt`, the bench, `--tune`, the cost table, the sweeps and the tests all
 iterate DECODERS, so a new decoder is one drafter class plus one `register(...)` call:
 
     import decoders
-    decoders.register("mine", lambda res, s, full: MyDrafter(s["k"]), defaults={"k": 4},
+    decoders.register("mine", lambda res, s, answer: MyDrafter(s["k"]), defaults={"k": 4},
                       grid={"k": [2, 4, 8]}, about="my drafter")
 
-A factory gets `res` (a Resources: the base model, the small rescorer LM, n-gram LMs), the
-settings `s` (the defaults, updated by the tuned file and the command line) and `full` (prompt +
-greedy continuation; only the oracle, which peeks at the answer, reads it).
+A factory gets `res` (a Resources: the base model, the small rescorer LM, n-gram LMs, and
+`res.reference`: build the readable version), the settings `s` (the defaults, updated by the
+tuned file and the command line) and `answer` (prompt + greedy continuation; only the oracle,
+which peeks at it, reads it).
 
-Settings with these names are checked for every decoder that has them: k (lattice width, >= 1;
-more than the vocabulary is clamped), p (drafts verified per call), alpha (LM interpolation
-weight in [0, 1]), order (n-gram order, 1..lattice.MAX_ORDER). p-best's DP must fit
-lattice.MAX_DP_CELLS and its p rows minibpd.MAX_CACHE_BYTES.
+Settings named k (lattice width), p (drafts verified per call), alpha (LM interpolation weight)
+and order (n-gram order) are checked by lattice.check_settings for every decoder that has them;
+p-best's DP must fit lattice.MAX_DP_CELLS and its p rows minibpd.MAX_CACHE_BYTES.
+
+A Method is what the bench times and checks: the baseline (sample_decode, one token per call:
+'greedy' at temperature 0, 'sample' above) or a decoder's drafter in bpd_decode.
 """
-import hashlib
 import json
-import math
 import sys
 from dataclasses import dataclass, field
 from typing import Callable
 
 import lattice
-from minibpd import ArgmaxDrafter, build_model, check_cache_budget, encode, retrain
+from minibpd import (ArgmaxDrafter, HeadSampler, bpd_decode, build_model, check_cache_budget,
+                     encode, file_sha256, retrain, sample_decode)
 from ngram import NgramLM
-from sampling import HeadSampler
 
 ALPHAS = [0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
+PLAIN = "bpd"                # the decoder every refinement is compared with (Kim Table 4)
+BASELINES = ("greedy", "sample")   # the one-token-per-call reference at T = 0 and T > 0
 
 
 @dataclass
 class Decoder:
     name: str
-    make: Callable                                # make(res, s, full) -> drafter
+    make: Callable                                # make(res, s, answer) -> drafter
     defaults: dict = field(default_factory=dict)  # setting -> default value
     grid: dict = field(default_factory=dict)      # setting -> values --tune tries (tune split)
     about: str = ""                               # one line for --help
@@ -53,29 +56,32 @@ def register(name, make, defaults=None, grid=None, about="", peeks=False, refine
     return DECODERS[name]
 
 
-register("bpd", lambda res, s, full: ArgmaxDrafter(),
+register("bpd", lambda res, s, answer: ArgmaxDrafter(),
          about="plain BPD: each head's most likely token (Stern §3)", refines=False)
-register("neural", lambda res, s, full: lattice.NeuralDrafter(res.small_lm(), s["k"], s["alpha"],
-                                                                s["reach"]),
+register("neural", lambda res, s, answer: lattice.NeuralDrafter(
+             res.small_lm(), s["k"], s["alpha"], s["reach"], reference=res.reference),
          {"k": 8, "alpha": 0.5, "reach": 0.0}, {"k": [8, 16], "alpha": ALPHAS, "reach": [0.0, 0.05]},
          about="local rescoring of head i's top-k with the small LM (Kim §7.1)")
-register("ngram", lambda res, s, full: lattice.PBestDrafter(
-             s["k"], 1, s["alpha"], res.ngram(s["order"]), res.table(s["order"]), name="ngram"),
+register("ngram", lambda res, s, answer: lattice.PBestDrafter(
+             s["k"], 1, s["alpha"], res.ngram(s["order"]), res.table(s["order"]), name="ngram",
+             reference=res.reference),
          {"k": 8, "alpha": 0.5, "order": 4}, {"k": [8], "order": [3, 4, 5], "alpha": ALPHAS},
          about="the best lattice path under heads + n-gram LM (Kim §7.2, p = 1)")
-register("pbest0", lambda res, s, full: lattice.PBestDrafter(s["k"], s["p"], name="pbest0"),
+register("pbest0", lambda res, s, answer: lattice.PBestDrafter(
+             s["k"], s["p"], name="pbest0", reference=res.reference),
          {"k": 8, "p": 16}, {"k": [8], "p": [16]},
          about="the p best lattice paths by head scores alone: the 0-gram control (Kim §7.2)")
-register("pbest", lambda res, s, full: lattice.PBestDrafter(
-             s["k"], s["p"], s["alpha"], res.ngram(s["order"]), res.table(s["order"])),
+register("pbest", lambda res, s, answer: lattice.PBestDrafter(
+             s["k"], s["p"], s["alpha"], res.ngram(s["order"]), res.table(s["order"]),
+             reference=res.reference),
          {"k": 8, "p": 16, "alpha": 0.5, "order": 4},
          {"k": [8], "p": [16], "order": [3, 4, 5], "alpha": ALPHAS},
-         about="the p best lattice paths, verified in one batched call (Kim §7.2)")
-register("sampled", lambda res, s, full: HeadSampler(),
+         about="the p best lattice paths, verified in one call (Kim §7.2)")
+register("sampled", lambda res, s, answer: HeadSampler(),
          about="draws each draft token from its head at --temperature (at 0: bpd)", refines=False)
-register("oracle", lambda res, s, full: lattice.OracleDrafter(full, s["k"]), {"k": 8}, {"k": [8]},
-         about="peeks at the greedy answer: the best lattice path (Kim §6.3), analysis only",
-         peeks=True)
+register("oracle", lambda res, s, answer: lattice.OracleDrafter(answer, s["k"]), {"k": 8},
+         {"k": [8]}, about="peeks at the greedy answer: the best lattice path (Kim §6.3), "
+         "analysis only", peeks=True)
 
 
 def refined():
@@ -83,20 +89,54 @@ def refined():
     return [n for n, d in DECODERS.items() if d.refines and not d.peeks]
 
 
-def make(name, res, s, full=None):
+def make(name, res, s, answer=None):
     """A fresh drafter of decoder `name` with settings s (see settings())."""
     if name not in DECODERS:
-        raise ValueError(f"unknown decoder {name!r}; choose from greedy, {', '.join(DECODERS)}")
-    return DECODERS[name].make(res, s, full)
+        raise ValueError(f"unknown decoder {name!r}; choose from {', '.join(names())}")
+    return DECODERS[name].make(res, s, answer)
+
+
+# ----------------------------------------------------------------------------- methods
+
+def baseline_name(temperature):
+    """The one-token-per-call baseline: 'greedy' at temperature 0, 'sample' above."""
+    return BASELINES[0] if temperature == 0 else BASELINES[1]
+
+
+def names(temperature=0.0):
+    """Every name --decoder takes: the baseline, then the registered decoders."""
+    return [baseline_name(temperature), *DECODERS]
+
+
+class Method:
+    """Something to decode with: the baseline (drafter None: sample_decode, one token per call) or
+    a registered decoder's drafter in bpd_decode. decode() -> (tokens, stats) for both."""
+
+    def __init__(self, name, drafter=None, refines=False):
+        self.name, self.drafter = name, drafter
+        self.reps = 3 if refines else 5       # timing repetitions: the slow refined ones get fewer
+
+    def decode(self, model, prompt, n, temperature=0.0, generator=None, verify="auto"):
+        if self.drafter is None:
+            return sample_decode(model, prompt, n, temperature, generator), \
+                {"calls": n, "block_efficiency": 1.0, "steps": []}
+        return bpd_decode(model, prompt, n, self.drafter, temperature, generator, verify)
+
+
+def method(name, res, s, answer=None, temperature=0.0):
+    """The Method called `name` ('greedy' or 'sample': the baseline) with settings s."""
+    if name == baseline_name(temperature):
+        return Method(name)
+    return Method(name, make(name, res, s, answer), DECODERS[name].refines)
 
 
 # ----------------------------------------------------------------------------- settings
 
-def settings(tuned=None, overrides=None, names=None):
+def settings(tuned=None, overrides=None, only=None):
     """{name: settings}: each decoder's defaults, updated by the tuned file's settings (`tuned`,
     from load_tuned) and then by `overrides` ({'k': 3, ...}; a decoder takes only the keys it has)."""
     out = {}
-    for name in names or DECODERS:
+    for name in only or DECODERS:
         s = dict(DECODERS[name].defaults)
         s.update((tuned or {}).get(name, {}))
         s.update({k: v for k, v in (overrides or {}).items() if k in s and v is not None})
@@ -105,31 +145,25 @@ def settings(tuned=None, overrides=None, names=None):
 
 
 def check(name, s, model=None):
-    """Clear errors for impossible settings and, given the model, for settings over a budget
-    (its vocabulary bounds k, its size the cache): all before any model call."""
+    """Clear errors for impossible settings (lattice.check_settings) and, given the model, for
+    settings over a budget (its vocabulary bounds k, its size the cache): all before any model
+    call. Errors name the decoder."""
     known = {k: s[k] for k in ("k", "p", "alpha", "order") if k in s}
-    for key, value in known.items():
-        number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if not (number and math.isfinite(value) and (key == "alpha" or isinstance(value, int))):
-            raise ValueError(f"{name}: {key} must be {'a number' if key == 'alpha' else 'an integer'}"
-                             f", got {value!r}")
-    lattice.check_settings(**known)
-    if model is None:
-        return
-    if "p" in s:
-        check_cache_budget(model, s["p"])
-    if "k" in s and ("p" in s or "order" in s):
-        order = s.get("order", 1) if s.get("alpha", 0) > 0 else 1
-        lattice.check_dp_budget(s["k"], s.get("p", 1), order, model.config.vocab_size)
+    try:
+        lattice.check_settings(**known)
+        if model is None:
+            return
+        if "p" in s:
+            check_cache_budget(model, s["p"])
+        if "k" in s and ("p" in s or "order" in s):
+            order = s.get("order", 1) if s.get("alpha", 0) > 0 else 1
+            lattice.check_dp_budget(s["k"], s.get("p", 1), order, model.config.vocab_size)
+    except ValueError as e:
+        raise ValueError(f"{name}: {e}") from None
 
 
 def tuned_path(checkpoint):
     return checkpoint + ".tuned.json"
-
-
-def file_sha256(path):
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
 
 
 def load_tuned(path, checkpoint):
@@ -143,8 +177,8 @@ def load_tuned(path, checkpoint):
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise ValueError(f"tuned file {path} is not valid JSON ({e}); fix it, delete it, or "
                          "run `python minibpd.py --tune`") from None
-    bad = lambda field, why: ValueError(f"tuned file {path}: {field} {why}; fix it, delete it, "
-                                        "or run `python minibpd.py --tune`")
+    bad = lambda what, why: ValueError(f"tuned file {path}: {what} {why}; fix it, delete it, "
+                                       "or run `python minibpd.py --tune`")
     if not isinstance(data, dict) or not isinstance(data.get("settings"), dict):
         raise bad("'settings'", "must be an object {decoder: {setting: value}}")
     for name, s in data["settings"].items():
@@ -174,10 +208,11 @@ def split_text(ck, name):
 
 class Resources:
     """What the drafter factories need, built once: the base model, the small rescorer LM and
-    n-gram LMs of each order fitted on the train split only. Tests pass `small` and `lms`."""
+    n-gram LMs of each order fitted on the train split only. Tests pass `small` and `lms`.
+    reference=True: factories build the readable versions (`--reference`)."""
 
-    def __init__(self, model, ck=None, small=None, lms=None):
-        self.model, self.ck, self._small = model, ck or {}, small
+    def __init__(self, model, ck=None, small=None, lms=None, reference=False):
+        self.model, self.ck, self._small, self.reference = model, ck or {}, small, reference
         self.lms, self.tables = dict(lms or {}), {}
 
     def small_lm(self):

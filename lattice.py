@@ -26,7 +26,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from minibpd import KVCache, model_call
+from minibpd import KVCache, is_int, model_call, window_start
 
 MAX_ORDER = 8            # n-gram orders above this take minutes to fit in pure Python
 MAX_DP_CELLS = 2 ** 22   # the most partial-path scores the p-best DP may hold at one position
@@ -41,15 +41,16 @@ def interpolate(head_logprob, lm_logprob, alpha):
 
 
 def check_settings(k=1, p=1, alpha=0.0, order=1):
-    """Clear errors for impossible settings (k larger than the vocabulary is clamped to it)."""
+    """Clear errors for impossible settings (k larger than the vocabulary is clamped to it): the
+    one check of every drafter, the registry, tuned files and the command line."""
     for name, value in (("k", k), ("p", p), ("order", order)):
-        if isinstance(value, bool) or int(value) != value or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value}")
+        if not is_int(value) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
     if order > MAX_ORDER:
         raise ValueError(f"order must be at most {MAX_ORDER} (a higher-order n-gram LM takes "
                          f"minutes to fit and the DP grows as k^order), got {order}")
-    if not 0.0 <= alpha <= 1.0:
-        raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha must be a number in [0, 1], got {alpha!r}")
 
 
 def dp_cells(k, p, order, V):
@@ -59,7 +60,7 @@ def dp_cells(k, p, order, V):
 
 
 def check_dp_budget(k, p, order, V):
-    """Refuse, up front, a DP over MAX_DP_CELLS (about 100 ms a step on one core here)."""
+    """Refuse, up front, a DP over MAX_DP_CELLS (README, "Limits", gives its cost)."""
     cells = dp_cells(k, p, order, V)
     if cells > MAX_DP_CELLS:
         raise ValueError(f"k={k}, p={p} with an order-{order} LM would make the p-best DP hold "
@@ -192,8 +193,9 @@ def oracle_path(lattice, greedy):
 
 # ----------------------------------------------------------------------------- drafters (Kim §7)
 # Each drafter is called by minibpd.bpd_decode as drafter(logprobs [m, V], context) and returns
-# drafts of m tokens, the first being the verified greedy token context[-1] (the contract is in
+# drafts of m tokens, the first being the verified token context[-1] (the contract is in
 # minibpd.ArgmaxDrafter). `counts` tallies the drafting work, for the bench's cost table.
+# reference=True runs the readable version of each (`--reference`): the same drafts.
 
 def head_lattice(logprobs, context, k):
     """Top-k lattice of the heads' log-probs [m, V]; position 0 is the verified token context[-1]."""
@@ -202,42 +204,67 @@ def head_lattice(logprobs, context, k):
 
 class PBestDrafter:
     """Global rescoring (Kim §7.2): the p best lattice paths under interpolate(head log-prob,
-    n-gram log-prob, alpha), all verified in one batched call. p = 1 is 'ngram'; lm=None is the
-    paper's '0-gram' control 'pbest0' (the p best paths by head scores alone). Settings whose DP
-    exceeds MAX_DP_CELLS are refused here, before any decoding."""
+    n-gram log-prob, alpha), all verified in one call. p = 1 is 'ngram'; lm=None is the paper's
+    '0-gram' control 'pbest0' (the p best paths by head scores alone). The DP is the numpy twin
+    best_paths_fast, or the readable best_paths with reference=True. Settings whose DP exceeds
+    MAX_DP_CELLS are refused here, before any decoding."""
 
-    def __init__(self, k, p, alpha=0.0, lm=None, table=None, name="pbest"):
+    def __init__(self, k, p, alpha=0.0, lm=None, table=None, name="pbest", reference=False):
         use_lm = lm is not None and alpha > 0
         check_settings(k, p, alpha, lm.order if use_lm else 1)
-        V = lm.vocab_size if lm is not None else k
-        check_dp_budget(k, p, lm.order if use_lm else 1, V)
+        check_dp_budget(k, p, lm.order if use_lm else 1, lm.vocab_size if lm is not None else k)
         self.k, self.p, self.alpha, self.lm, self.name = k, p, alpha, lm, name
-        self.table = (table or NgramTable(lm)) if use_lm else None     # built once, not per call
-        self.max_drafts, self.counts = p, {"ngram_lookups": 0}
+        self.table = (table or NgramTable(lm)) if use_lm and not reference else None
+        self.reference, self.max_drafts, self.counts = reference, p, {"ngram_lookups": 0}
 
     def __call__(self, logprobs, context):
         lat = head_lattice(logprobs, context, self.k)
-        if self.table is not None:
-            self.counts["ngram_lookups"] += lattice_lookups(lat.h, self.k, self.table.V, self.lm.order)
-        paths = best_paths_fast(lat, self.lm, context[:-1], self.p, self.alpha, self.table)
+        if self.lm is not None and self.alpha > 0:
+            self.counts["ngram_lookups"] += lattice_lookups(lat.h, self.k, self.lm.vocab_size,
+                                                            self.lm.order)
+        if self.reference:
+            paths = best_paths(lat, self.lm, context[:-1], self.p, self.alpha)
+        else:
+            paths = best_paths_fast(lat, self.lm, context[:-1], self.p, self.alpha, self.table)
         return [tokens for _, tokens in paths]
 
 
+def rescore_locally(logprobs, context, k, alpha, lm_logprobs, positions=None):
+    """Kim §7.1, local neural rescoring: walk the heads left to right; at head i pick, among its
+    top-k tokens, the one maximising interpolate(head log-prob, small-LM log-prob, alpha), the
+    small LM seeing the context and the tokens picked so far. logprobs [m, V]; lm_logprobs(seq)
+    -> the small LM's next-token log-probs [V] after seq. Position 0 is the verified token
+    context[-1]. Past `positions` (default: all) each head keeps its argmax. -> the draft."""
+    top = logprobs.topk(min(k, logprobs.shape[-1]), dim=-1)             # values, indices: [m, k]
+    draft = [context[-1]]
+    for i in range(1, len(logprobs)):
+        if positions is not None and i >= positions:
+            draft.append(int(top.indices[i, 0]))
+            continue
+        lm = lm_logprobs(context + draft[1:]).to(top.values.dtype)        # [V]
+        score = interpolate(top.values[i], lm[top.indices[i]], alpha)     # [k]
+        draft.append(int(top.indices[i, score.argmax()]))
+    return draft
+
+
 class NeuralDrafter:
-    """Local rescoring (Kim §7.1): left to right, pick among head i's top-k the token maximising
-    interpolate(head log-prob, small-LM log-prob, alpha) given the context and the tokens already
-    picked; with reach > 0, only while the heads' own estimate that verification gets there is at
-    least `reach` (the rest: their argmax). The small LM keeps its own KV cache across steps: a step feeds it the newly accepted
-    tokens once, then one token per drafted position, and rewinds its cache after. That cache is
-    per-sequence state: a lock makes sharing one drafter between threads safe (each call then
-    finds another sequence and starts its cache afresh), one drafter per thread makes it fast."""
+    """rescore_locally with a small LM (Kim §7.1). Fast: the small LM keeps its own KV cache across
+    steps, so a step feeds it the newly accepted tokens once, then one token per drafted position,
+    and rewinds its cache after. reference=True: one plain forward pass over the window per
+    position (the readable loop; the same drafts). Beside the rescoring:
+      reach > 0  rescore only while the heads' own estimate that verification gets that far (their
+                 top-1 probabilities, multiplied) is at least `reach` (cost-aware; the rest keep
+                 the heads' argmax, no LM call);
+      lock       the small-LM cache is per-sequence state: sharing one drafter between threads is
+                 safe (each call then finds another sequence and starts its cache afresh), one
+                 drafter per thread is fast."""
     name, max_drafts = "neural", 1
 
-    def __init__(self, small_lm, k, alpha, reach=0.0):
+    def __init__(self, small_lm, k, alpha, reach=0.0, reference=False):
         check_settings(k, 1, alpha)
-        if not 0.0 <= reach < 1.0:
-            raise ValueError(f"reach must be in [0, 1), got {reach}")
-        self.lm, self.k, self.alpha, self.reach = small_lm, k, alpha, reach
+        if isinstance(reach, bool) or not isinstance(reach, (int, float)) or not 0.0 <= reach < 1.0:
+            raise ValueError(f"reach must be a number in [0, 1), got {reach!r}")
+        self.lm, self.k, self.alpha, self.reach, self.reference = small_lm, k, alpha, reach, reference
         self.cache, self.cached = KVCache(small_lm), []   # cached: the committed tokens it holds
         self.lock, self.counts = threading.Lock(), {"small_lm_calls": 0, "small_lm_tokens": 0}
 
@@ -246,46 +273,54 @@ class NeuralDrafter:
         with self.lock:
             if self.cached != context[:len(self.cached)]:  # a new sequence: start afresh
                 self.cache.reset(0)
-            top = logprobs.topk(min(self.k, logprobs.shape[-1]), dim=-1)  # [m, k] each
-            # Cost-aware: past the position verification reaches with probability < reach (the
-            # heads' own top-1 probabilities, multiplied), keep the heads' argmax: no LM call.
-            reached = top.values[1:, 0].cumsum(0).exp().tolist()
-            seq = list(context)
-            for i in range(1, len(logprobs)):
-                if reached[i - 1] < self.reach:
-                    seq += top.indices[i:, 0].tolist()
-                    break
-                z, fed = model_call(self.lm, self.cache, seq, [[]])       # predicts seq[len(seq)]
-                self.cache.advance(fed)
-                self.counts["small_lm_calls"] += 1
-                self.counts["small_lm_tokens"] += fed
-                lm_lp = F.log_softmax(self.lm.lm_head(z[0, -1]), dim=-1).to(top.values.dtype)
-                score = interpolate(top.values[i], lm_lp[top.indices[i]], self.alpha)
-                seq.append(int(top.indices[i, score.argmax()]))
+            lm = self.plain_logprobs if self.reference else self.cached_logprobs
+            draft = rescore_locally(logprobs, context, self.k, self.alpha, lm, self.positions(logprobs))
             # The drafted tokens may be rejected: keep only context[:-1] in the cache, so that the
             # next step (whose context extends this one, or repeats it) feeds at least one token.
             self.cache.truncate(len(context) - 1 - self.cache.start)
             self.cached = list(context[:self.cache.start + self.cache.length])
-            return [seq[len(context) - 1:]]
+            return [draft]
+
+    def positions(self, logprobs):
+        """How many leading positions verification reaches with probability >= reach."""
+        reached = logprobs[1:].max(-1).values.cumsum(0).exp().tolist()
+        return 1 + next((i for i, r in enumerate(reached) if r < self.reach), len(reached))
+
+    def cached_logprobs(self, seq):
+        """The small LM's next-token log-probs after seq [V], feeding only what its cache lacks."""
+        z, fed = model_call(self.lm, self.cache, seq)
+        self.cache.advance(fed)
+        return self.counted(z[0, -1], fed)
+
+    def plain_logprobs(self, seq):
+        """The same, from one forward pass over the window and no cache (the readable version)."""
+        window = seq[window_start(len(seq), self.lm.config.block_size):]
+        z = self.lm(torch.tensor([window], device=self.lm.lm_head.weight.device))
+        return self.counted(z[0, -1], len(window))
+
+    def counted(self, z, fed):
+        self.counts["small_lm_calls"] += 1
+        self.counts["small_lm_tokens"] += fed
+        return F.log_softmax(self.lm.lm_head(z), dim=-1)
 
 
 class OracleDrafter:
-    """Kim §6.3, for analysis only: it peeks at the greedy continuation (`full` = prompt + greedy
+    """Kim §6.3, for analysis only: it peeks at the greedy continuation (`answer` = prompt + greedy
     tokens) and proposes the lattice path that accepts the most (oracle_path). From any one
     context no drafter at the same k accepts more; over a whole generation a drafter can still
     end ahead now and then, because its steps start at different positions."""
     name, max_drafts = "oracle", 1
 
-    def __init__(self, full, k):
+    def __init__(self, answer, k):
         check_settings(k)
-        self.full, self.k = full, k
+        self.answer, self.k = answer, k
 
     def __call__(self, logprobs, context):
         lat = head_lattice(logprobs, context, self.k)
         n = len(context)
-        if self.full[:n] != context:  # a sampled sequence left the greedy answer: heads' top path
+        if self.answer[:n] != context:  # a sampled sequence left the greedy answer: heads' top path
             return [[context[-1]] + [cands[0] for cands in lat.tokens[1:]]]
-        return [oracle_path(lat, self.full[n - 1:n - 1 + lat.h])]
+        return [oracle_path(lat, self.answer[n - 1:n - 1 + lat.h])]
 
 
 # ============================================================================= Part 2: numpy twin

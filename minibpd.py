@@ -1,11 +1,13 @@
-"""minibpd: exact blockwise parallel decoding (BPD): the model, the cache, the decode loop.
+"""minibpd: exact blockwise parallel decoding (BPD): the model, its checkpoint, the KV cache and
+the one decode loop.
 
 A tiny character-level GPT with h prediction heads (Stern et al. 2018, "Blockwise Parallel
-Decoding for Deep Autoregressive Models"), a preallocated KV cache, greedy decoding (the
-reference), and BPD with Stern's merged predict+verify step: one model call per step, whose
-verification pass also yields the next draft. Drafters (Kim et al. 2024, §7) plug into the one
-decode loop; `lattice.py` holds the refined ones, `sampling.py` the rule that keeps BPD exact when
-sampling, `checkpoint.py` loading and text (re-exported here), `bench.py` the command line.
+Decoding for Deep Autoregressive Models"), a preallocated KV cache, the reference decoder
+(`sample_decode`; `greedy_decode` is it at temperature 0), and `bpd_decode`: Stern's predict,
+verify and accept, merged so that each step is one model call (Stern §4). Every drafter
+(Kim et al. 2024, §7; `lattice.py`) plugs into that one loop; `sampling.py` holds the rule that
+keeps it exact when sampling. The command line is `cli.py` (`python minibpd.py --demo` hands
+over to it).
 
 Exactness: BPD returns exactly the tokens of `greedy_decode`. In float64 this holds bit for bit
 in practice: the batched verification pass and the one-token pass sum in different orders, and
@@ -13,24 +15,28 @@ the rounding differences (~1e-16) cannot flip an argmax unless two logits tie th
 float32 (~1e-7) or bf16 (~1e-2) such near-ties do happen now and then, so an argmax can flip and
 the two decoders can diverge: this is rounding, not a bug, and it is why the tests run in float64.
 The same holds for sampling: the distribution is exact up to the rounding of the probabilities.
+
+Any model with `config` (vocab_size, block_size, n_bpd_heads), `forward(idx, cache, tree)`,
+`lm_head`, `head_logits`, `first_heads` and `kv_spec` runs in the decode loop (GPT below is one).
 """
 import copy
 import dataclasses
-import functools
-import numbers
+import os
 import sys
 from dataclasses import dataclass
-from typing import NamedTuple
 from operator import index
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from checkpoint import (CHECKPOINT, FORMAT_VERSION, CheckpointError, build_model,  # noqa: F401
-                        decode, encode, known_characters, load_checkpoint, retrain)
+import checkpoint
+from checkpoint import (CHECKPOINT, FORMAT_VERSION, CheckpointError, decode, encode,  # noqa: F401
+                        file_sha256, known_characters, retrain)
+from kvcache import (MAX_CACHE_BYTES, KVCache, KVSpec, causal_mask, check_cache_budget,  # noqa: F401
+                     device_of, draft_tree, is_int, model_call, tree_call, tree_layout,
+                     uncached_from, window_start)
 from sampling import check_temperature, target_probs, verify_sampled  # noqa: F401 (public)
-
 
 
 @dataclass
@@ -51,16 +57,6 @@ class GPTConfig:
             raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
 
 
-class KVSpec(NamedTuple):
-    """The shape of a model's KV cache (GPT.kv_spec): any model with this, `config`, forward and
-    head_logits runs in the decode loop."""
-    layers: int
-    heads: int        # key/value heads (fewer than query heads under grouped-query attention)
-    head_dim: int
-    dtype: torch.dtype
-    device: torch.device
-
-
 # ----------------------------------------------------------------------------- the model
 
 class SelfAttention(nn.Module):
@@ -78,7 +74,7 @@ class SelfAttention(nn.Module):
         if cache is None:  # q, k, v: [P, n_head, L, head_dim]
             drop = self.dropout if self.training else 0.0
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=drop)
-        else:  # the cache stores the L new keys/values and hands back every valid slot's
+        else:
             keys, values = cache.write(layer, k, v)          # [P, n_head, length + L, head_dim]
             y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
         return self.proj(y.transpose(1, 2).reshape(P, L, C))
@@ -111,7 +107,9 @@ class BPDHead(nn.Module):
 
 class GPT(nn.Module):
     """nanoGPT-style decoder. Head 1 is the base LM itself; heads 2..h are BPDHeads. All heads share
-    one output projection (Stern §6), tied to the token embedding (Kim §4)."""
+    one output projection (Stern §6), tied to the token embedding (Kim §4). `reference = True`
+    runs each head through BPDHead.forward instead of the batched twin (`--reference`)."""
+    reference = False
 
     def __init__(self, cfg):
         super().__init__()
@@ -151,18 +149,34 @@ class GPT(nn.Module):
         return self.ln_f(x)
 
     def head_logits(self, z):
-        """z: [..., C] -> logits of all h heads: [..., h, V]; head i predicts i - 1 tokens further.
-        Heads 2..h run as one batched matmul over their stacked weights: the same maths as calling
-        each BPDHead, but on a CPU h - 1 separate small calls would cost about as much as the trunk."""
-        if not self.heads:
-            return self.lm_head(z).unsqueeze(-2)
-        w1, b1, w2, b2 = self._stacked_heads()   # [(h-1)C, C], [(h-1)C], [h-1, C, C], [h-1, 1, C]
+        """z: [..., C] -> logits of all h heads: [..., h, V]; head i predicts i - 1 tokens further:
+        lm_head(z) for head 1, lm_head(BPDHead_i(z)) for the others (Stern §6)."""
+        if self.reference or not self.heads:   # the readable version: each head, one by one
+            return self.lm_head(torch.stack([z] + [head(z) for head in self.heads], dim=-2))
+        return self.lm_head(self._stacked_heads(z))
+
+    def _stacked_heads(self, z):
+        """The same maths as calling each BPDHead, as one wide matmul and one batched matmul: on a
+        CPU h - 1 separate small calls would cost about as much as the trunk. -> [..., h, C]"""
+        w1, b1, w2, b2 = self._stacked_weights()  # [(h-1)C, C], [(h-1)C], [h-1, C, C], [h-1, 1, C]
         C, H = z.shape[-1], len(self.heads)
         x = z.reshape(-1, C)                                                 # [N, C]
         hidden = F.gelu(F.linear(x, w1, b1)).view(-1, H, C).transpose(0, 1)  # [h-1, N, C]
         y = x + torch.baddbmm(b2, hidden, w2)                                # [h-1, N, C]
-        zs = torch.cat([x[None], y]).transpose(0, 1).reshape(*z.shape[:-1], H + 1, C)
-        return self.lm_head(zs)                                              # [..., h, V]
+        return torch.cat([x[None], y]).transpose(0, 1).reshape(*z.shape[:-1], H + 1, C)
+
+    def _stacked_weights(self):
+        """The heads' weights stacked; cached at inference, re-stacked when any weight changes."""
+        ps = [p for hd in self.heads for p in (hd.fc.weight, hd.fc.bias, hd.proj.weight, hd.proj.bias)]
+        key = tuple((p.data_ptr(), p._version) for p in ps)
+        if self.training or getattr(self, "_stack_key", None) != key:
+            stacked = (torch.cat(ps[0::4]), torch.cat(ps[1::4]),          # fc: one wide linear
+                       torch.stack([p.t() for p in ps[2::4]]),             # proj: [h-1, C_in, C_out]
+                       torch.stack([p[None] for p in ps[3::4]]))           # [h-1, 1, C]
+            if self.training:                                               # keep autograd intact
+                return stacked
+            self._stack, self._stack_key = stacked, key
+        return self._stack
 
     def kv_spec(self):
         """What a KVCache for this model holds: (layers, kv heads, head dim, dtype, device)."""
@@ -179,236 +193,32 @@ class GPT(nn.Module):
         view.config = dataclasses.replace(self.config, n_bpd_heads=n)
         return view
 
-    def _stacked_heads(self):
-        """The heads' weights stacked; cached at inference, re-stacked when any weight changes."""
-        ps = [p for hd in self.heads for p in (hd.fc.weight, hd.fc.bias, hd.proj.weight, hd.proj.bias)]
-        key = tuple((p.data_ptr(), p._version) for p in ps)
-        if self.training or getattr(self, "_stack_key", None) != key:
-            stacked = (torch.cat(ps[0::4]), torch.cat(ps[1::4]),          # fc: one wide linear
-                        torch.stack([p.t() for p in ps[2::4]]),            # proj: [h-1, C_in, C_out]
-                        torch.stack([p[None] for p in ps[3::4]]))          # [h-1, 1, C]
-            if self.training:                                               # keep autograd intact
-                return stacked
-            self._stack, self._stack_key = stacked, key
-        return self._stack
 
-    def loss(self, chunk, head_weight=1.0):
-        """chunk: [B, T + h] -> (joint loss, per-head losses [h]). Head i at position t is trained
-        on token t + i. Joint training of trunk and heads (Kim §4), with our weighting: a weighted
-        mean of the per-head losses, head 1 weighted 1 and heads 2..h `head_weight` each (1.0: the
-        plain mean; Stern instead trains one randomly chosen head per batch)."""
-        T, h = chunk.shape[1] - self.config.n_bpd_heads, self.config.n_bpd_heads
-        logits = self.head_logits(self(chunk[:, :T]))            # [B, T, h, V]
-        targets = torch.stack([chunk[:, 1 + i:1 + i + T] for i in range(h)], dim=-1)  # [B, T, h]
-        per_tok = F.cross_entropy(logits.flatten(0, 2), targets.flatten(), reduction="none")
-        per_head = per_tok.view(-1, h).mean(0)
-        w = torch.full((h,), float(head_weight), device=chunk.device)
-        w[0] = 1.0
-        return (w * per_head).sum() / w.sum(), per_head
+# ----------------------------------------------------------------------------- the checkpoint
+# Reading the file and text <-> ids live in checkpoint.py (below this module); the model is built here.
 
-
-@functools.lru_cache(maxsize=4096)
-def causal_mask(L, start, device):
-    """[L, start + L] bool: query i (at slot start + i) may see slots 0..start + i. Cached: the
-    decode loop asks for the same few shapes over and over."""
-    return torch.ones(L, start + L, dtype=torch.bool, device=device).tril(start)
-
-
-# ----------------------------------------------------------------------------- the KV cache
-
-def window_start(t, block_size):
-    """First position the model sees when it predicts the token at position t: 0 while t fits in the
-    window, else jumps forward in steps of block_size // 2. Greedy and every BPD path predict
-    position t from exactly seq[window_start(t):t], so running past the window (or a prompt longer
-    than it) keeps them identical; the cache is rebuilt when the start jumps."""
-    shift = max(1, block_size // 2)
-    over = t - block_size
-    return 0 if over <= 0 else -(-over // shift) * shift
-
-
-MAX_CACHE_BYTES = 2 ** 30   # 1 GiB: the most a KVCache may allocate (p-best's p sets its rows)
-
-
-def check_cache_budget(model, rows, spare=0):
-    """Refuse, before allocating, a KVCache of `rows` rows over MAX_CACHE_BYTES."""
-    spec, slots = model.kv_spec(), model.config.block_size + spare
-    row = 2 * spec.layers * spec.heads * slots * spec.head_dim * spec.dtype.itemsize
-    if not is_int(rows) or not 1 <= rows <= MAX_CACHE_BYTES // row:
-        raise ValueError(f"a KV cache of {rows} rows would need {rows * row / 2**20:,.0f} MiB; the "
-                         f"budget is {MAX_CACHE_BYTES // 2**20} MiB, i.e. 1 to {MAX_CACHE_BYTES // row}"
-                         " rows (drafts verified per call) for this model")
-
-
-class KVCache:
-    """Preallocated keys/values per layer, [R, n_head, block_size, head_dim], and two integers:
-    `start`, the absolute position of slot 0, and `length`, the number of valid slots. Its row
-    protocol (nothing outside this class moves `length`):
-      write(layer, k, v)  a model call's L new keys/values go to slots length..length+L-1 of
-                          rows 0..P-1; a one-row call (prefill, greedy step) writes every row,
-                          because it extends the prefix that all rows share.
-      advance(n, row)     keep n of the slots just written, those of `row`, in every row.
-      compact(fed, nodes) tree verification (one row): keep the tail and the accepted nodes.
-      truncate(length)    forget every slot from `length` on (rewind after rejected drafts).
-      reset(start)        empty, for a window that starts at position `start`.
-    Rejected draft tokens are dropped by not advancing past them: nothing is ever erased. R rows
-    let p drafts be verified in one batched call (Kim §7.2); `spare` slots past the window hold a
-    token tree's extra branches until compact() keeps the accepted one."""
-
-    def __init__(self, model, rows=1, spare=0):
-        spec = model.kv_spec()
-        check_cache_budget(model, rows, spare)
-        shape = (rows, spec.heads, model.config.block_size + spare, spec.head_dim)
-        self.kv = [[torch.zeros(shape, dtype=spec.dtype, device=spec.device) for _ in range(2)]
-                   for _ in range(spec.layers)]
-        self.rows, self.start, self.length, self.written = rows, 0, 0, 1
-
-    def write(self, layer, k, v):
-        """k, v: [P, n_head, L, head_dim] -> every valid slot's keys and values, new ones included:
-        [P, n_head, length + L, head_dim] each."""
-        P, end = k.shape[0], self.length + k.shape[2]
-        rows = slice(None) if P == 1 else slice(0, P)
-        kc, vc = self.kv[layer]
-        kc[rows, :, self.length:end], vc[rows, :, self.length:end] = k, v
-        self.written = P
-        return kc[:P, :, :end], vc[:P, :, :end]
-
-    def advance(self, n, row=0):
-        if self.written > 1:  # several drafts were written: copy the winner's slots to every row
-            new = slice(self.length, self.length + n)
-            for pair in self.kv:
-                for t in pair:
-                    t[:, :, new] = t[row:row + 1, :, new]
-        self.length += n
-
-    def compact(self, fed, nodes):
-        """Tree verification: keep the `fed` tail slots just written and the accepted tree
-        `nodes` (offsets after the tail, root to leaf), moved to consecutive slots; advance."""
-        base = self.length + fed
-        src = torch.tensor(nodes, dtype=torch.long, device=self.kv[0][0].device) + base
-        for pair in self.kv:
-            for t in pair:
-                t[:, :, base:base + len(nodes)] = t[:, :, src]   # gathered first: overlap is safe
-        self.length = base + len(nodes)
-
-    def truncate(self, length):
-        self.length = max(0, min(self.length, length))
-
-    def reset(self, start):
-        self.start, self.length = start, 0
-
-
-def uncached_tail(model, cache, seq):
-    """The tokens of seq the cache does not hold yet (at least seq[-1]). If the window must move
-    for position len(seq), the cache is emptied and the tail is the whole new window."""
-    start = window_start(len(seq), model.config.block_size)
-    if start != cache.start:
-        cache.reset(start)
-    return seq[cache.start + cache.length:]
-
-
-def model_call(model, cache, seq, extra):
-    """One serial model call. Feeds the uncached tail of `seq` plus P candidate continuations
-    `extra` (P lists of m tokens) and returns (z [P, m + 1, C], tail length); z[:, i] predicts
-    token len(seq) + i."""
-    tail = uncached_tail(model, cache, seq)
-    idx = torch.tensor([tail + e for e in extra], dtype=torch.long, device=model.lm_head.weight.device)
-    z = model(idx, cache)
-    return z[:, len(tail) - 1:], len(tail)
-
-
-def draft_tree(extra):
-    """The drafts as a token tree (a trie: shared prefixes once). -> (tokens [N], parents [N],
-    -1 for a child of the certain token; paths: each draft's node indices, root to leaf)."""
-    nodes, tokens, parents, paths = {}, [], [], []
-    for d in extra:
-        node, path = -1, []
-        for tok in d:
-            if (node, tok) not in nodes:
-                nodes[(node, tok)] = len(tokens)
-                tokens.append(tok)
-                parents.append(node)
-            node = nodes[(node, tok)]
-            path.append(node)
-        paths.append(path)
-    return tokens, parents, paths
-
-
-def tree_layout(T, parents, length, device):
-    """Positions [T + N] and attention mask [T + N, length + T + N] of one row: T tail tokens
-    (causal), then N tree nodes; node j sees the cache, the tail, its ancestors and itself, and
-    sits at the position of its depth, as if its path alone had been fed."""
-    N, depth = len(parents), []
-    see = torch.eye(N, dtype=torch.bool)                     # see[j, i]: node j attends to node i
-    for j, par in enumerate(parents):
-        depth.append(1 if par < 0 else depth[par] + 1)
-        if par >= 0:
-            see[j] |= see[par]
-    mask = torch.ones(T + N, length + T + N, dtype=torch.bool)         # all see the cache
-    mask[:T, length:] = False
-    mask[:T, length:length + T] = torch.ones(T, T, dtype=torch.bool).tril()   # the tail: causal
-    mask[T:, length + T:] = see                                  # nodes: the tail + ancestors
-    pos = torch.cat([torch.arange(length, length + T), length + T - 1 + torch.tensor(depth)])
-    return pos.to(device), mask.to(device)
-
-
-def tree_call(model, cache, seq, extra):
-    """model_call with the P drafts verified as ONE row: a token tree with a tree attention mask
-    (each drafted token appears once). -> (z [P, m + 1, C] gathered along each draft's path,
-    tail length, paths) for the same verification as model_call's; KVCache.compact keeps the
-    accepted path."""
-    tail = uncached_tail(model, cache, seq)
-    tokens, parents, paths = draft_tree(extra)
-    dev, T = model.lm_head.weight.device, len(tail)
-    idx = torch.tensor([tail + tokens], dtype=torch.long, device=dev)
-    z = model(idx, cache, tree_layout(T, parents, cache.length, dev))[0]       # [T + N, C]
-    at = torch.tensor([[T - 1] + [T + j for j in path] for path in paths], device=dev)
-    return z[at], T, paths
-
-
-def check_request(model, prompt, max_new_tokens):
-    """Clear errors for a bad request, before any model call. -> the prompt as a new list."""
+def build_model(config, state, device="cpu", dtype=torch.float32, where="checkpoint", path=None):
+    """GPT from a saved config dict and state dict, with a clear error on any mismatch."""
     try:
-        seq = [index(t) for t in prompt]
-    except TypeError:
-        raise ValueError("the prompt must be a sequence of integer token ids") from None
-    if not seq:
-        raise ValueError("the prompt is empty: give at least one token")
-    V = model.config.vocab_size
-    if min(seq) < 0 or max(seq) >= V:
-        raise ValueError(f"prompt token ids must lie in [0, {V})")
-    if not is_int(max_new_tokens) or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
-    return seq
+        model = GPT(GPTConfig(**config))
+        model.load_state_dict({k: v.float() for k, v in state.items()})
+    except (TypeError, ValueError, RuntimeError, AttributeError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError(f"{where} does not match this version of minibpd.py ({first}); "
+                              f"{retrain(path)}") from None
+    return model.to(device=device, dtype=dtype).eval()
 
 
-def is_int(x):
-    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+def load_checkpoint(path=CHECKPOINT, device="cpu", dtype=torch.float32):
+    """-> (model, checkpoint dict). Read with weights_only=True: a checkpoint cannot run code."""
+    ck = checkpoint.read(path)
+    model = build_model(ck["config"], ck["model"], device, dtype, f"checkpoint {path}", path)
+    if len(ck["vocab"]) != model.config.vocab_size:
+        raise CheckpointError(f"checkpoint {path}: vocabulary size does not match its model")
+    return model, ck
 
 
-# ----------------------------------------------------------------------------- decoding
-
-@torch.no_grad()
-def sample_decode(model, prompt, max_new_tokens, temperature=1.0, generator=None):
-    """The reference decoder: one token per call with the KV cache, each the argmax (temperature
-    0) or drawn from target_probs at `temperature`. -> new tokens."""
-    seq = check_request(model, prompt, max_new_tokens)
-    check_temperature(temperature)
-    cache, n0 = KVCache(model), len(seq)
-    for _ in range(max_new_tokens):
-        z, fed = model_call(model, cache, seq, [[]])
-        cache.advance(fed)
-        logits = model.lm_head(z[0, -1])
-        token = logits.argmax() if temperature == 0 else torch.multinomial(
-            target_probs(logits.double(), temperature).cpu(), 1, generator=generator)
-        seq.append(int(token))
-    return seq[n0:]
-
-
-def greedy_decode(model, prompt, max_new_tokens):
-    """Greedy decoding with the KV cache: the reference every BPD path must equal, and the speed
-    baseline."""
-    return sample_decode(model, prompt, max_new_tokens, 0.0)
-
+# ----------------------------------------------------------------------------- the drafter contract
 
 class ArgmaxDrafter:
     """Plain BPD drafter (Stern §3, predict): each head's most likely token.
@@ -420,7 +230,7 @@ class ArgmaxDrafter:
         drafts    a list of 1..max_drafts drafts, each a list of m ints in [0, V) whose first
                   is context[-1] (head 1 is the base model: its token is certain)
       max_drafts  attribute: the most drafts one call returns (default 1); p-best verifies up
-                  to this many in one batched call
+                  to this many in one call
     Both arguments are the drafter's own copies: changing them cannot change the output. A
     drafter may keep per-sequence state (NeuralDrafter keeps a small LM's KV cache), so one
     drafter object serves one sequence at a time."""
@@ -432,27 +242,41 @@ class ArgmaxDrafter:
         return [[context[-1]] + logprobs[1:].argmax(-1).tolist()]
 
 
+class HeadSampler(ArgmaxDrafter):
+    """Samples each draft token from its head's own distribution q_i = softmax(head_i / T) and
+    declares q, so verification uses the textbook rule min(1, p/q) with residual max(0, p - q)
+    (sampling.py). Beside the deterministic drafters (q = one-hot) it shows both halves of the
+    rule. At temperature 0 it drafts each head's argmax: plain BPD."""
+    name = "sampled"
+
+    def sample(self, logprobs, context, temperature, generator=None):
+        """-> ([draft], q [m, V]): q[i] is the distribution draft token i was drawn from."""
+        q = F.softmax(logprobs.double().cpu() / temperature, dim=-1)       # [m, V]
+        drawn = torch.multinomial(q[1:], 1, generator=generator).view(-1).tolist() if len(q) > 1 else []
+        return [[context[-1]] + drawn], q
+
+
 def max_drafts(drafter):
-    rows = getattr(drafter, "max_drafts", 1)
-    if not is_int(rows) or rows < 1:
+    n = getattr(drafter, "max_drafts", 1)
+    if not is_int(n) or n < 1:
         raise ValueError(f"drafter {drafter_name(drafter)}: max_drafts must be an integer >= 1, "
-                         f"got {rows!r}")
-    return rows
+                         f"got {n!r}")
+    return n
 
 
 def drafter_name(drafter):
     return getattr(drafter, "name", None) or type(drafter).__name__
 
 
-def check_drafts(drafts, size, first, V, most, drafter):
+def check_drafts(drafts, size, first, V, limit, drafter):
     """The drafter contract (see ArgmaxDrafter) -> the drafts as new lists of ints, or a
     ValueError naming the rule broken and the drafter. At most p x h ints: microseconds."""
     def broken(rule, detail):
         return ValueError(f"drafter {drafter_name(drafter)} broke the drafter contract "
                           f"({rule}): {detail}")
-    if not isinstance(drafts, (list, tuple)) or not 1 <= len(drafts) <= most:
+    if not isinstance(drafts, (list, tuple)) or not 1 <= len(drafts) <= limit:
         got = f"{len(drafts)}" if isinstance(drafts, (list, tuple)) else f"a {type(drafts).__name__}"
-        raise broken("1..max_drafts drafts", f"return a list of 1 to {most} drafts; got {got}")
+        raise broken("1..max_drafts drafts", f"return a list of 1 to {limit} drafts; got {got}")
     out = []
     for j, d in enumerate(drafts):
         if not isinstance(d, (list, tuple)):
@@ -475,114 +299,252 @@ def check_drafts(drafts, size, first, V, most, drafter):
     return out
 
 
+# ----------------------------------------------------------------------------- the reference decoder
+
+def check_request(model, prompt, max_new_tokens):
+    """Clear errors for a bad request, before any model call. -> the prompt as a new list."""
+    try:
+        seq = [index(t) for t in prompt]
+    except TypeError:
+        raise ValueError("the prompt must be a sequence of integer token ids") from None
+    if not seq:
+        raise ValueError("the prompt is empty: give at least one token")
+    V = model.config.vocab_size
+    if min(seq) < 0 or max(seq) >= V:
+        raise ValueError(f"prompt token ids must lie in [0, {V})")
+    if not is_int(max_new_tokens) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+    return seq
+
+
+def next_token(model, z, temperature, generator=None):
+    """The base model's next token from final hidden states z [P, C]: the argmax (temperature 0)
+    or a draw from target_probs at `temperature`. -> [P, 1] token ids."""
+    logits = model.lm_head(z)
+    if temperature == 0:
+        return logits.argmax(-1, keepdim=True)
+    probs = target_probs(logits.double(), temperature).cpu()
+    return torch.multinomial(probs, 1, generator=generator).to(logits.device)
+
+
+@torch.no_grad()
+def decode_rows(model, rows, n, temperature=0.0, generator=None):
+    """rows [P, L] -> [P, L + n]: P independent sequences of one length, each continued one token
+    per model call with the KV cache (each row its own sequence), with the windows of
+    window_start."""
+    cache = KVCache(model, rows=len(rows))
+    for _ in range(n):
+        tail = rows[:, uncached_from(model, cache, rows.shape[1]):]
+        z = model(tail, cache)[:, -1]                                   # [P, C]
+        cache.advance(tail.shape[1], row=None)
+        rows = torch.cat([rows, next_token(model, z, temperature, generator)], dim=1)
+    return rows
+
+
+def sample_decode(model, prompt, max_new_tokens, temperature=1.0, generator=None):
+    """The reference decoder: one token per call with the KV cache, each the argmax (temperature
+    0) or drawn from target_probs at `temperature`. -> new tokens."""
+    seq = check_request(model, prompt, max_new_tokens)
+    check_temperature(temperature)
+    rows = torch.tensor([seq], dtype=torch.long, device=device_of(model))
+    return decode_rows(model, rows, max_new_tokens, temperature, generator)[0, len(seq):].tolist()
+
+
+def greedy_decode(model, prompt, max_new_tokens):
+    """Greedy decoding with the KV cache: the reference every BPD path must equal, and the speed
+    baseline."""
+    return sample_decode(model, prompt, max_new_tokens, 0.0)
+
+
+# ----------------------------------------------------------------------------- BPD: predict, verify, accept
+
+def draft_budget(t, end, h, block_size):
+    """How many tokens to draft when t tokens are known and the output ends at `end`: at most
+    h - 1, no more than are still missing, none that would cross the window."""
+    return max(0, min(h - 1, end - t, window_start(t, block_size) + block_size - t))
+
+
+def predict(model, drafter, z, seq, m, temperature=0.0, generator=None):
+    """Stern §3, predict: the heads at the last accepted position (z [C]) give m + 1 rows of
+    log-probs (head 1's token, seq[-1], is already chosen); the drafter turns them into drafts,
+    checked against the contract. -> (drafts, q): q [m + 1, V] when a sampling drafter declares its
+    proposal, else None. The drafter gets its own copy of seq."""
+    if m == 0:                                   # nothing to draft: a plain one-token step
+        return [[seq[-1]]], None
+    logprobs = F.log_softmax(model.head_logits(z)[:m + 1], dim=-1)          # [m + 1, V]
+    if temperature > 0 and hasattr(drafter, "sample"):
+        drafts, q = drafter.sample(logprobs, list(seq), temperature, generator)
+    else:
+        drafts, q = drafter(logprobs, list(seq)), None
+    return check_drafts(drafts, m + 1, seq[-1], model.config.vocab_size, max_drafts(drafter),
+                        drafter), q
+
+
+class Verifier:
+    """Stern §3, verify: ONE model call checks every draft. As P rows of a batch ("batch"), or as
+    one row holding the drafts' token tree with a tree attention mask ("tree": each drafted token
+    once; "auto": tree when a drafter returns several drafts). Both give the same z; `keep` then
+    moves the cache past the accepted tokens."""
+    MODES = ("auto", "batch", "tree")
+
+    def __init__(self, model, n_drafts, mode="auto"):
+        if mode not in self.MODES:
+            raise ValueError(f"verify must be one of {', '.join(self.MODES)}, got {mode!r}")
+        self.model, self.tree = model, mode == "tree" or (mode == "auto" and n_drafts > 1)
+        # A tree of n drafts of at most h - 1 tokens has at most (n - 1)(h - 1) extra nodes.
+        spare = (n_drafts - 1) * (model.config.n_bpd_heads - 1)
+        self.cache = KVCache(model, 1, spare) if self.tree else KVCache(model, n_drafts)
+        self.paths, self.tail = None, 0
+
+    def prefill(self, seq):
+        """The prompt in one call. -> z [C] at its last position."""
+        z, self.tail = model_call(self.model, self.cache, seq)
+        self.cache.advance(self.tail)
+        return z[0, -1]
+
+    def __call__(self, seq, drafts):
+        """-> z [P, m + 1, C]: z[j, i] is the base model after seq + drafts[j][1:i + 1]."""
+        proposed, self.paths = [d[1:] for d in drafts], None
+        if self.tree and proposed[0]:          # (nothing drafted: a plain one-token call)
+            z, self.tail, self.paths = tree_call(self.model, self.cache, seq, proposed)
+        else:
+            z, self.tail = model_call(self.model, self.cache, seq, proposed)
+        return z
+
+    def keep(self, row, a):
+        """The cache keeps the tail and draft `row`'s first a drafted tokens."""
+        if self.paths is not None:
+            self.cache.compact(self.tail, self.paths[row][:a])
+        else:
+            self.cache.advance(self.tail + a, row)
+
+    def cost(self, drafts):
+        """(tokens the base model ran on, of which drafted) in the last call."""
+        if self.paths is not None:
+            drafted = len(set(sum(self.paths, [])))
+            return drafted + self.tail, drafted
+        drafted = len(drafts) * (len(drafts[0]) - 1)
+        return drafted + self.tail * len(drafts), drafted
+
+
 def matched(proposed, truth):
     """Length of the longest prefix of `proposed` that equals `truth` (Stern §3, accept)."""
     return next((i for i, (a, b) in enumerate(zip(proposed, truth)) if a != b),
                 min(len(proposed), len(truth)))
 
 
-def verify_greedy(model, z, extra):
-    """Stern §3, verify + accept. z [P, m + 1, C] from model_call; extra: P lists of the drafts'
-    m tokens after the certain one. -> (winning row, accepted tokens a of extra[row], the base
-    model's greedy token after extra[row][:a]: the one the call adds beyond the draft)."""
-    g = model.lm_head(z).argmax(-1).tolist()                         # P lists of m + 1
-    ok = [matched(ex, gr) for ex, gr in zip(extra, g)]               # longest matching prefixes
-    row = ok.index(max(ok))                                          # the first of the best
+def accept_greedy(model, z, drafts):
+    """Stern §3, accept: the longest draft prefix equal to the base model's greedy choices.
+    z [P, m + 1, C] from the Verifier. -> (winning row, accepted drafted tokens a, the base
+    model's token after them: the one the call adds beyond the draft)."""
+    g = model.lm_head(z).argmax(-1).tolist()                          # P lists of m + 1
+    ok = [matched(d[1:], gr) for d, gr in zip(drafts, g)]             # longest matching prefixes
+    row = ok.index(max(ok))                                           # the first of the best
     return row, ok[row], g[row][ok[row]]
 
 
-VERIFY_MODES = ("auto", "batch", "tree")   # auto: tree for drafters of several drafts (faster here)
+def acceptance_rule(model, temperature, generator):
+    """Accept at temperature 0 (accept_greedy) or above it (the speculative sampling rule,
+    sampling.verify_sampled, which also lists its tries). -> rule(z, drafts, q) ->
+    (row, a, token, tries)."""
+    check_temperature(temperature)
+    if temperature == 0:
+        return lambda z, drafts, q: accept_greedy(model, z, drafts) + (None,)
+
+    def sampled(z, drafts, q):
+        probs = target_probs(model.lm_head(z).double(), temperature).cpu()      # [P, m + 1, V]
+        return verify_sampled(probs, [d[1:] for d in drafts], None if q is None else q[1:],
+                              generator)
+    return sampled
+
+
+class Stats:
+    """What bpd_decode reports: calls (serial model calls, prefill included), accepted (tokens
+    gained per call), steps (each draft step: context length, drafts, winner, accepted; when
+    sampling, the tries), processed (tokens the base model ran on), verified (drafted tokens the
+    base model ran on), and block_efficiency (new tokens / calls)."""
+
+    def __init__(self):
+        self.calls, self.accepted, self.steps, self.processed, self.verified = 0, [], [], 0, 0
+
+    def call(self, gained, cost=(0, 0)):
+        self.calls += 1
+        self.accepted.append(gained)
+        self.processed, self.verified = self.processed + cost[0], self.verified + cost[1]
+
+    def step(self, context, drafts, row, gained, tries):
+        self.steps.append({"context": context, "drafts": drafts, "winner": row, "accepted": gained,
+                           **({} if tries is None else {"tries": tries})})
+
+    def result(self, n):
+        return {**vars(self), "block_efficiency": n / self.calls}
 
 
 @torch.no_grad()
 def bpd_decode(model, prompt, max_new_tokens, drafter=None, temperature=0.0, generator=None,
                verify="auto"):
-    """Blockwise parallel decoding with merged predict+verify (Stern §4): each call verifies the
-    drafts and, through the heads at the last accepted position, yields the next draft.
+    """Blockwise parallel decoding (Stern §3) with merged predict+verify (Stern §4): each call
+    verifies the drafts and, through the heads at the last accepted position, yields the next.
     temperature 0 (default): exactly greedy decoding's tokens. temperature T > 0: exactly the
     distribution of sample_decode at T, whatever the drafts (sampling.py; `generator` drives all
-    randomness). verify: "batch" (P drafts as P rows of one call), "tree" (one row, each drafted
-    token once: tree_call) or "auto" (tree when max_drafts > 1); the same tokens and steps.
-    -> (new tokens, stats). stats: calls (serial model calls, prefill included), accepted (tokens
-    gained per call), block_efficiency (new tokens / calls), steps (drafts, winner, accepted;
-    when sampling, the tries), processed (tokens the base model ran on), verified (draft
-    tokens the base model ran on)."""
-    seq, h = check_request(model, prompt, max_new_tokens), model.config.n_bpd_heads
-    check_temperature(temperature)
-    if verify not in VERIFY_MODES:
-        raise ValueError(f"verify must be one of {', '.join(VERIFY_MODES)}, got {verify!r}")
+    randomness). verify: "batch", "tree" or "auto" (Verifier); the same tokens and steps.
+    -> (new tokens, stats: see Stats)."""
+    seq, n = check_request(model, prompt, max_new_tokens), max_new_tokens
     drafter = drafter or ArgmaxDrafter()
-    rows, B, V, n0 = max_drafts(drafter), model.config.block_size, model.config.vocab_size, len(seq)
-    verify = ("tree" if rows > 1 else "batch") if verify == "auto" else verify
-    # A tree of `rows` drafts of at most h - 1 tokens has at most (rows - 1)(h - 1) extra nodes.
-    cache = KVCache(model, 1, (rows - 1) * (h - 1)) if verify == "tree" else KVCache(model, rows)
-    extra, drafts, q = [[]], None, None           # the prefill call verifies nothing
-    stats = {"calls": 0, "accepted": [], "steps": [], "processed": 0, "verified": 0}
-    while True:
-        tree = verify == "tree" and drafts is not None
-        z, fed, paths = tree_call(model, cache, seq, extra) if tree else \
-            model_call(model, cache, seq, extra) + (None,)
-        if temperature == 0:
-            row, a, token = verify_greedy(model, z, extra)
-        else:
-            probs = target_probs(model.lm_head(z).double(), temperature).cpu()   # [P, m + 1, V]
-            row, a, token, tries = verify_sampled(probs, extra, q, generator)
-        if tree:
-            cache.compact(fed, paths[row][:a])
-        else:
-            cache.advance(fed + a, row)
-        new = extra[row][:a] + [token]
-        if drafts is not None:
-            stats["steps"].append({"context": len(seq), "drafts": drafts, "winner": row,
-                                   "accepted": len(new), **({"tries": tries} if temperature else {})})
-        seq += new
-        stats["calls"] += 1
-        stats["accepted"].append(len(new))
-        ran = len(set(sum(paths, []))) if tree else len(extra) * len(extra[0])  # draft tokens
-        stats["processed"] += ran + (fed if tree else len(extra) * fed)     # tokens the model ran on
-        stats["verified"] += ran
-        left = max_new_tokens - (len(seq) - n0)
-        if left <= 0:
-            break
-        # Draft up to m more tokens: no more than needed, none that would cross the window.
-        m = min(h - 1, left, window_start(len(seq), B) + B - len(seq))
-        extra, drafts, q = [[]], None, None
+    rule = acceptance_rule(model, temperature, generator)   # greedy or sampled: chosen once
+    call = Verifier(model, max_drafts(drafter), verify)     # batch or tree: chosen once
+    stats, end, h = Stats(), len(seq) + n, model.config.n_bpd_heads
+    z = call.prefill(seq)                                   # the prompt: one call, no draft
+    seq.append(int(next_token(model, z[None], temperature, generator)))
+    stats.call(1, (call.tail, 0))
+    while len(seq) < end:
+        m = draft_budget(len(seq), end, h, model.config.block_size)
+        drafts, q = predict(model, drafter, z, seq, m, temperature, generator)    # predict
+        zs = call(seq, drafts)                                                     # verify
+        row, a, token, tries = rule(zs, drafts, q)                                 # accept
+        call.keep(row, a)
+        new = drafts[row][1:a + 1] + [token]
         if m > 0:
-            logprobs = F.log_softmax(model.head_logits(z[row, a])[:m + 1], dim=-1)  # [m + 1, V]
-            drafts, q = draft(drafter, logprobs, seq, temperature, generator)
-            drafts = check_drafts(drafts, m + 1, seq[-1], V, rows, drafter)
-            extra, q = [d[1:] for d in drafts], None if q is None else q[1:]
-    stats["block_efficiency"] = max_new_tokens / stats["calls"]
-    return seq[n0:n0 + max_new_tokens], stats
+            stats.step(len(seq), drafts, row, len(new), tries)
+        stats.call(len(new), call.cost(drafts))
+        seq += new
+        z = zs[row, a]                        # the heads here draft the next block (Stern §4)
+    return seq[end - n:end], stats.result(n)
 
 
-def draft(drafter, logprobs, seq, temperature, generator):
-    """-> (drafts, q): q [m + 1, V] when a sampling drafter declares its proposal, else None.
-    The drafter gets its own copy of seq: what it does to it cannot reach the output."""
-    if temperature > 0 and hasattr(drafter, "sample"):
-        return drafter.sample(logprobs, list(seq), temperature, generator)
-    return drafter(logprobs, list(seq)), None
+# ----------------------------------------------------------------------------- threads
+
+def choose_threads(n=None, training=False):
+    """torch's intra-op threads, the one policy of every command (README, 'Threads', has the
+    measurements behind it): decoding uses 1 thread (torch's threads wait for each other at every
+    small op, and far longer when another process is busy); training uses every core on an idle
+    machine (1-minute load average under 0.5), else 1. n: an explicit choice. -> (n, reason)"""
+    if n is not None:
+        if not is_int(n) or n < 1:
+            raise ValueError(f"--threads must be an integer >= 1, got {n!r}")
+        return n, "--threads"
+    if not training:
+        return 1, "decoding: 1 thread"
+    try:
+        cores = len(os.sched_getaffinity(0))      # the cores this process may run on
+    except AttributeError:                        # macOS, Windows
+        cores = os.cpu_count() or 1
+    try:
+        load = os.getloadavg()[0]                 # processes wanting a core, last minute
+    except (AttributeError, OSError):             # Windows
+        return cores, "load average unknown"
+    if load < 0.5:
+        return cores, "machine idle"
+    return 1, f"load average {load:.2f}: another process is busy"
 
 
-def set_threads(n=None):
-    """torch's intra-op threads for every command. Default 1: measured here (README, 'Threads'),
-    one thread decodes as fast as two on an idle 2-core machine and 4x faster when one other
-    process is busy, because torch's threads wait for each other at every small op."""
-    n = 1 if n is None else n
-    if not is_int(n) or n < 1:
-        raise ValueError(f"--threads must be an integer >= 1, got {n!r}")
+def set_threads(n=None, training=False):
+    """Apply choose_threads. -> the thread count."""
+    n = choose_threads(n, training)[0]
     torch.set_num_threads(n)
     return n
 
 
-# ----------------------------------------------------------------------------- command line
-
-def main(argv=None):
-    """`python minibpd.py ...`: the command line lives in bench.py (demo, generator, bench, tune)."""
-    import bench
-    return bench.main(argv)
-
-
-if __name__ == "__main__":
-    import minibpd  # run main() from the importable module, so bench.py shares its classes
-    sys.exit(minibpd.main())
+if __name__ == "__main__":    # the script hand-off: the command line lives in cli.py
+    from cli import main
+    sys.exit(main())

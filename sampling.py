@@ -18,8 +18,9 @@ an accepted child becomes the node; when every child is rejected (or at a leaf),
 is sampled from r. With one-hot proposals each child is tried with probability r(child): the walk
 samples the node's token from p exactly, so the whole output is exact.
 
-Temperature 0 is greedy decoding: target_probs is then a one-hot on the argmax and the decode
-loop takes its greedy path (minibpd.verify), untouched.
+Temperature 0 is greedy decoding: target_probs is then a one-hot on the argmax, and the decode
+loop takes its greedy rule (minibpd.accept_greedy) instead. minibpd.HeadSampler is the drafter
+that declares a proposal q.
 """
 import torch
 import torch.nn.functional as F
@@ -39,7 +40,7 @@ def check_temperature(temperature):
         raise ValueError(f"temperature must be a number >= 0, got {temperature!r}")
 
 
-def acceptance(r, proposal, token):
+def accept_probability(r, proposal, token):
     """Probability of accepting `token`, proposed with `proposal` [V], when the target is r [V]."""
     return min(1.0, float(r[token] / proposal[token]))
 
@@ -51,20 +52,20 @@ def residual(r, proposal):
     return left / total if total > 0 else r   # total 0 only if r == proposal: never rejected
 
 
-def verify_sampled(probs, extra, q=None, generator=None):
+def verify_sampled(probs, proposed, q=None, generator=None):
     """Verify + accept under sampling (the rule above). probs [P, m + 1, V] (float64, CPU):
-    row j's position i is the target after extra[j][:i]. extra: P drafts of m tokens. q: None
-    (deterministic drafts) or [m, V], the proposal of a single sampled draft's token i (q[i]
-    proposed extra[0][i]). -> (row, accepted count a, next token, tries), tries listing
+    row j's position i is the target after proposed[j][:i]. proposed: P drafts of m tokens. q:
+    None (deterministic drafts) or [m, V], the proposal of a single sampled draft's token i (q[i]
+    proposed proposed[0][i]). -> (row, accepted count a, next token, tries), tries listing
     (depth, token, acceptance probability, accepted) for the demo."""
-    rows, depth, tries = list(range(len(extra))), 0, []
+    rows, depth, tries = list(range(len(proposed))), 0, []
     while True:
         r = probs[rows[0], depth]                   # every row in `rows` shares this node's path
-        children = list(dict.fromkeys(extra[j][depth] for j in rows if depth < len(extra[j])))
+        children = list(dict.fromkeys(proposed[j][depth] for j in rows if depth < len(proposed[j])))
         accepted = None
         for token in children:
             proposal = F.one_hot(torch.tensor(token), r.shape[-1]).to(r) if q is None else q[depth]
-            a = acceptance(r, proposal, token)
+            a = accept_probability(r, proposal, token)
             ok = bool(torch.rand((), generator=generator, dtype=torch.float64) < a)
             tries.append((depth, token, a, ok))
             if ok:
@@ -73,22 +74,5 @@ def verify_sampled(probs, extra, q=None, generator=None):
             r = residual(r, proposal)
         if accepted is None:
             return rows[0], depth, int(torch.multinomial(r, 1, generator=generator)), tries
-        rows = [j for j in rows if depth < len(extra[j]) and extra[j][depth] == accepted]
+        rows = [j for j in rows if depth < len(proposed[j]) and proposed[j][depth] == accepted]
         depth += 1
-
-
-class HeadSampler:
-    """Samples each draft token from its head's own distribution q_i = softmax(head_i / T) and
-    declares q, so verification uses the textbook rule min(1, p/q) with residual max(0, p - q).
-    Beside the deterministic drafters (q = one-hot) it shows both halves of the rule. At
-    temperature 0 it drafts each head's argmax: plain BPD."""
-    name, max_drafts = "sampled", 1
-
-    def __call__(self, logprobs, context):
-        return [[context[-1]] + logprobs[1:].argmax(-1).tolist()]
-
-    def sample(self, logprobs, context, temperature, generator=None):
-        """-> ([draft], q [m, V]): q[i] is the distribution draft token i was drawn from."""
-        q = F.softmax(logprobs.double().cpu() / temperature, dim=-1)       # [m, V]
-        drawn = torch.multinomial(q[1:], 1, generator=generator).view(-1).tolist() if len(q) > 1 else []
-        return [[context[-1]] + drawn], q

@@ -10,7 +10,7 @@ import types
 import pytest
 import torch
 
-import bench
+import cli
 import decoders
 import minibpd
 from minibpd import GPT, bpd_decode, greedy_decode
@@ -19,7 +19,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def run_cli(capsys, *argv):
-    code = minibpd.main(list(argv))
+    code = cli.main(list(argv))
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -112,7 +112,7 @@ def test_unused_flag_warns(tiny_ckpt, capsys):
 
 def test_help_lists_the_decoders(capsys):
     with pytest.raises(SystemExit) as e:
-        minibpd.main(["--help"])
+        cli.main(["--help"])
     out = capsys.readouterr().out
     assert e.value.code == 0 and all(f"  {name} " in out for name in decoders.DECODERS)
     assert "--threads" in out and "--heads" in out and "limits:" in out
@@ -151,7 +151,7 @@ def test_bench_text_drops_unknown_characters(tiny_ckpt, tmp_path, capsys):
 def test_bench_json_with_plot_keeps_stdout_json(tiny_ckpt, tmp_path, capsys, monkeypatch):
     """With --json, stdout holds exactly one JSON object, even with --plot (its line: stderr)."""
     monkeypatch.setitem(sys.modules, "matplotlib", types.ModuleType("matplotlib"))
-    monkeypatch.setattr(bench.figures, "plot", lambda r, folder: ["fake.png"])
+    monkeypatch.setattr(cli.figures, "plot", lambda r, folder: ["fake.png"])
     code, out, err = run_cli(capsys, "--bench", "--json", "--checkpoint", tiny_ckpt, "--prompts",
                              "2", "--new-tokens", "8", "--plot", str(tmp_path / "plots"))
     assert code == 0 and json.loads(out)["prompts"] == 2 and "wrote fake.png" in err

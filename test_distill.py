@@ -1,13 +1,13 @@
-"""Tests for train_heads.py --distill (distill.py): the frozen variant leaves greedy output and the
+"""Tests for train_heads.py --distill (self-distillation): the frozen variant leaves greedy output and the
 trunk/head-1 weights bit-identical, the joint variant saves a loadable checkpoint whose BPD output
 is its own greedy output, batched greedy generation matches greedy_decode, bad flags exit 2."""
 import pytest
 import torch
 
-import distill
+
 import minibpd
 import train_heads
-from test_train_heads import CODE, TINY, files_under
+from test_train_heads import CODE, TINY, fails, files_under
 
 DISTIL = ["--steps", "4", "--batch-size", "4", "--log-every", "1000", "--threads", "1",
           "--gen-rows", "6", "--regen-every", "2"]
@@ -64,18 +64,9 @@ def test_joint_saves_a_checkpoint_whose_bpd_is_its_greedy(teacher, base, tmp_pat
 def test_batched_greedy_matches_greedy_decode(base):
     model, ck = minibpd.load_checkpoint(base)
     prompts = prompts_of(ck, n=4)
-    rows = distill.greedy_batch(model, torch.tensor(prompts), 30)    # window moves at 16, 24
+    rows = minibpd.decode_rows(model, torch.tensor(prompts), 30)    # window moves at 16, 24
     for p, row in zip(prompts, rows.tolist()):
         assert row[len(p):] == minibpd.greedy_decode(model, p, 30)
-
-
-def fails(argv, capsys):
-    with pytest.raises(SystemExit) as excinfo:
-        train_heads.main(argv)
-    assert excinfo.value.code == 2
-    err = capsys.readouterr().err
-    assert err.startswith("error: ") and err.count("\n") == 1, err
-    return err
 
 
 @pytest.mark.parametrize("bad, named", [
@@ -106,10 +97,10 @@ def test_bad_distill_arguments_exit_2(bad, named, base, tmp_path, capsys):
 
 def test_distill_defaults(tmp_path):
     args = train_heads.parse_args(["--distill", "joint", "--steps", "7"])
-    distill.check_args(args, args.given, train_heads.fail)
+    train_heads.check_distill_args(args)
     assert (args.steps, args.lr, args.warmup, args.out) == \
-        (7, distill.DEFAULTS["lr"], distill.DEFAULTS["warmup"], distill.DISTILLED)
+        (7, train_heads.DISTILL_DEFAULTS["lr"], train_heads.DISTILL_DEFAULTS["warmup"], train_heads.DISTILLED)
     assert args.base == minibpd.CHECKPOINT
     plain = train_heads.parse_args([])
-    distill.check_args(plain, plain.given, train_heads.fail)
+    train_heads.check_distill_args(plain)
     assert plain.steps == 5000 and plain.out == minibpd.CHECKPOINT and plain.distill is None

@@ -406,3 +406,16 @@ def test_neural_like_state_is_safe_across_threads():
     for t in threads:
         t.join()
     assert not errors and [got[i] for i in range(6)] == want
+
+
+@on_random_models()
+def test_one_head_runs_exactly_what_greedy_runs(device, m, plen, n):
+    """With head 1 alone nothing is drafted: every call feeds what greedy decoding feeds (the
+    prompt's window, one token a step, the whole window again when it moves), so the cost
+    bookkeeping (stats['processed']) must equal analysis.greedy_processed, prefill included."""
+    import analysis
+    model, prompt = model_and_prompt(m, plen, device)
+    out, stats = bpd_decode(model.first_heads(1), prompt, n)
+    assert out == greedy_decode(model, prompt, n) and stats["calls"] == n
+    assert stats["verified"] == 0
+    assert stats["processed"] == analysis.greedy_processed(plen, n, model.config.block_size)

@@ -1,6 +1,7 @@
 """Refined drafters (Kim §7) keep BPD exact, and the offline replay (analysis.py) reproduces the
 real decode loop. Every decoder in the registry (decoders.DECODERS), on float64 random tiny
 models, as in test_minibpd.py; CPU and, if present, CUDA."""
+import copy
 import json
 
 import pytest
@@ -8,6 +9,7 @@ import torch
 from hypothesis import strategies as st
 
 import analysis
+import cli
 import decoders
 import lattice
 import minibpd
@@ -114,13 +116,13 @@ def test_missing_rescorer(tiny_ckpt, tmp_path, capsys):
     del ck["rescorer"]
     path = str(tmp_path / "norescorer.pt")
     torch.save(ck, path)
-    code = minibpd.main(["--prompt", "The", "--decoder", "neural", "--checkpoint", path])
+    code = cli.main(["--prompt", "The", "--decoder", "neural", "--checkpoint", path])
     err = capsys.readouterr().err
     assert code == 2 and "no rescorer" in err
 
 
 def test_bench_json_has_every_decoder(tiny_ckpt, capsys):
-    code = minibpd.main(["--bench", "--json", "--checkpoint", tiny_ckpt, "--prompts", "2",
+    code = cli.main(["--bench", "--json", "--checkpoint", tiny_ckpt, "--prompts", "2",
                          "--new-tokens", "10", "--k", "3", "--p", "4", "--alpha", "0.4"])
     res = json.loads(capsys.readouterr().out)
     assert code == 0
@@ -159,7 +161,7 @@ def check_paper_keys(res, h):
 
 
 def test_bench_sweep(tiny_ckpt, capsys):
-    code = minibpd.main(["--bench", "--checkpoint", tiny_ckpt, "--prompts", "2", "--new-tokens",
+    code = cli.main(["--bench", "--checkpoint", tiny_ckpt, "--prompts", "2", "--new-tokens",
                          "8", "--sweep", "--no-color"])
     out = capsys.readouterr().out
     assert code == 0 and "oracle block efficiency by k" in out
@@ -183,13 +185,13 @@ def test_plugin_decoder_runs_everywhere(tiny_ckpt, tmp_path, capsys, monkeypatch
         "decoders.register('two', lambda res, s, full: Two(), about='argmax and runner-up')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     request.addfinalizer(lambda: decoders.DECODERS.pop("two", None))   # other tests see six
-    code = minibpd.main(["--plugin", "plug_two", "--bench", "--json", "--checkpoint", tiny_ckpt,
+    code = cli.main(["--plugin", "plug_two", "--bench", "--json", "--checkpoint", tiny_ckpt,
                          "--prompts", "2", "--new-tokens", "10"])
     res = json.loads(capsys.readouterr().out)
     assert code == 0 and res["identical_to_greedy"]["two"] is True
     for key in ("block_efficiency", "tokens_per_s", "cost", "win_tie_loss", "relative_gain"):
         assert "two" in res[key], key
-    code = minibpd.main(["--plugin", "plug_two", "--prompt", "The", "--decoder", "two",
+    code = cli.main(["--plugin", "plug_two", "--prompt", "The", "--decoder", "two",
                          "--max-new-tokens", "12", "--checkpoint", tiny_ckpt])
     assert code == 0 and "identical to greedy: yes" in capsys.readouterr().err
 
@@ -250,3 +252,34 @@ def test_kv_cache_compact():
     cache.compact(2, [1, 3])                           # tail of 2, then nodes 1 and 3 of 4
     assert cache.length == 4
     torch.testing.assert_close(cache.kv[0][0][0, :, :4], k[0][:, [0, 1, 3, 5]])
+
+
+# ----------------------------------------------------------------------------- --reference
+
+@on_random_models(s=settings_st)
+def test_reference_implementations_give_the_same_steps(device, m, s, plen, n):
+    """--reference runs the readable code (each head through BPDHead.forward, best_paths, the plain
+    rescoring loop without a cache): the same tokens and the same steps as the fast twins."""
+    k, p, alpha, order = s
+    model, res, prompt, answer = setup(m, device, order, plen, n)
+    slow = copy.copy(model)
+    slow.reference = True
+    ref = decoders.Resources(slow, small=res.small_lm(), lms=res.lms, reference=True)
+    for name in NAMES:
+        if k ** order * p > lattice.MAX_DP_CELLS and name in ("ngram", "pbest"):
+            continue
+        out, fast = bpd_decode(model, prompt, n, make(name, res, answer, k, p, alpha, order))
+        out_r, readable = bpd_decode(slow, prompt, n, make(name, ref, answer, k, p, alpha, order))
+        assert out_r == out and readable["steps"] == fast["steps"], name
+
+
+def test_bench_reference_flag(tiny_ckpt, capsys):
+    argv = ["--bench", "--json", "--checkpoint", tiny_ckpt, "--prompts", "2", "--new-tokens", "12",
+            "--dtype", "float64", "--k", "3", "--p", "4"]
+    assert cli.main(argv) == 0
+    fast = json.loads(capsys.readouterr().out)
+    assert cli.main(argv + ["--reference"]) == 0
+    slow = json.loads(capsys.readouterr().out)
+    assert slow["block_efficiency"] == fast["block_efficiency"]
+    assert slow["identical_to_greedy"] == fast["identical_to_greedy"]
+    assert all(slow["identical_to_greedy"].values())

@@ -108,7 +108,7 @@ def test_every_decoder_samples_the_base_model_exactly(device, case, name):
 
 
 WRONG_RULES = {
-    "accept every draft token": ("acceptance", lambda r, proposal, token: 1.0),
+    "accept every draft token": ("accept_probability", lambda r, proposal, token: 1.0),
     "resample from p, not the residual": ("residual", lambda r, proposal: r),
 }
 
@@ -169,7 +169,7 @@ def test_residual_and_acceptance():
     """The two halves of the rule on a worked example."""
     p = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64)
     q = torch.tensor([0.2, 0.6, 0.2], dtype=torch.float64)
-    assert sampling.acceptance(p, q, 0) == 1.0 and abs(sampling.acceptance(p, q, 1) - 0.5) < 1e-12
+    assert sampling.accept_probability(p, q, 0) == 1.0 and abs(sampling.accept_probability(p, q, 1) - 0.5) < 1e-12
     assert torch.allclose(sampling.residual(p, q), torch.tensor([1.0, 0.0, 0.0], dtype=torch.float64))
     onehot = torch.tensor([0.0, 1.0, 0.0], dtype=torch.float64)        # a deterministic draft
     assert torch.allclose(sampling.residual(p, onehot), torch.tensor([5 / 7, 0, 2 / 7], dtype=torch.float64))

@@ -158,7 +158,7 @@ def test_data_kept_as_is_unless_clean(tmp_path, monkeypatch, capsys):
     src.write_text("".join(open(os.path.join(folder, f), encoding="utf-8").read()
                            for f in sorted(os.listdir(folder)) if f.endswith(".py")),
                    encoding="utf-8")
-    monkeypatch.setattr(train_heads, "auto_threads", lambda: (1, "stubbed"))
+    monkeypatch.setattr(train_heads, "choose_threads", lambda n, training: (1, "stubbed"))
     threads = torch.get_num_threads()
     argv = TINY_AUTO + ["--data", str(src)]
     train_heads.main(argv + ["--out", str(tmp_path / "kept.pt")])
@@ -188,10 +188,10 @@ def test_auto_threads(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: 4)
     monkeypatch.setattr(os, "getloadavg", lambda: (1.03, 0.9, 0.5))
-    n, reason = train_heads.auto_threads()
+    n, reason = minibpd.choose_threads(training=True)
     assert n == 1 and "1.03" in reason
     monkeypatch.setattr(os, "getloadavg", lambda: (0.1, 0.2, 0.3))
-    assert train_heads.auto_threads() == (4, "machine idle")
+    assert minibpd.choose_threads(training=True) == (4, "machine idle")
 
 
 def test_script_exits_2_without_traceback(tmp_path):

@@ -15,8 +15,8 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import decoders  # noqa: E402
 import lattice  # noqa: E402
-from minibpd import (KVCache, check_drafts, draft_tree, encode, load_checkpoint,  # noqa: E402
-                     model_call, set_threads, tree_call, verify_greedy)
+from minibpd import (KVCache, accept_greedy, check_drafts, draft_tree, encode,  # noqa: E402
+                     load_checkpoint, model_call, set_threads, tree_call)
 
 
 def ms(fn, n):
@@ -43,7 +43,7 @@ def main():
     print(f"base call, 8 tokens (BPD verification):  {ms(lambda: model_call(model, cache, seq, [list(range(7))]), 200):6.2f} ms")
     print(f"base call, 16 x 8 tokens (p-best):       {ms(lambda: model_call(model, cache, seq, [list(range(7))] * 16), 50):6.2f} ms")
     z8, _ = model_call(model, cache, seq, [list(range(7))])
-    print(f"verify (argmax, match, pick a row):      {ms(lambda: verify_greedy(model, z8, [list(range(7))]), 500):6.2f} ms")
+    print(f"verify (argmax, match, pick a row):      {ms(lambda: accept_greedy(model, z8, [[seq[-1]] + list(range(7))]), 500):6.2f} ms")
     one, sixteen = [[seq[-1]] + list(range(7))], [[seq[-1]] + list(range(7))] * 16
     V = model.config.vocab_size
     print(f"drafter contract check, 1 / 16 drafts of 8: {ms(lambda: check_drafts(one, 8, seq[-1], V, 16, None), 2000):6.3f} / "

@@ -14,25 +14,25 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import bench  # noqa: E402
 import decoders  # noqa: E402
-from minibpd import bpd_decode, greedy_decode, load_checkpoint, set_threads  # noqa: E402
-from sampled import acceptance  # noqa: E402
+from bench import accepted_share  # noqa: E402
+from minibpd import CHECKPOINT, bpd_decode, greedy_decode, load_checkpoint, set_threads  # noqa: E402
 
 
 def main(temperatures=(0.0, 0.5, 1.0), n=128):
     set_threads()
     model, ck = load_checkpoint()
-    cfg = decoders.settings(decoders.load_tuned(decoders.tuned_path(bench.CHECKPOINT), bench.CHECKPOINT))
+    chosen = decoders.settings(decoders.load_tuned(decoders.tuned_path(CHECKPOINT), CHECKPOINT))
     prompts = bench.make_prompts(decoders.split_text(ck, "test"), ck["vocab"], 16)
     res = decoders.Resources(model, ck)
-    full = [p + greedy_decode(model, p, n) for p in prompts]
+    answers = [p + greedy_decode(model, p, n) for p in prompts]
     rows = {name: [] for name in decoders.DECODERS}
     for T in temperatures:
         gen = torch.Generator().manual_seed(0)
         for name in decoders.DECODERS:
-            runs = [bpd_decode(model, p, n, decoders.make(name, res, cfg[name], f), T, gen)[1]
-                    for p, f in zip(prompts, full)]
+            runs = [bpd_decode(model, p, n, decoders.make(name, res, chosen[name], f), T, gen)[1]
+                    for p, f in zip(prompts, answers)]
             be = len(prompts) * n / sum(r["calls"] for r in runs)
-            acc = acceptance([s for r in runs for s in r["steps"]]) if T > 0 else None
+            acc = accepted_share([s for r in runs for s in r["steps"]]) if T > 0 else None
             rows[name].append(f"{be:.3f}" + (f" ({100 * acc:.0f}%)" if acc is not None else ""))
             print(f"T={T} {name}: {rows[name][-1]}", file=sys.stderr, flush=True)
     print("| decoder | " + " | ".join(f"T = {T}" for T in temperatures) + " |")

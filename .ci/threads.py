@@ -20,6 +20,7 @@ def child(threads):
     import torch
     sys.path.insert(0, HERE)
     from minibpd import GPT, GPTConfig, bpd_decode, encode, greedy_decode, load_checkpoint
+    from train_heads import joint_loss
     torch.set_num_threads(threads)
     model, ck = load_checkpoint()
     prompt = encode(ck["splits"]["test"][:64], ck["vocab"])
@@ -40,7 +41,7 @@ def child(threads):
     for i in range(8):
         if i == 2:
             t0 = time.perf_counter()
-        loss, _ = net.loss(x, 0.2)
+        loss, _ = joint_loss(net, x, 0.2)
         opt.zero_grad()
         loss.backward()
         opt.step()

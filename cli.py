@@ -1,0 +1,376 @@
+"""cli: the command line behind `python minibpd.py`: --demo, --prompt, --bench and --tune, at
+temperature 0 (greedy: every decoder identical to it) or T > 0 (sampling: every decoder exact in
+distribution).
+
+Every argument is checked before the first model call (`check_args`, then `check_decoders` once
+the checkpoint is loaded); every error a user can cause is one line on stderr and exit status 2.
+"""
+import argparse
+import importlib
+import json
+import os
+import random
+import sys
+import time
+
+import torch
+
+import analysis
+import bench
+import decoders
+import figures
+import lattice
+from bench import make_prompts
+from decoders import Resources, baseline_name, split_text
+from minibpd import (CHECKPOINT, CheckpointError, Verifier, decode, encode, file_sha256,
+                     greedy_decode, load_checkpoint, set_threads)
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+MAX_NEW_TOKENS = 100_000      # more is refused: greedy alone would run for minutes
+TUNE_SIZE = (16, 128)         # the documented --tune run: prompts x new tokens
+DEMO_TOKENS = 160             # the demo's most new tokens
+
+
+def load_plugins(argv):
+    """Import each `--plugin MODULE` first: its decoders.register(...) calls then add decoders
+    to every command, --help and --decoder included."""
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)   # --p is not --plugin
+    pre.add_argument("--plugin", action="append", default=[])
+    plugins = pre.parse_known_args(argv)[0].plugin
+    if plugins and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())             # a student's module next to where they run
+    for module in plugins:
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            print(f"error: --plugin {module}: {e}", file=sys.stderr)
+            raise SystemExit(2) from None
+
+
+def epilog():
+    listed = "\n".join(f"  {n:8s} {d.about}" for n, d in decoders.DECODERS.items())
+    return (f"decoders (--decoder; the bench runs them all):\n  greedy   one token per call: the "
+            f"reference (sample at --temperature > 0)\n{listed}\n\nlimits: --max-new-tokens <= "
+            f"{MAX_NEW_TOKENS:,}; p-best's DP holds at most min(k, V)^order x p <= "
+            f"{lattice.MAX_DP_CELLS:,} scores; order <= {lattice.MAX_ORDER}; the KV cache (p rows) "
+            "at most 1 GiB.")
+
+
+def parse_args(argv=None):
+    load_plugins(argv)
+    p = argparse.ArgumentParser(description="Exact blockwise parallel decoding with a tiny GPT.",
+                                allow_abbrev=False, epilog=epilog(),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--demo", action="store_true", help="show greedy vs BPD vs refined drafts")
+    mode.add_argument("--prompt", help="generate a continuation of this text")
+    mode.add_argument("--bench", action="store_true", help="benchmark every decoder")
+    mode.add_argument("--tune", action="store_true", help="choose k, p, alpha, order (tune split)")
+    p.add_argument("--max-new-tokens", type=int, default=200,
+                   help=f"--demo, --prompt (demo: <= {DEMO_TOKENS})")
+    p.add_argument("--decoder", default="bpd", help="decoder for --prompt: greedy, " + ", ".join(decoders.DECODERS))
+    p.add_argument("--plugin", metavar="MODULE", action="append", default=[],
+                   help="import MODULE first: its decoders.register(...) calls add decoders")
+    p.add_argument("--checkpoint", default=CHECKPOINT)
+    p.add_argument("--tuned", metavar="FILE", help="tuned settings to read (--tune: to write); "
+                   "default CHECKPOINT.tuned.json")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--dtype", default="float32", choices=list(DTYPES))
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default 1: fastest "
+                   "for this model size, see README)")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 (default): greedy; T > 0: "
+                   "sample at T, every decoder exactly as sample_decode (--demo, --prompt, --bench)")
+    p.add_argument("--seed", type=int, default=0, help="picks the demo prompt; seeds torch and "
+                   "the sampling generator")
+    p.add_argument("--heads", type=int, default=None, help="use only heads 1..N (default: all)")
+    p.add_argument("--verify", default="auto", choices=Verifier.MODES, help="verify several "
+                   "drafts as P rows (batch) or one token tree (tree); auto: tree when a decoder "
+                   "drafts several")
+    p.add_argument("--reference", action="store_true", help="run the readable implementations "
+                   "(each head through BPDHead.forward, lattice.best_paths, the plain neural "
+                   "rescoring loop): the same tokens and steps, slower")
+    p.add_argument("--json", action="store_true", help="--bench: print one JSON object only")
+    p.add_argument("--text", help="--bench: take prompts from this UTF-8 file, not the test split")
+    p.add_argument("--prompts", type=int, default=16, help="--bench, --tune: number of prompts")
+    p.add_argument("--new-tokens", type=int, default=128, help="--bench, --tune: tokens per prompt")
+    p.add_argument("--k", type=int, default=None, help="lattice width (default: tuned)")
+    p.add_argument("--p", type=int, default=None, help="drafts verified per call by p-best")
+    p.add_argument("--alpha", type=float, default=None, help="LM interpolation weight in [0, 1]")
+    p.add_argument("--objective", default="block_efficiency", choices=analysis.OBJECTIVES,
+                   help="--tune: what to maximise; tokens_per_s times every setting (machine-"
+                   "specific: needs --tuned FILE)")
+    p.add_argument("--sweep", action="store_true", help="--bench: sweep k, p, alpha, heads (tune split)")
+    p.add_argument("--plot", metavar="DIR", help="--bench: also write PNG figures (needs matplotlib)")
+    p.add_argument("--no-color", action="store_true")
+    return p.parse_args(argv)
+
+
+# ----------------------------------------------------------------------------- checks and loading
+
+def overrides(args):
+    return {"k": args.k, "p": args.p, "alpha": args.alpha}
+
+
+def check_args(args):
+    """Every check that needs no checkpoint, before anything is loaded or run."""
+    for flag, value in (("--max-new-tokens", args.max_new_tokens), ("--new-tokens", args.new_tokens)):
+        if not 1 <= value <= MAX_NEW_TOKENS:
+            raise ValueError(f"{flag} must be from 1 to {MAX_NEW_TOKENS:,}, got {value}")
+    if args.prompts < 1:
+        raise ValueError(f"--prompts must be >= 1, got {args.prompts}")
+    if not 0 <= args.seed < 2 ** 63:
+        raise ValueError(f"--seed must be from 0 to 2**63 - 1, got {args.seed}")
+    if args.prompt is not None and not args.prompt:
+        raise ValueError("the prompt is empty: pass some text, e.g. --prompt 'The import statement'")
+    if args.decoder not in decoders.names(args.temperature) + list(decoders.BASELINES):
+        raise ValueError(f"unknown decoder {args.decoder!r}; choose from {', '.join(decoders.names())}")
+    given = {k: v for k, v in overrides(args).items() if v is not None}
+    if not 0 <= args.temperature < float("inf"):
+        raise ValueError(f"--temperature must be a number >= 0, got {args.temperature}")
+    if args.tune and args.temperature:
+        raise ValueError("--tune chooses settings for greedy decoding: drop --temperature")
+    if args.tune and given:
+        raise ValueError(f"--tune chooses {', '.join('--' + k for k in given)} itself; drop the flag")
+    lattice.check_settings(**given)    # the one settings rule; budgets once the model is loaded
+    if args.plot:
+        check_plot_dir(args.plot)
+    if args.tune and args.objective == "tokens_per_s" and not args.tuned:
+        raise ValueError("speed-tuned settings hold for this machine only: add --tuned FILE")
+    if args.tune and (args.prompts, args.new_tokens) != TUNE_SIZE and not args.tuned:
+        raise ValueError(f"a --tune run other than the documented --prompts {TUNE_SIZE[0]} "
+                         f"--new-tokens {TUNE_SIZE[1]} writes only to a file you name: add --tuned FILE")
+
+
+def check_plot_dir(folder):
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise ValueError("--plot needs matplotlib, which is not installed: pip install matplotlib") from None
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"--plot {folder}: cannot create that folder ({e.strerror})") from None
+    if not os.access(folder, os.W_OK):
+        raise ValueError(f"--plot {folder}: that folder is not writable")
+
+
+def resolve_device(name):
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda was asked for but CUDA is not available; use --device cpu")
+    return name
+
+
+def load(args, used=None):
+    """(model, checkpoint, {decoder: settings}, Resources), the settings of the decoders `used`
+    (default: all) checked against the model's budgets; no model call yet."""
+    model, ck = load_checkpoint(args.checkpoint, resolve_device(args.device), DTYPES[args.dtype])
+    if args.heads is not None:
+        model = model.first_heads(args.heads)
+    model.reference = args.reference
+    tuned = args.tuned or decoders.tuned_path(args.checkpoint)
+    chosen = decoders.settings(decoders.load_tuned(tuned, args.checkpoint) if not args.tune else {},
+                               overrides(args))
+    for name in decoders.DECODERS if used is None else used:   # budgets need the model
+        decoders.check(name, chosen[name], model)
+    return model, ck, chosen, Resources(model, ck, reference=args.reference)
+
+
+def drop_unknown(text, vocab):
+    """-> (text without the characters the model does not know, how many were dropped)."""
+    known = set(vocab)
+    kept = "".join(c for c in text if c in known)
+    return kept, len(text) - len(kept)
+
+
+def show(tokens, vocab):
+    return decode(tokens, vocab).replace("\n", "⏎")
+
+
+# ----------------------------------------------------------------------------- --prompt
+
+def generate(args):
+    """One continuation of --prompt with --decoder; at T = 0 checked against greedy."""
+    T = args.temperature
+    name = baseline_name(T) if args.decoder in decoders.BASELINES else args.decoder
+    model, ck, chosen, res = load(args, [name] if name in decoders.DECODERS else [])
+    prompt, n = encode(args.prompt, ck["vocab"]), args.max_new_tokens
+    s = chosen.get(name, {})
+    unused = [f"--{k}" for k, v in overrides(args).items() if v is not None and k not in s]
+    if unused:
+        print(f"warning: {', '.join(unused)} does nothing for decoder {name} (its settings: "
+              f"{', '.join(s) or 'none'})", file=sys.stderr)
+    peeks = name in decoders.DECODERS and decoders.DECODERS[name].peeks
+    greedy = greedy_decode(model, prompt, n) if T == 0 or peeks else None
+    m = decoders.method(name, res, s, prompt + greedy if peeks else None, T)
+    out, stats = m.decode(model, prompt, n, T, torch.Generator().manual_seed(args.seed), args.verify)
+    print(args.prompt + decode(out, ck["vocab"]))
+    how = (f"identical to greedy: {'yes' if out == greedy else 'NO'}" if T == 0 else
+           f"sampled at temperature {T} (seed {args.seed})")
+    print(f"[{name}: {len(out)} tokens in {stats['calls']} calls, block efficiency "
+          f"{len(out) / stats['calls']:.2f}, {how}]", file=sys.stderr)
+    return 0 if T > 0 or out == greedy else 1
+
+
+# ----------------------------------------------------------------------------- --demo
+
+def demo(args):
+    """Every decoder on one test prompt, the first BPD steps drawn, and greedy vs BPD timed."""
+    model, ck, chosen, res = load(args)
+    vocab, n, T = ck["vocab"], min(args.max_new_tokens, DEMO_TOKENS), args.temperature
+    text = split_text(ck, "test")
+    if len(text) < 160:
+        raise ValueError(f"checkpoint {args.checkpoint} holds no test text for the demo; use --prompt")
+    prompt = random.Random(args.seed).choice(make_prompts(text, vocab, 8, 80))
+    print(f"minibpd demo: {model.config.n_bpd_heads} BPD heads on a "
+          f"{sum(p.numel() for p in model.parameters()):,}-parameter character GPT "
+          f"({ck.get('corpus', {}).get('name', 'unknown corpus')}), "
+          f"{next(model.parameters()).device}, {torch.get_num_threads()} thread(s)"
+          + (f"; sampling at temperature {T} (seed {args.seed}): every decoder samples exactly "
+             "the base model's distribution, block efficiency is what drafting buys" if T else "")
+          + "\n")
+    print(f"prompt (test split): '{show(prompt, vocab)}'")
+    greedy = greedy_decode(model, prompt, n)
+    if T == 0:
+        print(f"greedy, {n} calls: '{show(greedy, vocab)}'\n")
+    gen, all_same, plain = torch.Generator().manual_seed(args.seed), True, None
+    for name in decoders.DECODERS:
+        m = decoders.method(name, res, chosen[name], prompt + greedy)
+        out, stats = m.decode(model, prompt, n, T, gen, args.verify)
+        all_same &= T > 0 or out == greedy
+        plain = stats if name == decoders.PLAIN else plain
+        sets = ", ".join(f"{a}={b}" for a, b in chosen[name].items())
+        what = (f"'{show(out[:40], vocab)}…'" if T else
+                f"{'identical to greedy ✓' if out == greedy else 'DIFFERENT from greedy ✗'}  {sets}")
+        print(f"  {name:7s} {stats['calls']:3d} calls, block efficiency "
+              f"{stats['block_efficiency']:.2f}  {what}")
+    (draw_tries if T else draw_steps)(model, res, chosen, plain, prompt + greedy, len(prompt), vocab)
+    base = baseline_name(T)
+    methods = [decoders.Method(base), decoders.method(decoders.PLAIN, res, {})]
+    tps = bench.tokens_per_s(bench.timings(model, methods, [prompt], n, T, gen, args.verify, 3), n)
+    print(f"\nwall-clock on this machine (median of 3): {base} {tps[base]:.0f} tok/s, "
+          f"BPD {tps[decoders.PLAIN]:.0f} tok/s: {tps[decoders.PLAIN] / tps[base]:.2f}x "
+          "(`--bench` times every decoder)")
+    return 0 if all_same else 1
+
+
+def draw_steps(model, res, chosen, stats, answer, plen, vocab, limit=5):
+    """The first BPD calls: the heads guess (predict), the base model checks (verify), the prefix
+    equal to greedy is kept (accept; Stern §3); under each, the refined drafts from the same
+    context and head log-probs (Kim §7), with the tokens each would have gained."""
+    heads = analysis.heads_along(model, answer, plen)
+    drafters = {name: decoders.make(name, res, chosen[name])
+                for name in [decoders.PLAIN] + decoders.refined()}
+    print("\n  how the drafts are checked (• = head 1, the base model's own token; ✓ = equals "
+          "greedy, kept; ✗ = first miss, the base model's token replaces it):")
+    repeat = next((s for s in stats["steps"][limit:] if repaired(s)), None)
+    for step in stats["steps"][:limit] + ([repeat] if repeat else []):
+        known = step["context"]
+        pending, m = known - 1, len(step["drafts"][0]) - 1
+        if step is repeat:
+            print("    ... later, a repeated token in BPD's draft, replaced by the refined drafts:")
+        print(f"    after '…{show(answer[max(0, known - 24):known - 1], vocab)}':")
+        for name, drafter in drafters.items():
+            d = drafter(heads[pending][:m + 1], answer[:known])
+            best = max(d, key=lambda x: analysis.marks(x, answer, pending)[1])
+            tick, ok = analysis.marks(best, answer, pending)
+            more = f" (best of {len(d)})" if len(d) > 1 else ""
+            print(f"      {name:7s} '{show(best, vocab)}'  {tick}  +{ok}{more}")
+
+
+def draw_tries(model, res, chosen, stats, answer, plen, vocab, limit=6):
+    """At T > 0: BPD's first steps token by token: each draft token accepted with probability
+    min(1, p/q) (p(d) for a deterministic draft), then a token sampled from what is left of p."""
+    print("\n  how BPD's draft tokens are checked (✓ kept, ✗ rejected; then a token is sampled"
+          " from what is left of p):")
+    for step in stats["steps"][:limit]:
+        tries = " ".join(f"'{show([tok], vocab)}' {'✓' if ok else '✗'} p={a:.2f}"
+                         for _, tok, a, ok in step["tries"])
+        print(f"    draft '{show(step['drafts'][0], vocab)}': {tries}  -> +{step['accepted']}")
+
+
+def repaired(step):
+    """BPD's first miss was a repeat of the token before it (Kim §6.1, §7.3). Our criterion: the
+    paper counts improved drafts that repaired a repetition without defining it further."""
+    d, j = step["drafts"][0], step["accepted"]
+    return j < len(d) and d[j] == d[j - 1]
+
+
+# ----------------------------------------------------------------------------- --bench, --tune
+
+def bench_prompts(ck, args):
+    if not args.text:
+        return make_prompts(split_text(ck, "test"), ck["vocab"], args.prompts)
+    try:
+        with open(args.text, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"cannot read --text {args.text} as UTF-8: {e}") from None
+    text, dropped = drop_unknown(text, ck["vocab"])
+    if dropped:
+        print(f"warning: --text {args.text}: dropped {dropped:,} characters the model does not "
+              "know", file=sys.stderr)
+    return make_prompts(text, ck["vocab"], args.prompts)
+
+
+def run_bench(args):
+    model, ck, chosen, res = load(args)
+    r = bench.run_bench(model, ck, res, chosen, bench_prompts(ck, args), args.new_tokens,
+                        args.temperature, args.seed, args.verify, args.sweep)
+    r.checkpoint = args.checkpoint
+    if args.json:
+        print(json.dumps(r.to_json(), indent=1))
+    else:
+        figures.print_report(r, model, color=not args.no_color and sys.stdout.isatty())
+    if args.plot and not args.temperature:
+        print(f"wrote {', '.join(figures.plot(r, args.plot))} to {args.plot}", file=sys.stderr)
+    checks = r.identical_to_greedy.values() if r.identical_to_greedy else \
+        [c["ok"] for c in r.distribution_check.values()]
+    return 0 if all(checks) else 1
+
+
+def run_tune(args):
+    """`python minibpd.py --tune`: each decoder's settings from its grid on the tune split (never
+    the test split), written with this checkpoint's sha256 for the bench and demo."""
+    model, ck, _, res = load(args)
+    out_path = args.tuned or decoders.tuned_path(args.checkpoint)
+    prompts = make_prompts(split_text(ck, "tune"), ck["vocab"], args.prompts)
+    print(f"tuning on the tune split: {len(prompts)} prompts x {args.new_tokens} tokens, for "
+          f"{args.objective}")
+    t0 = time.perf_counter()
+    chosen, scores = bench.tune(model, res, prompts, args.new_tokens, args.objective, args.verify)
+    out = {"settings": chosen, "checkpoint_sha256": file_sha256(args.checkpoint),
+           "objective": args.objective, "tune_block_efficiency": scores,
+           "prompts": len(prompts), "new_tokens": args.new_tokens,
+           "seconds": round(time.perf_counter() - t0)}
+    with open(out_path, "w") as f:
+        json.dump(out, f, indent=1)
+    print(f"chosen: {chosen}\nwrote {out_path} ({out['seconds']} s)")
+    return 0
+
+
+def main(argv=None):
+    """The command line: every error a user can cause is one line on stderr and exit status 2."""
+    args = parse_args(argv)
+    try:
+        check_args(args)                    # every check that needs no checkpoint, first
+        set_threads(args.threads)
+        torch.manual_seed(args.seed)
+        if args.tune:
+            return run_tune(args)
+        if args.bench:
+            return run_bench(args)
+        if args.prompt is not None:
+            return generate(args)
+        return demo(args)
+    except (ValueError, CheckpointError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:                 # e.g. `python minibpd.py --demo | head`
+        sys.stderr.close()
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
