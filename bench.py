@@ -25,6 +25,10 @@ def make_prompts(text, vocab, n, length=64):
     """n prompts of `length` characters, evenly spaced over `text`, each starting at a line."""
     if len(text) < 2 * length:
         raise ValueError(f"the prompt text has {len(text)} characters; need at least {2 * length}")
+    if n > len(text) // length:
+        raise ValueError(f"asked for {n:,} prompts of {length} characters, but the text "
+                         f"({len(text):,} characters) holds at most {len(text) // length:,}: lower "
+                         "--prompts")
     prompts = []
     for i in range(n):
         pos = (len(text) - 2 * length) * i // max(1, n - 1) if n > 1 else 0

@@ -7,6 +7,7 @@ the checkpoint is loaded); every error a user can cause is one line on stderr an
 """
 import argparse
 import importlib
+import importlib.util
 import json
 import os
 import random
@@ -22,28 +23,44 @@ import figures
 import lattice
 from bench import make_prompts
 from decoders import Resources, baseline_name, split_text
-from minibpd import (CHECKPOINT, CheckpointError, Verifier, decode, encode, file_sha256,
+from minibpd import (CHECKPOINT, CheckpointError, DrafterError, Verifier, decode, encode, file_sha256,
                      greedy_decode, load_checkpoint, set_threads)
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 MAX_NEW_TOKENS = 100_000      # more is refused: greedy alone would run for minutes
 TUNE_SIZE = (16, 128)         # the documented --tune run: prompts x new tokens
-DEMO_TOKENS = 160             # the demo's most new tokens
+DEMO_TOKENS = 160             # the demo's most new tokens (its text fits a terminal)
+PROMPT_TOKENS = 200           # --prompt's default
+
+
+def import_plugin(spec):
+    """Import a student's module by name (looked up in the current directory first, then as any
+    importable module) or by file path (`my_drafter.py`, `path/to/mine.py`). -> the module."""
+    if spec.endswith(".py") or os.sep in spec:
+        name = os.path.splitext(os.path.basename(spec))[0]
+        where = importlib.util.spec_from_file_location(name, os.path.abspath(spec))
+        if where is None or not os.path.isfile(spec):
+            raise ImportError(f"no such file: {spec}")
+        module = importlib.util.module_from_spec(where)
+        sys.modules[name] = module
+        where.loader.exec_module(module)
+        return module
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())             # a student's module next to where they run
+    return importlib.import_module(spec)
 
 
 def load_plugins(argv):
     """Import each `--plugin MODULE` first: its decoders.register(...) calls then add decoders
-    to every command, --help and --decoder included."""
+    to every command, --help and --decoder included. Any failure: one line naming the module."""
     pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)   # --p is not --plugin
     pre.add_argument("--plugin", action="append", default=[])
-    plugins = pre.parse_known_args(argv)[0].plugin
-    if plugins and os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())             # a student's module next to where they run
-    for module in plugins:
+    for spec in pre.parse_known_args(argv)[0].plugin:
         try:
-            importlib.import_module(module)
-        except ImportError as e:
-            print(f"error: --plugin {module}: {e}", file=sys.stderr)
+            import_plugin(spec)
+        except Exception as e:          # ImportError, SyntaxError, a register() refusal, ...
+            print(f"error: --plugin {spec}: {type(e).__name__}: {' '.join(str(e).split())}",
+                  file=sys.stderr)
             raise SystemExit(2) from None
 
 
@@ -66,8 +83,8 @@ def parse_args(argv=None):
     mode.add_argument("--prompt", help="generate a continuation of this text")
     mode.add_argument("--bench", action="store_true", help="benchmark every decoder")
     mode.add_argument("--tune", action="store_true", help="choose k, p, alpha, order (tune split)")
-    p.add_argument("--max-new-tokens", type=int, default=200,
-                   help=f"--demo, --prompt (demo: <= {DEMO_TOKENS})")
+    p.add_argument("--max-new-tokens", type=int, default=None, help=f"--prompt (default "
+                   f"{PROMPT_TOKENS}), --demo (default and at most {DEMO_TOKENS})")
     p.add_argument("--decoder", default="bpd", help="decoder for --prompt: greedy, " + ", ".join(decoders.DECODERS))
     p.add_argument("--plugin", metavar="MODULE", action="append", default=[],
                    help="import MODULE first: its decoders.register(...) calls add decoders")
@@ -113,9 +130,15 @@ def overrides(args):
 
 def check_args(args):
     """Every check that needs no checkpoint, before anything is loaded or run."""
+    demo = not (args.prompt is not None or args.bench or args.tune)
+    if args.max_new_tokens is None:
+        args.max_new_tokens = DEMO_TOKENS if demo else PROMPT_TOKENS
     for flag, value in (("--max-new-tokens", args.max_new_tokens), ("--new-tokens", args.new_tokens)):
         if not 1 <= value <= MAX_NEW_TOKENS:
             raise ValueError(f"{flag} must be from 1 to {MAX_NEW_TOKENS:,}, got {value}")
+    if demo and args.max_new_tokens > DEMO_TOKENS:
+        raise ValueError(f"--demo shows at most {DEMO_TOKENS} new tokens, got --max-new-tokens "
+                         f"{args.max_new_tokens}; use --prompt TEXT for longer generations")
     if args.prompts < 1:
         raise ValueError(f"--prompts must be >= 1, got {args.prompts}")
     if not 0 <= args.seed < 2 ** 63:
@@ -136,9 +159,11 @@ def check_args(args):
         check_plot_dir(args.plot)
     if args.tune and args.objective == "tokens_per_s" and not args.tuned:
         raise ValueError("speed-tuned settings hold for this machine only: add --tuned FILE")
-    if args.tune and (args.prompts, args.new_tokens) != TUNE_SIZE and not args.tuned:
+    documented = (args.prompts, args.new_tokens) == TUNE_SIZE and args.heads is None
+    if args.tune and not documented and not args.tuned:
         raise ValueError(f"a --tune run other than the documented --prompts {TUNE_SIZE[0]} "
-                         f"--new-tokens {TUNE_SIZE[1]} writes only to a file you name: add --tuned FILE")
+                         f"--new-tokens {TUNE_SIZE[1]} (all heads) writes only to a file you name: "
+                         "add --tuned FILE")
 
 
 def check_plot_dir(folder):
@@ -169,12 +194,15 @@ def load(args, used=None):
     if args.heads is not None:
         model = model.first_heads(args.heads)
     model.reference = args.reference
-    tuned = args.tuned or decoders.tuned_path(args.checkpoint)
-    chosen = decoders.settings(decoders.load_tuned(tuned, args.checkpoint) if not args.tune else {},
-                               overrides(args))
-    for name in decoders.DECODERS if used is None else used:   # budgets need the model
-        decoders.check(name, chosen[name], model)
-    return model, ck, chosen, Resources(model, ck, reference=args.reference)
+    tuned = {} if args.tune else decoders.load_tuned(
+        args.tuned or decoders.tuned_path(args.checkpoint), args.checkpoint,
+        model.config.n_bpd_heads, ck["config"].get("n_bpd_heads"), required=args.tuned is not None)
+    chosen = decoders.settings(tuned, overrides(args))
+    res = Resources(model, ck, reference=args.reference)
+    for name in decoders.DECODERS if used is None else used:
+        decoders.check(name, chosen[name], model)       # budgets need the model
+        decoders.make(name, res, chosen[name])          # every drafter builds, before any call
+    return model, ck, chosen, res
 
 
 def drop_unknown(text, vocab):
@@ -341,7 +369,8 @@ def run_tune(args):
     t0 = time.perf_counter()
     chosen, scores = bench.tune(model, res, prompts, args.new_tokens, args.objective, args.verify)
     out = {"settings": chosen, "checkpoint_sha256": file_sha256(args.checkpoint),
-           "objective": args.objective, "tune_block_efficiency": scores,
+           "heads": model.config.n_bpd_heads, "objective": args.objective,
+           "tune_block_efficiency": scores,
            "prompts": len(prompts), "new_tokens": args.new_tokens,
            "seconds": round(time.perf_counter() - t0)}
     with open(out_path, "w") as f:
@@ -367,6 +396,9 @@ def main(argv=None):
     except (ValueError, CheckpointError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except DrafterError as e:               # a plug-in drafter failed while decoding
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     except BrokenPipeError:                 # e.g. `python minibpd.py --demo | head`
         sys.stderr.close()
         return 0

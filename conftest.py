@@ -7,7 +7,6 @@ profiles, the devices, a tiny trained checkpoint, and the --drafter option.
 Every test file takes its hypothesis settings from here (`examples(scale)`), so the profile
 scales them all.
 """
-import importlib
 import inspect
 import os
 
@@ -15,6 +14,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
+import cli
 import train_heads
 from minibpd import GPT, GPTConfig, set_threads
 
@@ -84,23 +84,40 @@ def tiny_ckpt(tmp_path_factory):
 
 def pytest_addoption(parser):
     parser.addoption("--drafter", metavar="MODULE:FACTORY", default=None,
-                     help="run test_minibpd.py's drafter properties on your drafter: "
-                          "FACTORY(model) or FACTORY() returns it (default minibpd:ArgmaxDrafter)")
+                     help="run test_minibpd.py's drafter properties on your drafter: MODULE is a "
+                          "module name (the current directory is searched first) or a .py file; "
+                          "FACTORY(model) if it takes a `model` parameter or a required "
+                          "positional one, else FACTORY() (default minibpd:ArgmaxDrafter)")
+
+
+def pytest_configure(config):
+    """Resolve --drafter once, before any test: a missing module or factory fails the whole run
+    with the reason, not as a few errors among passes."""
+    spec = config.getoption("--drafter") or "minibpd:ArgmaxDrafter"
+    module, _, name = spec.rpartition(":")
+    if not module or not name:
+        raise pytest.UsageError(f"--drafter takes MODULE:FACTORY, e.g. my_drafter:MyDrafter; got {spec!r}")
+    try:
+        factory = getattr(cli.import_plugin(module), name)
+    except Exception as e:
+        raise pytest.UsageError(f"--drafter {spec}: {type(e).__name__}: {e}") from None
+    if not callable(factory):
+        raise pytest.UsageError(f"--drafter {spec}: {name} is not callable")
+    config.drafter_factory = (lambda model: factory(model)) if takes_model(factory) else \
+        (lambda model: factory())
+
+
+def takes_model(factory):
+    """Whether FACTORY wants the model: a parameter named `model`, or a required positional one."""
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "model" or (p.default is p.empty and p.kind in (p.POSITIONAL_ONLY,
+               p.POSITIONAL_OR_KEYWORD)) for p in params)
 
 
 @pytest.fixture(scope="session")
 def drafter_factory(request):
     """model -> a fresh drafter, from --drafter MODULE:FACTORY (default minibpd:ArgmaxDrafter)."""
-    spec = request.config.getoption("--drafter") or "minibpd:ArgmaxDrafter"
-    module, _, name = spec.partition(":")
-    if not module or not name:
-        raise pytest.UsageError(f"--drafter takes MODULE:FACTORY, e.g. my_drafter:MyDrafter; got {spec!r}")
-    try:
-        factory = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as e:
-        raise pytest.UsageError(f"--drafter {spec}: {e}") from None
-    try:
-        takes_model = bool(inspect.signature(factory).parameters)
-    except (TypeError, ValueError):
-        takes_model = False
-    return (lambda model: factory(model)) if takes_model else (lambda model: factory())
+    return request.config.drafter_factory

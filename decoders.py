@@ -21,6 +21,7 @@ A Method is what the bench times and checks: the baseline (sample_decode, one to
 'greedy' at temperature 0, 'sample' above) or a decoder's drafter in bpd_decode.
 """
 import json
+import re
 import sys
 from dataclasses import dataclass, field
 from typing import Callable
@@ -50,11 +51,62 @@ DECODERS = {}
 
 
 def register(name, make, defaults=None, grid=None, about="", peeks=False, refines=True):
-    """Add (or replace) a decoder; it then appears in every command and in the tests."""
-    DECODERS[name] = Decoder(name, make, dict(defaults or {}), dict(grid or {}), about, peeks,
-                             refines)
+    """Add (or replace) a decoder; it then appears in every command and in the tests. Everything
+    is checked here, with errors naming the decoder: a name (a word, not a baseline's), a
+    factory, settings {name: number}, a grid {setting: [values within the limits]}."""
+    defaults, grid = {} if defaults is None else defaults, {} if grid is None else grid
+    check_entry(name, make, defaults, grid, about)
+    DECODERS[name] = Decoder(name, make, dict(defaults), {k: list(v) for k, v in grid.items()},
+                             about, bool(peeks), bool(refines))
     return DECODERS[name]
 
+
+def check_entry(name, make, defaults, grid, about):
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*", name):
+        raise ValueError(f"register: a decoder's name is one word (letters, digits, _ or -), got "
+                         f"{name!r}")
+    if name in BASELINES:
+        raise ValueError(f"register: {name!r} is the baseline's name (one token per call); "
+                         "choose another")
+    bad = lambda why: ValueError(f"register {name!r}: {why}")
+    if not callable(make):
+        raise bad("make must be a factory (res, s, answer) -> drafter")
+    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+    if not isinstance(defaults, dict) or not all(isinstance(k, str) and number(v)
+                                                 for k, v in defaults.items()):
+        raise bad(f"defaults must be {{setting: number}}, got {defaults!r}")
+    if not isinstance(grid, dict) or not all(isinstance(v, (list, tuple)) and v and
+                                             all(map(number, v)) for v in grid.values()):
+        raise bad(f"grid must be {{setting: [numbers]}}, got {grid!r}")
+    if not set(grid) <= set(defaults):
+        raise bad(f"grid settings {sorted(set(grid) - set(defaults))} have no default")
+    if not isinstance(about, str):
+        raise bad("about must be a string (one line for --help)")
+    check(name, defaults)
+    for key, values in grid.items():
+        for v in values:
+            check(name, {**defaults, key: v})
+
+
+def check(name, s, model=None):
+    """Clear errors for impossible settings (lattice.check_settings) and, given the model, for
+    settings over a budget (its vocabulary bounds k, its size the cache): all before any model
+    call. Errors name the decoder."""
+    known = {k: s[k] for k in ("k", "p", "alpha", "order") if k in s}
+    try:
+        lattice.check_settings(**known)
+        if model is None:
+            return
+        if "p" in s:
+            check_cache_budget(model, s["p"])
+        if "k" in s and ("p" in s or "order" in s):
+            order = s.get("order", 1) if s.get("alpha", 0) > 0 else 1
+            lattice.check_dp_budget(s["k"], s.get("p", 1), order, model.config.vocab_size)
+    except ValueError as e:
+        raise ValueError(f"{name}: {e}") from None
+
+
+# ----------------------------------------------------------------------------- the decoders
 
 register("bpd", lambda res, s, answer: ArgmaxDrafter(),
          about="plain BPD: each head's most likely token (Stern §3)", refines=False)
@@ -90,10 +142,20 @@ def refined():
 
 
 def make(name, res, s, answer=None):
-    """A fresh drafter of decoder `name` with settings s (see settings())."""
+    """A fresh drafter of decoder `name` with settings s (see settings()). A factory that fails or
+    returns something that cannot draft is refused, naming the decoder."""
     if name not in DECODERS:
         raise ValueError(f"unknown decoder {name!r}; choose from {', '.join(names())}")
-    return DECODERS[name].make(res, s, answer)
+    try:
+        drafter = DECODERS[name].make(res, s, answer)
+    except ValueError as e:
+        raise ValueError(f"decoder {name}: {e}") from None
+    except Exception as e:
+        raise ValueError(f"decoder {name}: its factory failed ({type(e).__name__}: {e})") from None
+    if drafter is None or not callable(drafter):
+        raise ValueError(f"decoder {name}: its factory returned {drafter!r}, not a drafter "
+                         "(a callable: drafter(logprobs, context) -> drafts)")
+    return drafter
 
 
 # ----------------------------------------------------------------------------- methods
@@ -144,43 +206,44 @@ def settings(tuned=None, overrides=None, only=None):
     return out
 
 
-def check(name, s, model=None):
-    """Clear errors for impossible settings (lattice.check_settings) and, given the model, for
-    settings over a budget (its vocabulary bounds k, its size the cache): all before any model
-    call. Errors name the decoder."""
-    known = {k: s[k] for k in ("k", "p", "alpha", "order") if k in s}
-    try:
-        lattice.check_settings(**known)
-        if model is None:
-            return
-        if "p" in s:
-            check_cache_budget(model, s["p"])
-        if "k" in s and ("p" in s or "order" in s):
-            order = s.get("order", 1) if s.get("alpha", 0) > 0 else 1
-            lattice.check_dp_budget(s["k"], s.get("p", 1), order, model.config.vocab_size)
-    except ValueError as e:
-        raise ValueError(f"{name}: {e}") from None
-
-
 def tuned_path(checkpoint):
     return checkpoint + ".tuned.json"
 
 
-def load_tuned(path, checkpoint):
+def load_tuned(path, checkpoint, heads=None, all_heads=None, required=False):
     """The settings in a tuned file, validated like command-line input. A missing file means
-    none; one tuned for another checkpoint (its checkpoint_sha256) is ignored, with a warning."""
+    none (an error when `required`: a file the user named); a file tuned for another checkpoint
+    (its checkpoint_sha256) or with other heads than this run's (its `heads`; without one: the
+    checkpoint's `all_heads`) is ignored, with a warning."""
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
     except FileNotFoundError:
+        if required:
+            raise ValueError(f"tuned file {path} not found (run `python minibpd.py --tune --tuned "
+                             f"{path}` to write it)") from None
         return {}
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise ValueError(f"tuned file {path} is not valid JSON ({e}); fix it, delete it, or "
                          "run `python minibpd.py --tune`") from None
+    check_tuned(path, data)
+    ignore = lambda why: print(f"warning: ignoring {path}: {why}; using the defaults", file=sys.stderr)
+    if data.get("checkpoint_sha256") != file_sha256(checkpoint):
+        return ignore("it was tuned for another checkpoint (checkpoint_sha256 differs)") or {}
+    tuned_heads = data.get("heads", all_heads)
+    if heads is not None and tuned_heads is not None and tuned_heads != heads:
+        return ignore(f"it was tuned with {tuned_heads} heads, this run uses {heads}") or {}
+    return data["settings"]
+
+
+def check_tuned(path, data):
+    """A tuned file's structure and settings, checked like command-line input."""
     bad = lambda what, why: ValueError(f"tuned file {path}: {what} {why}; fix it, delete it, "
                                        "or run `python minibpd.py --tune`")
     if not isinstance(data, dict) or not isinstance(data.get("settings"), dict):
         raise bad("'settings'", "must be an object {decoder: {setting: value}}")
+    if "heads" in data and (not isinstance(data["heads"], int) or isinstance(data["heads"], bool)):
+        raise bad("'heads'", "must be an integer")
     for name, s in data["settings"].items():
         if name not in DECODERS:
             raise bad(f"settings.{name}", f"is not a decoder (known: {', '.join(DECODERS)})")
@@ -191,11 +254,6 @@ def load_tuned(path, checkpoint):
             check(name, {**DECODERS[name].defaults, **s})
         except ValueError as e:
             raise bad(f"settings.{name}:", str(e).split(": ", 1)[-1]) from None
-    if data.get("checkpoint_sha256") != file_sha256(checkpoint):
-        print(f"warning: ignoring {path}: it was tuned for another checkpoint (checkpoint_sha256 "
-              "differs); using the defaults", file=sys.stderr)
-        return {}
-    return data["settings"]
 
 
 # ----------------------------------------------------------------------------- resources

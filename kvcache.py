@@ -55,10 +55,14 @@ def check_cache_budget(model, rows, spare=0):
     """Refuse, before allocating, a KVCache of `rows` rows over MAX_CACHE_BYTES."""
     spec, slots = model.kv_spec(), model.config.block_size + spare
     row = 2 * spec.layers * spec.heads * slots * spec.head_dim * spec.dtype.itemsize
-    if not is_int(rows) or not 1 <= rows <= MAX_CACHE_BYTES // row:
+    most = MAX_CACHE_BYTES // row
+    if most < 1:
+        raise ValueError(f"even one KV cache row would need {row / 2**20:,.0f} MiB for this model "
+                         f"({slots} slots); the budget is {MAX_CACHE_BYTES // 2**20} MiB")
+    if not is_int(rows) or not 1 <= rows <= most:
         raise ValueError(f"a KV cache of {rows} rows would need {rows * row / 2**20:,.0f} MiB; the "
-                         f"budget is {MAX_CACHE_BYTES // 2**20} MiB, i.e. 1 to {MAX_CACHE_BYTES // row}"
-                         " rows (drafts verified per call) for this model")
+                         f"budget is {MAX_CACHE_BYTES // 2**20} MiB, i.e. 1 to {most} rows (drafts "
+                         "verified per call) for this model")
 
 
 class KVCache:

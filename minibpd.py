@@ -36,7 +36,7 @@ from checkpoint import (CHECKPOINT, FORMAT_VERSION, CheckpointError, decode, enc
 from kvcache import (MAX_CACHE_BYTES, KVCache, KVSpec, causal_mask, check_cache_budget,  # noqa: F401
                      device_of, draft_tree, is_int, model_call, tree_call, tree_layout,
                      uncached_from, window_start)
-from sampling import check_temperature, target_probs, verify_sampled  # noqa: F401 (public)
+from sampling import check_proposal, check_temperature, target_probs, verify_sampled  # noqa: F401
 
 
 @dataclass
@@ -198,23 +198,45 @@ class GPT(nn.Module):
 # Reading the file and text <-> ids live in checkpoint.py (below this module); the model is built here.
 
 def build_model(config, state, device="cpu", dtype=torch.float32, where="checkpoint", path=None):
-    """GPT from a saved config dict and state dict, with a clear error on any mismatch."""
+    """GPT from a saved config dict and state dict, with a clear error on any mismatch (which
+    tensors disagree) and on weights that are not all finite (they would decode garbage)."""
     try:
         model = GPT(GPTConfig(**config))
-        model.load_state_dict({k: v.float() for k, v in state.items()})
-    except (TypeError, ValueError, RuntimeError, AttributeError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CheckpointError(f"{where} does not match this version of minibpd.py ({first}); "
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"{where}: its config does not fit this minibpd.py ({e}); "
                               f"{retrain(path)}") from None
+    if not isinstance(state, dict) or not all(torch.is_tensor(v) for v in state.values()):
+        raise CheckpointError(f"{where}: its weights are not a dict of tensors; {retrain(path)}")
+    wrong = state_mismatch(model.state_dict(), state)
+    if wrong:
+        raise CheckpointError(f"{where} does not match its config ({wrong}); {retrain(path)}")
+    bad = next((k for k, v in state.items() if not torch.isfinite(v.float()).all()), None)
+    if bad is not None:
+        raise CheckpointError(f"{where}: tensor {bad} holds NaN or inf; {retrain(path)}")
+    model.load_state_dict({k: v.float() for k, v in state.items()})
     return model.to(device=device, dtype=dtype).eval()
+
+
+def state_mismatch(want, got):
+    """'' if the state dict `got` fits the model's `want`, else which tensors disagree."""
+    missing, extra = sorted(set(want) - set(got)), sorted(set(got) - set(want))
+    shapes = [f"{k}: {tuple(got[k].shape)} for {tuple(want[k].shape)}" for k in want
+              if k in got and got[k].shape != want[k].shape]
+    parts = [f"missing {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}"] if missing else []
+    parts += [f"unexpected {', '.join(extra[:3])}{' ...' if len(extra) > 3 else ''}"] if extra else []
+    return "; ".join(parts + [f"shapes {', '.join(shapes[:3])}"] * bool(shapes))
 
 
 def load_checkpoint(path=CHECKPOINT, device="cpu", dtype=torch.float32):
     """-> (model, checkpoint dict). Read with weights_only=True: a checkpoint cannot run code."""
     ck = checkpoint.read(path)
     model = build_model(ck["config"], ck["model"], device, dtype, f"checkpoint {path}", path)
-    if len(ck["vocab"]) != model.config.vocab_size:
-        raise CheckpointError(f"checkpoint {path}: vocabulary size does not match its model")
+    vocab = ck["vocab"]
+    if not isinstance(vocab, str) or len(set(vocab)) != len(vocab) or \
+            len(vocab) != model.config.vocab_size:
+        raise CheckpointError(f"checkpoint {path}: its vocab must be a string of "
+                              f"{model.config.vocab_size} distinct characters, one per token; "
+                              f"{retrain(path)}")
     return model, ck
 
 
@@ -256,6 +278,17 @@ class HeadSampler(ArgmaxDrafter):
         return [[context[-1]] + drawn], q
 
 
+def token_ids(items):
+    """A sequence of integer token ids as a new list of ints; TypeError otherwise (bools too:
+    True is not a token)."""
+    if isinstance(items, (str, bytes)):
+        raise TypeError("not token ids")
+    items = list(items)
+    if any(isinstance(t, bool) for t in items):
+        raise TypeError("a bool is not a token id")
+    return [index(t) for t in items]
+
+
 def max_drafts(drafter):
     n = getattr(drafter, "max_drafts", 1)
     if not is_int(n) or n < 1:
@@ -286,7 +319,7 @@ def check_drafts(drafts, size, first, V, limit, drafter):
             raise broken("length", f"each draft has {size} tokens, one per row of logprobs; "
                                    f"draft {j} has {len(d)}")
         try:
-            d = [index(t) for t in d]
+            d = token_ids(d)
         except TypeError:
             raise broken("lists of ints", f"draft {j} holds a non-integer token") from None
         if d[0] != first:
@@ -304,9 +337,9 @@ def check_drafts(drafts, size, first, V, limit, drafter):
 def check_request(model, prompt, max_new_tokens):
     """Clear errors for a bad request, before any model call. -> the prompt as a new list."""
     try:
-        seq = [index(t) for t in prompt]
+        seq = token_ids(prompt)
     except TypeError:
-        raise ValueError("the prompt must be a sequence of integer token ids") from None
+        raise ValueError("the prompt must be a sequence of integer token ids (not bools)") from None
     if not seq:
         raise ValueError("the prompt is empty: give at least one token")
     V = model.config.vocab_size
@@ -364,20 +397,36 @@ def draft_budget(t, end, h, block_size):
     return max(0, min(h - 1, end - t, window_start(t, block_size) + block_size - t))
 
 
+def drafter_generator(generator):
+    """A sampling drafter's generator for one call, seeded by one draw from `generator` (or from
+    torch's global one): whatever the drafter does to it (reseed it, restore its state) cannot
+    reach verification's draws, nor its own next call's."""
+    return torch.Generator().manual_seed(int(torch.randint(2 ** 62, (1,), generator=generator)))
+
+
+class DrafterError(RuntimeError):
+    """A drafter (or its factory) raised: its own failure, not bad input to the decoder."""
+
+
 def predict(model, drafter, z, seq, m, temperature=0.0, generator=None):
     """Stern §3, predict: the heads at the last accepted position (z [C]) give m + 1 rows of
     log-probs (head 1's token, seq[-1], is already chosen); the drafter turns them into drafts,
     checked against the contract. -> (drafts, q): q [m + 1, V] when a sampling drafter declares its
-    proposal, else None. The drafter gets its own copy of seq."""
+    proposal (checked too), else None. The drafter gets its own copy of seq and, when sampling,
+    a generator of its own for this call, so nothing it does to either reaches verification."""
     if m == 0:                                   # nothing to draft: a plain one-token step
         return [[seq[-1]]], None
     logprobs = F.log_softmax(model.head_logits(z)[:m + 1], dim=-1)          # [m + 1, V]
-    if temperature > 0 and hasattr(drafter, "sample"):
-        drafts, q = drafter.sample(logprobs, list(seq), temperature, generator)
-    else:
-        drafts, q = drafter(logprobs, list(seq)), None
-    return check_drafts(drafts, m + 1, seq[-1], model.config.vocab_size, max_drafts(drafter),
-                        drafter), q
+    sampling = temperature > 0 and hasattr(drafter, "sample")
+    try:
+        own = drafter_generator(generator) if sampling else None
+        drafts, q = drafter.sample(logprobs, list(seq), temperature, own) if sampling else \
+            (drafter(logprobs, list(seq)), None)
+    except Exception as e:
+        raise DrafterError(f"drafter {drafter_name(drafter)} failed: {type(e).__name__}: {e}") from e
+    V, name = model.config.vocab_size, drafter_name(drafter)
+    drafts = check_drafts(drafts, m + 1, seq[-1], V, max_drafts(drafter), drafter)
+    return drafts, None if not sampling else check_proposal(q, drafts, V, name)
 
 
 class Verifier:
@@ -518,17 +567,19 @@ def choose_threads(n=None, training=False):
     """torch's intra-op threads, the one policy of every command (README, 'Threads', has the
     measurements behind it): decoding uses 1 thread (torch's threads wait for each other at every
     small op, and far longer when another process is busy); training uses every core on an idle
-    machine (1-minute load average under 0.5), else 1. n: an explicit choice. -> (n, reason)"""
-    if n is not None:
-        if not is_int(n) or n < 1:
-            raise ValueError(f"--threads must be an integer >= 1, got {n!r}")
-        return n, "--threads"
-    if not training:
-        return 1, "decoding: 1 thread"
+    machine (1-minute load average under 0.5), else 1. n: an explicit choice, at most the
+    machine's cores. -> (n, reason)"""
     try:
         cores = len(os.sched_getaffinity(0))      # the cores this process may run on
     except AttributeError:                        # macOS, Windows
         cores = os.cpu_count() or 1
+    if n is not None:
+        if not is_int(n) or not 1 <= n <= cores:
+            raise ValueError(f"--threads must be an integer from 1 to {cores} (this machine's "
+                             f"cores), got {n!r}")
+        return n, "--threads"
+    if not training:
+        return 1, "decoding: 1 thread"
     try:
         load = os.getloadavg()[0]                 # processes wanting a core, last minute
     except (AttributeError, OSError):             # Windows

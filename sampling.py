@@ -12,11 +12,18 @@ A deterministic draft token d is the case q = one-hot(d): accept d with probabil
 sample from p with d removed and renormalised.
 
 Several drafts (p-best) share prefixes, so they form a tree. SpecInfer's multi-draft rule (Miao
-et al. 2024) walks it: at a node, try its distinct children in order, each accepted with its
-probability under the *current* residual r, and r <- residual(r, q_child) after each rejection;
-an accepted child becomes the node; when every child is rejected (or at a leaf), the next token
-is sampled from r. With one-hot proposals each child is tried with probability r(child): the walk
-samples the node's token from p exactly, so the whole output is exact.
+et al. 2024) walks it: at a node, try its children in order, each accepted with its probability
+under the *current* residual r, and r <- residual(r, q_child) after each rejection; an accepted
+child becomes the node; when every child is rejected (or at a leaf), the next token is sampled
+from r. Which children are tried (children_to_try) depends on where the drafts came from:
+- deterministic drafts (q = one-hot): each distinct token once. Each child is then accepted with
+  probability r(child) and removed from r on rejection: the walk samples the node's token from p
+  exactly, so the whole output is exact.
+- drafts sampled i.i.d. from one declared proposal q (q[i]: the distribution of every draft's
+  token i): every draft's token, repeats included, in draft order. That is multi-round
+  rejection sampling with i.i.d. proposals, exact for any number of them; de-duplicating would
+  bias it (a token drawn twice has two chances). The drafts below an accepted child still hold
+  i.i.d. draws from q[i + 1], because each position was drawn independently.
 
 Temperature 0 is greedy decoding: target_probs is then a one-hot on the argmax, and the decode
 loop takes its greedy rule (minibpd.accept_greedy) instead. minibpd.HeadSampler is the drafter
@@ -34,10 +41,46 @@ def target_probs(logits, temperature):
     return F.softmax(logits / temperature, dim=-1)
 
 
+MIN_TEMPERATURE = 1e-6   # 0 is greedy; below this, logits / T can overflow float64 to inf
+
+
 def check_temperature(temperature):
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or \
             not 0 <= temperature < float("inf"):
         raise ValueError(f"temperature must be a number >= 0, got {temperature!r}")
+    if 0 < temperature < MIN_TEMPERATURE:
+        raise ValueError(f"temperature must be 0 (greedy) or at least {MIN_TEMPERATURE:g}, got "
+                         f"{temperature!r}: below that, logits / T overflow to inf")
+
+
+def check_proposal(q, drafts, V, who):
+    """A drafter's declared proposal, checked before any use: q [m + 1, V] (row i: the
+    distribution its drafts' token i was drawn from; row 0, head 1's, is not used), finite,
+    non-negative, rows 1..m summing to 1 within 1e-6, positive at every drafted token. -> q as
+    float64 on the CPU, rows renormalised; or a ValueError naming the drafter (`who`)."""
+    def broken(detail):
+        return ValueError(f"drafter {who} broke the drafter contract (declared q): {detail}")
+    m1 = len(drafts[0])
+    if not isinstance(q, torch.Tensor) or tuple(q.shape) != (m1, V):
+        got = tuple(q.shape) if isinstance(q, torch.Tensor) else type(q).__name__
+        raise broken(f"sample() returns q as a tensor [{m1}, {V}] (one row per draft token); got {got}")
+    q = q.detach().to("cpu", torch.float64)
+    if not torch.isfinite(q).all() or (q < 0).any():
+        raise broken("q holds NaN, inf or negative entries")
+    sums = q[1:].sum(-1)
+    if m1 > 1 and (sums - 1).abs().max() > 1e-6:
+        raise broken(f"each row of q sums to 1 (within 1e-6); got sums from {float(sums.min()):.6g} "
+                     f"to {float(sums.max()):.6g}")
+    at = q[torch.arange(1, m1)[None], torch.tensor([d[1:] for d in drafts]).view(len(drafts), -1)]
+    if (at <= 0).any():
+        raise broken("q is 0 at a drafted token: that token could not have been drawn from q")
+    return torch.cat([q[:1], q[1:] / sums[:, None]]) if m1 > 1 else q
+
+
+def children_to_try(tokens, sampled):
+    """The children of a tree node to try, in order (see above): deterministic drafts each
+    distinct token once; drafts sampled i.i.d. from a declared q every token, repeats included."""
+    return list(tokens) if sampled else list(dict.fromkeys(tokens))
 
 
 def accept_probability(r, proposal, token):
@@ -55,13 +98,14 @@ def residual(r, proposal):
 def verify_sampled(probs, proposed, q=None, generator=None):
     """Verify + accept under sampling (the rule above). probs [P, m + 1, V] (float64, CPU):
     row j's position i is the target after proposed[j][:i]. proposed: P drafts of m tokens. q:
-    None (deterministic drafts) or [m, V], the proposal of a single sampled draft's token i (q[i]
-    proposed proposed[0][i]). -> (row, accepted count a, next token, tries), tries listing
-    (depth, token, acceptance probability, accepted) for the demo."""
+    None (deterministic drafts) or [m, V], the proposal every draft's token i was drawn from,
+    i.i.d. (checked by check_proposal). -> (row, accepted count a, next token, tries), tries
+    listing (depth, token, acceptance probability, accepted) for the demo."""
     rows, depth, tries = list(range(len(proposed))), 0, []
     while True:
         r = probs[rows[0], depth]                   # every row in `rows` shares this node's path
-        children = list(dict.fromkeys(proposed[j][depth] for j in rows if depth < len(proposed[j])))
+        children = children_to_try([proposed[j][depth] for j in rows if depth < len(proposed[j])],
+                                   q is not None)
         accepted = None
         for token in children:
             proposal = F.one_hot(torch.tensor(token), r.shape[-1]).to(r) if q is None else q[depth]

@@ -484,8 +484,26 @@ def check_args(args):
         fail(f"--out {out} already exists; pass --force to overwrite it")
     if not os.path.isdir(folder):
         fail(f"--out {out}: directory {folder} does not exist")
-    if not os.access(folder, os.W_OK) or (os.path.exists(out) and not os.access(out, os.W_OK)):
-        fail(f"--out {out}: not writable")
+    if not writable(out):
+        fail(f"--out {out}: not writable (tried: the file cannot be opened for writing there)")
+    try:
+        choose_threads(args.threads, training=True)
+    except ValueError as e:
+        fail(str(e))
+
+
+def writable(path):
+    """Whether a file can be written at `path`, tried for real: os.access says yes to root even
+    where no file can be created (/proc). A probe file it creates is removed again."""
+    existed = os.path.exists(path)
+    try:
+        with open(path, "ab"):
+            pass
+    except OSError:
+        return False
+    if not existed:
+        os.remove(path)
+    return True
 
 
 def corpus_splits(args):
