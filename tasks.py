@@ -102,7 +102,7 @@ def paragraphs(doc):
 
 def summary(doc):
     """PEP 257's summary: the docstring's first paragraph as one line. Not the first line: in a
-    fifth of the stdlib's docstrings (1,102 of 5,283 in Python 3.11) the first paragraph runs on
+    fifth of the stdlib's docstrings (1,097 of 5,253 in Python 3.11) the first paragraph runs on
     past it, so the first line alone is often half a sentence."""
     return one_line(paragraphs(doc)[0]) if doc and doc.strip() else ""
 
@@ -169,10 +169,14 @@ def walk_defs(body, prefix):
             yield prefix + node.name, node
 
 
+def first_line(fn):
+    """Line number of the function's first decorator, or of its def line."""
+    return min([fn.node.lineno] + [d.lineno for d in fn.node.decorator_list])
+
+
 def source_lines(fn):
     """The function's source lines, from its first decorator to its last line (keepends)."""
-    first = min([fn.node.lineno] + [d.lineno for d in fn.node.decorator_list])
-    return fn.lines[first - 1:fn.node.end_lineno]
+    return fn.lines[first_line(fn) - 1:fn.node.end_lineno]
 
 
 def signature(fn, limit=48):
@@ -408,14 +412,14 @@ def docstring_spans(node):
 def without_docstrings(fn):
     """The function's dedented source with its docstrings' lines removed; None when a docstring
     shares a line with code or nothing but the docstring is left."""
-    first = min([fn.node.lineno] + [d.lineno for d in fn.node.decorator_list])
     drop = set()
     for a, b in docstring_spans(fn.node):
         lines = "".join(fn.lines[a - 1:b]).strip()
         if lines[0] not in "\"'rRuU" or not lines.endswith(("'", '"')):
             return None                     # e.g. `def f(): "doc"; return 1`
         drop.update(range(a, b + 1))
-    kept = [fn.lines[i - 1] for i in range(first, fn.node.end_lineno + 1) if i not in drop]
+    kept = [fn.lines[i - 1] for i in range(first_line(fn), fn.node.end_lineno + 1)
+            if i not in drop]
     code = textwrap.dedent("".join(kept))
     try:
         ast.parse(code)                     # nothing left but a def line does not parse
@@ -442,7 +446,7 @@ def code2doc_pool():
 # The signature, then the docstring's paragraphs after the first, then a cue -> the first
 # paragraph as one line (the "lead"). Here the prompt is cut at its END, at a line boundary: the
 # signature must stay, and the paragraphs next to the lead are the ones that elaborate on it.
-# A lead that the prompt repeats word for word (20 of 2,097 here, e.g. `os.execl`'s signature
+# A lead that the prompt repeats word for word (20 of 2,094 in Python 3.11, e.g. `os.execl`'s signature
 # line) is left out.
 
 DOC2SUMMARY_CUE = "Summary: "
@@ -488,9 +492,8 @@ def code_cuts(fn):
     body = fn.node.body[1:] if has_docstring(fn.node) else fn.node.body
     if not body:
         return []
-    offset = fn.node.end_lineno - len(lines) + 1        # line number of lines[0]
     cuts = []
-    for i in range(body[0].lineno - offset, len(lines)):
+    for i in range(body[0].lineno - first_line(fn), len(lines)):
         target = ""
         for line in lines[i:i + 3]:
             if len(target + line.rstrip("\n")) > TARGET_MAX:
@@ -626,6 +629,7 @@ def fingerprint(examples):
 def compare(stored, name, split, vocab=None):
     """None if the running Python builds `stored` again, else a one-line message saying how the
     build differs. `stored`: the pairs, or a build_all() dict (its vocab and Python are used)."""
+    check(name, split)
     python = "another Python"
     if isinstance(stored, dict):
         vocab = stored.get("vocab") if vocab is None else vocab
