@@ -446,8 +446,8 @@ def code2doc_pool():
 # The signature, then the docstring's paragraphs after the first, then a cue -> the first
 # paragraph as one line (the "lead"). Here the prompt is cut at its END, at a line boundary: the
 # signature must stay, and the paragraphs next to the lead are the ones that elaborate on it.
-# A lead that the prompt repeats word for word (20 of 2,094 in Python 3.11, e.g. `os.execl`'s signature
-# line) is left out.
+# A lead that the prompt repeats word for word (20 of 2,094 in Python 3.11, e.g. `os.execl`'s
+# signature line) is left out.
 
 DOC2SUMMARY_CUE = "Summary: "
 
