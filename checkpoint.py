@@ -1,4 +1,5 @@
-"""checkpoint: reading a minibpd checkpoint file safely, and text <-> token ids (below the model:
+"""checkpoint: reading a minibpd checkpoint file safely, and its text: the default corpus and its
+split, characters <-> token ids, text mapped into a vocabulary (below the model:
 minibpd.load_checkpoint builds the model from what `read` returns, and re-exports the rest).
 
 A checkpoint is a dict saved by train_heads.py: format_version, config and model (the GPT's
@@ -9,7 +10,9 @@ missing, corrupt or mismatched becomes one CheckpointError with a way out.
 """
 import hashlib
 import os
+import re
 import string
+import unicodedata
 
 import torch
 
@@ -76,3 +79,69 @@ def known_characters(vocab):
     rest = "".join(c for c in vocab if not any(c in r for r in runs))
     return ", ".join(f"{r[0]}-{r[-1]}" for r in runs) + (" and " if runs and rest else "") + \
         (repr(rest) if rest else "") + f" ({len(vocab)} in all)"
+
+
+# ----------------------------------------------------------------------------- the text
+
+RULE = re.compile(r"^[\s*=\-+|~^#.:`'\"_]*$")   # reST underlines, table borders, blank-ish lines
+
+
+def clean_text(text):
+    """Collapse runs of spaces, drop reST underline/table-border lines and repeated blank lines."""
+    lines = []
+    for line in text.splitlines():
+        line = re.sub(r"[ \t]+", " ", line).strip()
+        if RULE.match(line) and line:
+            continue                              # '*****', '+----+----+', '====' ...
+        if line or (lines and lines[-1]):
+            lines.append(line)
+    return "\n".join(lines).strip() + "\n"
+
+
+def chunk_size(text):
+    """The split's chunk: 2,000 characters, smaller for texts under 80,000 (at least 40 chunks)."""
+    return max(1, min(2000, len(text) // 40))
+
+
+def chunk_split(j):
+    """The split of chunk j: tune if j % 20 == 18, test if j % 20 == 19, else train (90 / 5 / 5)."""
+    return {18: "tune", 19: "test"}.get(j % 20, "train")
+
+
+def split_corpus(text):
+    """Fixed split by chunks (chunk_size, chunk_split): deterministic, every split spans the text."""
+    chunk, parts = chunk_size(text), {"train": [], "tune": [], "test": []}
+    for j in range(0, len(text), chunk):
+        parts[chunk_split(j // chunk)].append(text[j:j + chunk])
+    return {k: "".join(v) for k, v in parts.items()}
+
+
+# Characters outside a vocabulary become ONE known character (a tab a space, a backquote a quote,
+# an accented letter its base letter, typographic quotes and dashes ASCII ones) or are dropped.
+# One character to at most one: lengths only shrink, a span of a text stays a span.
+ASCII_LOOKALIKES = {"\t": " ", "\u00a0": " ", "`": "'", "\u2018": "'", "\u2019": "'",
+                    "\u2032": "'", "\u201c": '"', "\u201d": '"', "\u00ab": '"', "\u00bb": '"',
+                    "\u2013": "-", "\u2014": "-", "\u2010": "-", "\u2011": "-", "\u2212": "-",
+                    "\u00d7": "x", "\u2026": "."}
+
+
+def char_map(c, known):
+    """The character standing in for c ('' to drop it), given the set of known characters."""
+    if c in known:
+        return c
+    if ASCII_LOOKALIKES.get(c) in known:
+        return ASCII_LOOKALIKES[c]
+    base = [b for b in unicodedata.normalize("NFKD", c) if not unicodedata.combining(b)]
+    return base[0] if len(base) == 1 and base[0] in known else ""
+
+
+def to_vocab(text, vocab, counts=None):
+    """`text` with every character outside `vocab` mapped (char_map) or dropped; counts (a dict,
+    optional) tallies {"mapped" | "dropped": {char: n}}."""
+    known = set(vocab)
+    unknown = sorted(set(text) - known)
+    for c in unknown if counts is not None else ():
+        tally = counts.setdefault("mapped" if char_map(c, known) else "dropped", {})
+        tally[c] = tally.get(c, 0) + text.count(c)
+    table = {c: char_map(c, known) for c in unknown}
+    return "".join(table.get(c, c) for c in text) if unknown else text

@@ -22,6 +22,7 @@ import decoders
 import figures
 import lattice
 from bench import make_prompts
+from checkpoint import to_vocab
 from decoders import Resources, baseline_name, split_text
 from minibpd import (CHECKPOINT, CheckpointError, DrafterError, Verifier, decode, encode, file_sha256,
                      greedy_decode, load_checkpoint, set_threads)
@@ -205,13 +206,6 @@ def load(args, used=None):
     return model, ck, chosen, res
 
 
-def drop_unknown(text, vocab):
-    """-> (text without the characters the model does not know, how many were dropped)."""
-    known = set(vocab)
-    kept = "".join(c for c in text if c in known)
-    return kept, len(text) - len(kept)
-
-
 def show(tokens, vocab):
     return decode(tokens, vocab).replace("\n", "⏎")
 
@@ -335,10 +329,12 @@ def bench_prompts(ck, args):
             text = f.read()
     except (OSError, UnicodeDecodeError) as e:
         raise ValueError(f"cannot read --text {args.text} as UTF-8: {e}") from None
-    text, dropped = drop_unknown(text, ck["vocab"])
-    if dropped:
+    counts = {}
+    text = to_vocab(text, ck["vocab"], counts)
+    dropped, mapped = (sum(counts.get(k, {}).values()) for k in ("dropped", "mapped"))
+    if dropped or mapped:
         print(f"warning: --text {args.text}: dropped {dropped:,} characters the model does not "
-              "know", file=sys.stderr)
+              f"know, mapped {mapped:,} to look-alikes it knows", file=sys.stderr)
     return make_prompts(text, ck["vocab"], args.prompts)
 
 

@@ -33,7 +33,9 @@ import re
 import sys
 import sysconfig
 import textwrap
-import unicodedata
+
+import checkpoint
+from checkpoint import chunk_size, chunk_split, clean_text
 
 SPLITS = ("train", "tune", "test")
 PROMPT_MAX = 380       # characters of prompt (the fine-tuning window is WINDOW characters)
@@ -197,7 +199,7 @@ def dedupe(pool):
 
 
 # ----------------------------------------------------------------------------- lm (LAMBADA-like)
-# The shipped model was pre-trained on 90% of pydoc_data.topics (train_heads.split_corpus:
+# The shipped model was pre-trained on 90% of pydoc_data.topics (checkpoint.split_corpus:
 # 2,000-character chunks, chunk j to tune if j % 20 == 18, to test if j % 20 == 19). A hash split
 # of paragraphs would put most test targets in its training text, so `lm` takes each paragraph's
 # split from the base model's split of the same text: lm/train lies in the base's train text,
@@ -211,7 +213,6 @@ def topics_text():
     """(text, topic starts): the base model's corpus exactly (train_heads.load_corpus: the
     cleaned topics in sorted order, joined by a blank line) and [(offset, topic name)]."""
     import pydoc_data.topics
-    from train_heads import clean_text      # the one definition of the cleaning (imports torch)
     names = sorted(pydoc_data.topics.topics)
     parts = [clean_text(pydoc_data.topics.topics[k]).strip("\n") for k in names]
     starts, at = [], 0
@@ -221,16 +222,12 @@ def topics_text():
     return "\n\n".join(parts) + "\n", starts
 
 
-def chunk_size(text):
-    return max(1, min(2000, len(text) // 40))      # as in train_heads.split_corpus
-
-
 def base_split(text):
     """Two functions of an offset into `text`: the base model's split of that character (the
-    rule of train_heads.split_corpus), and the first offset of the run of same-split chunks
+    rule of checkpoint.split_corpus), and the first offset of the run of same-split chunks
     holding it."""
     chunk = chunk_size(text)
-    of = lambda j: {18: "tune", 19: "test"}.get((j // chunk) % 20, "train")
+    of = lambda j: chunk_split(j // chunk)
 
     def run_start(j):
         c = j // chunk
@@ -532,40 +529,15 @@ def code_pool():
 
 
 # -------------------------------------------------------------------------- the model's characters
-# A vocabulary build is the raw build mapped character by character: each character outside the
-# vocabulary becomes ONE known character (a tab a space, a backquote a quote, an accented letter
-# its base letter, typographic quotes and dashes ASCII ones) or is dropped. One character to at
-# most one keeps every raw guarantee: lengths only shrink, a qa answer stays a span of its prompt.
-
-ASCII_LOOKALIKES = {"\t": " ", "\u00a0": " ", "`": "'", "\u2018": "'", "\u2019": "'",
-                    "\u2032": "'", "\u201c": '"', "\u201d": '"', "\u00ab": '"', "\u00bb": '"',
-                    "\u2013": "-", "\u2014": "-", "\u2010": "-", "\u2011": "-", "\u2212": "-",
-                    "\u00d7": "x", "\u2026": "."}
-
-
-def char_map(c, known):
-    """The character standing in for c ('' to drop it), given the set of known characters."""
-    if c in known:
-        return c
-    if ASCII_LOOKALIKES.get(c) in known:
-        return ASCII_LOOKALIKES[c]
-    base = [b for b in unicodedata.normalize("NFKD", c) if not unicodedata.combining(b)]
-    return base[0] if len(base) == 1 and base[0] in known else ""
-
+# A vocabulary build is the raw build mapped character by character (checkpoint.to_vocab: each
+# character outside the vocabulary becomes ONE known character or is dropped), so every raw
+# guarantee holds: lengths only shrink, a qa answer stays a span of its prompt.
 
 def to_vocab(pairs, vocab, counts=None):
     """Map every character of the pairs into `vocab`; tally {"mapped"|"dropped": {char: n}}."""
-    known, table = set(vocab), {}
-    counts = counts if counts is not None else {"mapped": {}, "dropped": {}}
-
-    def one(text):
-        unknown = set(text) - known
-        for c in sorted(unknown):
-            table.setdefault(c, char_map(c, known))
-            tally = counts["mapped" if table[c] else "dropped"]
-            tally[c] = tally.get(c, 0) + text.count(c)
-        return "".join(table.get(c, c) for c in text) if unknown else text
-    return [(one(prompt), one(target)) for prompt, target in pairs]
+    counts = counts if counts is not None else {}
+    return [(checkpoint.to_vocab(p, vocab, counts), checkpoint.to_vocab(t, vocab, counts))
+            for p, t in pairs]
 
 
 def unknown_counts(name, split, vocab):

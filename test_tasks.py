@@ -12,6 +12,7 @@ import torch
 from hypothesis import given, strategies as st
 
 import tasks
+import checkpoint
 import train_heads
 from checkpoint import CHECKPOINT
 from conftest import examples
@@ -137,8 +138,8 @@ def test_build_all_fits_a_weights_only_checkpoint(mapped, tmp_path):
 
 def test_char_map_examples():
     known = set("ab 'e\"-")
-    assert [tasks.char_map(c, known) for c in "\t`é“—$ж"] == [" ", "'", "e", '"', "-", "", ""]
-    assert tasks.char_map("“", set("“")) == "“"          # a known character stays
+    assert [checkpoint.char_map(c, known) for c in "\t`é“—$ж"] == [" ", "'", "e", '"', "-", "", ""]
+    assert checkpoint.char_map("“", set("“")) == "“"          # a known character stays
 
 
 @examples(2)

@@ -26,7 +26,6 @@ import copy
 import hashlib
 import math
 import os
-import re
 import subprocess
 import sys
 import time
@@ -35,25 +34,11 @@ from dataclasses import asdict
 import torch
 import torch.nn.functional as F
 
+from checkpoint import clean_text, split_corpus  # noqa: F401 (train_heads.clean_text, ...)
 from minibpd import (CHECKPOINT, FORMAT_VERSION, GPT, CheckpointError, GPTConfig, choose_threads,
                      decode_rows, file_sha256, load_checkpoint)
 
-RULE = re.compile(r"^[\s*=\-+|~^#.:`'\"_]*$")   # reST underlines, table borders, blank-ish lines
-
-
 # ----------------------------------------------------------------------------- the corpus
-
-def clean_text(text):
-    """Collapse runs of spaces, drop reST underline/table-border lines and repeated blank lines."""
-    lines = []
-    for line in text.splitlines():
-        line = re.sub(r"[ \t]+", " ", line).strip()
-        if RULE.match(line) and line:
-            continue                              # '*****', '+----+----+', '====' ...
-        if line or (lines and lines[-1]):
-            lines.append(line)
-    return "\n".join(lines).strip() + "\n"
-
 
 def load_corpus(path=None, clean=None):
     """-> (text, description). Default: pydoc_data.topics, topics in sorted order, cleaned.
@@ -76,18 +61,6 @@ def load_corpus(path=None, clean=None):
              "give at least a few thousand")
     return text, {"name": name, "chars": len(text), "cleaned": cleaned,
                   "sha256": hashlib.sha256(text.encode()).hexdigest()}
-
-
-def split_corpus(text, chunk=2000):
-    """Fixed split by 2,000-character chunks (smaller for texts under 80,000 characters, so that
-    there are at least 40): chunk j goes to tune if j % 20 == 18, to test if j % 20 == 19, else to
-    train (90 / 5 / 5). Deterministic, and every split spans the corpus."""
-    chunk = max(1, min(chunk, len(text) // 40))
-    parts = {"train": [], "tune": [], "test": []}
-    for j in range(0, len(text), chunk):
-        key = {18: "tune", 19: "test"}.get((j // chunk) % 20, "train")
-        parts[key].append(text[j:j + chunk])
-    return {k: "".join(v) for k, v in parts.items()}
 
 
 def as_tensors(texts, vocab):
