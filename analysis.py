@@ -51,7 +51,7 @@ def replay(drafter, heads, answer, plen, n, h, B):
         known += gained
         stats["calls"] += 1
         stats["accepted"].append(gained)
-    stats["block_efficiency"] = n / stats["calls"]
+    stats["block_efficiency"], stats["new_tokens"] = n / stats["calls"], n
     return stats
 
 
@@ -76,14 +76,17 @@ def prepare(model, prompts, n, greedy=None):
     return [(len(p), p + g, heads_along(model, p + g, len(p))) for p, g in zip(prompts, greedy)]
 
 
-def replay_all(model, items, n, make):
-    """Replay a drafter over every prepared prompt; make(answer) -> a fresh drafter."""
+def replay_all(model, items, make):
+    """Replay a drafter over every prepared prompt (each for its own greedy continuation's
+    length); make(answer) -> a fresh drafter."""
     h, B = model.config.n_bpd_heads, model.config.block_size
-    return [replay(make(answer), heads, answer, plen, n, h, B) for plen, answer, heads in items]
+    return [replay(make(answer), heads, answer, plen, len(answer) - plen, h, B)
+            for plen, answer, heads in items]
 
 
-def block_eff(runs, n):
-    return len(runs) * n / sum(r["calls"] for r in runs)
+def block_eff(runs):
+    """Block efficiency of several runs together: new tokens / serial calls."""
+    return sum(r["new_tokens"] for r in runs) / sum(r["calls"] for r in runs)
 
 
 def longest_run(tokens):
@@ -166,14 +169,14 @@ def verify_tokens(runs):
             "tree": sum(len(draft_tree(e)[0]) for e in steps) / calls}
 
 
-def be_of(model, items, n, res, name, s):
+def be_of(model, items, res, name, s):
     """Block efficiency of one decoder with settings s, by offline replay."""
-    return block_eff(replay_all(model, items, n, lambda answer: decoders.make(name, res, s, answer)), n)
+    return block_eff(replay_all(model, items, lambda answer: decoders.make(name, res, s, answer)))
 
 
-def oracle_by_k(model, items, n, res, ks=(1, 2, 4, 8, 16)):
+def oracle_by_k(model, items, res, ks=(1, 2, 4, 8, 16)):
     """Kim §6.3: oracle block efficiency of the top-k lattice for each k (k = 1 is plain BPD)."""
-    return {str(k): be_of(model, items, n, res, "oracle", {"k": k}) for k in ks}
+    return {str(k): be_of(model, items, res, "oracle", {"k": k}) for k in ks}
 
 
 def relative_gain(be, oracle_at):
@@ -231,10 +234,11 @@ def sweep(model, items, n, res, chosen):
     """Block efficiency as a function of the number of heads used (plain BPD) and of each setting
     in SWEEP, for every refined decoder that has it (tune split)."""
     h = model.config.n_bpd_heads
-    out = {"heads": {str(j): block_eff([replay(ArgmaxDrafter(), heads, answer, plen, n, j, model.config.block_size)
-                                        for plen, answer, heads in items], n) for j in range(1, h + 1)}}
+    out = {"heads": {str(j): block_eff([replay(ArgmaxDrafter(), heads, answer, plen, n, j,
+                                               model.config.block_size)
+                                        for plen, answer, heads in items]) for j in range(1, h + 1)}}
     for key, values in SWEEP.items():
-        out[key] = {name: {str(v): be_of(model, items, n, res, name, {**chosen[name], key: v})
+        out[key] = {name: {str(v): be_of(model, items, res, name, {**chosen[name], key: v})
                            for v in values} for name in decoders.refined() if key in chosen[name]}
     return out
 
@@ -255,7 +259,7 @@ def tune(model, items, n, res, log=print, objective="block_efficiency", speed=No
         timed = objective == "tokens_per_s" and not dec.peeks
         for values in itertools.product(*dec.grid.values()):
             s = {**dec.defaults, **dict(zip(keys, values))}
-            be = be_of(model, items, n, res, name, s)
+            be = be_of(model, items, res, name, s)
             score = speed(name, s) if timed else be
             key = f"{name} " + " ".join(f"{k}={v}" for k, v in zip(keys, values))
             scores[key] = {"block_efficiency": be, "tokens_per_s": score} if timed else be
@@ -265,3 +269,35 @@ def tune(model, items, n, res, log=print, objective="block_efficiency", speed=No
                 best = (score, dict(zip(keys, values)))
         chosen[name] = best[1]
     return chosen, scores
+
+
+# ----------------------------------------------------------------------------- quality of the output
+# The tasks' metrics (tasks.QUALITY names one per task): exact match for extractive QA, a
+# character-level ROUGE-L F1 for the rest, so a reader sees the model is not degenerate.
+
+def exact_match(pred, ref):
+    """1.0 if the two are equal after stripping surrounding whitespace, else 0.0 (SQuAD's EM)."""
+    return float(pred.strip() == ref.strip())
+
+
+def lcs(a, b):
+    """Length of the longest common subsequence of two strings: O(len(a) * len(b)) DP, one row."""
+    row = [0] * (len(b) + 1)
+    for x in a:
+        prev_diag, row[0] = 0, 0
+        for j, y in enumerate(b, 1):
+            prev_diag, row[j] = row[j], (prev_diag + 1 if x == y else max(row[j], row[j - 1]))
+    return row[-1]
+
+
+def rouge_l(pred, ref):
+    """Character-level ROUGE-L F1 (Lin 2004 with beta = 1): 2PR / (P + R), P = LCS / len(pred),
+    R = LCS / len(ref), on the stripped strings; 1.0 for two empty strings."""
+    pred, ref = pred.strip(), ref.strip()
+    if not pred or not ref:
+        return float(pred == ref)
+    n = lcs(pred, ref)
+    return 2 * n / (len(pred) + len(ref))       # = 2PR / (P + R)
+
+
+QUALITY = {"exact_match": exact_match, "rouge_l": rouge_l}   # by name (tasks.QUALITY)

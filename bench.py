@@ -17,8 +17,9 @@ import torch
 
 import analysis
 import decoders
+import tasks
 from decoders import Method, baseline_name, split_text
-from minibpd import (bpd_decode, device_of, encode, greedy_decode, target_probs, window_start)
+from minibpd import bpd_decode, decode, device_of, encode, greedy_decode, target_probs, window_start
 
 
 def make_prompts(text, vocab, n, length=64):
@@ -100,14 +101,15 @@ def clock(model, res, chosen, prompts, n, temperature=0.0, generator=None, verif
 def decode_all(model, res, chosen, prompts, answers, n, temperature=0.0, generator=None,
                verify="auto"):
     """Decode every prompt with every decoder, a fresh drafter per prompt. answers: prompt +
-    greedy per prompt (for the oracle), or None. -> ({name: [stats]}, {name: [tokens]},
-    {name: the drafters' summed work counts})."""
+    greedy per prompt (for the oracle), or None; n: new tokens, one number or one per prompt.
+    -> ({name: [stats]}, {name: [tokens]}, {name: the drafters' summed work counts})."""
     runs, outs, work = {}, {}, {}
+    lengths = n if isinstance(n, (list, tuple)) else [n] * len(prompts)
     for name in decoders.DECODERS:
         runs[name], outs[name], work[name] = [], [], {}
-        for p, a in zip(prompts, answers or [None] * len(prompts)):
+        for p, a, k in zip(prompts, answers or [None] * len(prompts), lengths):
             drafter = decoders.make(name, res, chosen[name], a)
-            out, stats = bpd_decode(model, p, n, drafter, temperature, generator, verify)
+            out, stats = bpd_decode(model, p, k, drafter, temperature, generator, verify)
             runs[name].append(stats)
             outs[name].append(out)
             for key, v in getattr(drafter, "counts", {}).items():
@@ -125,9 +127,9 @@ def paper_sections(model, res, chosen, prompts, greedy, n, be, runs, work, tps):
     """Kim et al. §6-7 at small scale: repetition, head confidence, oracle headroom, relative
     gains, win/tie/loss and cost (see analysis.py)."""
     items = analysis.prepare(model, prompts, n, greedy)
-    by_k = analysis.oracle_by_k(model, items, n, res)
+    by_k = analysis.oracle_by_k(model, items, res)
     oracle_at = {name: by_k.get(str(chosen[name].get("k"))) or analysis.be_of(
-        model, items, n, res, "oracle", {"k": chosen[name].get("k", 1)})
+        model, items, res, "oracle", {"k": chosen[name].get("k", 1)})
         for name in decoders.refined()}
     return {"repetition": analysis.repetition_table(
                 {k: v for k, v in runs.items() if not decoders.DECODERS[k].peeks}, items),
@@ -243,7 +245,7 @@ def run_bench(model, ck, res, chosen, prompts, n, temperature=0.0, seed=0, verif
     greedy = [greedy_decode(model, p, n) for p in prompts] if T == 0 or peeks else None
     answers = [p + g for p, g in zip(prompts, greedy)] if greedy else None
     runs, outs, work = decode_all(model, res, chosen, prompts, answers, n, T, gen, verify)
-    be = {base: 1.0, **{k: analysis.block_eff(v, n) for k, v in runs.items()}}
+    be = {base: 1.0, **{k: analysis.block_eff(v) for k, v in runs.items()}}
     r = BenchReport(temperature=T or None, seed=seed if T else None, block_efficiency=be,
                     prompts=len(prompts), new_tokens=n, heads=model.config.n_bpd_heads,
                     settings=chosen)
@@ -283,3 +285,124 @@ def tune(model, res, prompts, n, objective="block_efficiency", verify="auto", lo
         return len(prompts) * n / seconds(lambda: [m.decode(model, p, n, verify=verify)
                                                     for p in prompts])
     return analysis.tune(model, items, n, res, log=log, objective=objective, speed=speed)
+
+
+# ----------------------------------------------------------------------------- --tasks
+
+@dataclass
+class TaskResult:
+    """One task of `--tasks` (Kim's per-task findings, §6-7): what `--tasks --json` prints under
+    tasks.NAME."""
+    examples: int                   # test examples decoded
+    block_efficiency: dict          # {method: new tokens / calls}, each example for its target's length
+    identical_to_greedy: dict       # {method: every output equals greedy's}
+    relative_gain: dict             # {refined decoder: percent over BPD}
+    best_refined: str               # the refined decoder with the highest block efficiency
+    oracle_by_k: dict               # Kim §6.3
+    head_entropy: list              # Kim §6.2, nats per head
+    hmax: int
+    head_accuracy: list             # ours: top-1 agreement with greedy
+    repetition: dict                # Kim Table 3: BPD's drafts: adjacent_repeat, longest_run
+    repetition_2gram: dict          # ... after 2-gram rescoring (the ngram decoder at order 2)
+    quality: dict                   # {metric: greedy output against the reference}
+    in_domain: dict                 # {rescoring decoder: block efficiency with in-domain rescorers}
+
+
+@dataclass
+class TasksReport:
+    tasks: dict                     # {task: TaskResult}
+    correlation: dict               # across tasks (see correlations)
+    checkpoint: str = None
+    settings: dict = None
+    python: str = None              # the Python whose stdlib built the stored examples
+    seconds: float = None
+
+    def to_json(self):
+        return {**{f.name: getattr(self, f.name) for f in fields(self)},
+                "tasks": {t: vars(r) for t, r in self.tasks.items()}}
+
+
+def task_examples(ck, n=None):
+    """{task: [(prompt ids, target ids)]}: the first n test examples of each task stored in the
+    checkpoint (ck["tasks"], the ones it was tuned and evaluated on, whatever Python runs)."""
+    stored = ck.get("tasks")
+    if not stored:
+        raise ValueError("this checkpoint holds no tasks (ck['tasks']): use "
+                         "checkpoints/minibpd-tasks.pt or fine-tune one with `python train_heads.py --tasks`")
+    most = min(len(s["test"]) for s in stored["tasks"].values())
+    if n is not None and n > most:
+        raise ValueError(f"asked for {n:,} examples per task, but the smallest task holds {most} "
+                         "test examples: lower --prompts")
+    out = {}
+    for name, splits in stored["tasks"].items():
+        pairs = splits["test"][:n] if n else splits["test"]
+        out[name] = [(encode(p, ck["vocab"]), encode(t, ck["vocab"])) for p, t in pairs]
+    return out
+
+
+def run_task(model, res, res_in, chosen, examples, metric, vocab, verify="auto"):
+    """Every decoder on one task's examples, for real (each for its target's length), and the
+    paper's per-task analyses by offline replay. -> TaskResult"""
+    prompts, lengths = [p for p, _ in examples], [len(t) for _, t in examples]
+    greedy = [greedy_decode(model, p, k) for p, k in zip(prompts, lengths)]
+    answers = [p + g for p, g in zip(prompts, greedy)]
+    runs, outs, _ = decode_all(model, res, chosen, prompts, answers, lengths, verify=verify)
+    be = {baseline_name(0): 1.0, **{k: analysis.block_eff(v) for k, v in runs.items()}}
+    items = analysis.prepare(model, prompts, None, greedy)
+    two = {**chosen["ngram"], "order": 2}
+    refined = {k: v for k, v in be.items() if k in decoders.refined()}
+    gains = {k: 100 * (v / be[decoders.PLAIN] - 1) for k, v in refined.items()}
+    score = analysis.QUALITY[metric]
+    return TaskResult(
+        examples=len(examples), block_efficiency=be,
+        identical_to_greedy={k: v == greedy for k, v in outs.items()}, relative_gain=gains,
+        best_refined=max(refined, key=refined.get), oracle_by_k=analysis.oracle_by_k(model, items, res),
+        **analysis.head_confidence(items),
+        repetition=analysis.repetition([s["drafts"][0] for r in runs[decoders.PLAIN] for s in r["steps"]]),
+        repetition_2gram=analysis.repetition([s["drafts"][0] for r in analysis.replay_all(
+            model, items, lambda a: decoders.make("ngram", res, two, a)) for s in r["steps"]]),
+        quality={metric: sum(score(decode(g, vocab), decode(t, vocab)) for g, (_, t) in
+                             zip(greedy, examples)) / len(examples)},
+        in_domain={k: analysis.be_of(model, items, res_in, k, chosen[k]) for k in refined
+                   if {"alpha"} <= set(chosen[k]) and chosen[k].get("alpha", 0) > 0})
+
+
+def pearson(xs, ys):
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    sx = math.sqrt(sum((x - mx) ** 2 for x in xs))
+    sy = math.sqrt(sum((y - my) ** 2 for y in ys))
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / (sx * sy) if sx and sy else None
+
+
+def ranks(xs):
+    """Ranks from 0, tied values given their mean rank (Spearman's rho is Pearson's r on them)."""
+    order = sorted(xs)
+    return [sum(i for i, v in enumerate(order) if v == x) / order.count(x) for x in xs]
+
+
+def correlations(results):
+    """Kim's cross-task claims, measured: Pearson r of h_max and of mean head entropy with BPD's
+    block efficiency (Fig. 3b), Spearman's rho of each refined decoder's gain with it (Table 4:
+    gains shrink as it grows) and of the oracle's headroom (Figs. 5-6). n = the tasks."""
+    bpd = [r.block_efficiency[decoders.PLAIN] for r in results.values()]
+    n, spearman = len(bpd), lambda ys: pearson(ranks(bpd), ranks(ys))
+    refined = next(iter(results.values())).relative_gain
+    return {"hmax_vs_bpd_be": {"r": pearson([float(r.hmax) for r in results.values()], bpd), "n": n},
+            "entropy_vs_bpd_be": {"r": pearson([sum(r.head_entropy) / len(r.head_entropy)
+                                                for r in results.values()], bpd), "n": n},
+            "gain_vs_bpd_be": {k: {"rho": spearman([r.relative_gain[k] for r in results.values()]),
+                                   "n": n} for k in refined},
+            "headroom_vs_bpd_be": {"rho": spearman([r.oracle_by_k["8"] / r.block_efficiency[
+                decoders.PLAIN] - 1 for r in results.values()]), "n": n}}
+
+
+def run_tasks(model, ck, res, res_in, chosen, n=None, verify="auto", log=print):
+    """`--tasks`: run_task on every task stored in the checkpoint, then correlations."""
+    t0, examples = time.perf_counter(), task_examples(ck, n)
+    results = {}
+    for name, ex in examples.items():
+        log(f"  {name}: {len(ex)} examples ...")
+        results[name] = run_task(model, res, res_in, chosen, ex, tasks.QUALITY[name], ck["vocab"],
+                                 verify)
+    return TasksReport(results, correlations(results), settings=chosen,
+                       python=ck["tasks"].get("python"), seconds=time.perf_counter() - t0)

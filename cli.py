@@ -21,17 +21,20 @@ import bench
 import decoders
 import figures
 import lattice
+import tasks
 from bench import make_prompts
 from checkpoint import to_vocab
 from decoders import Resources, baseline_name, split_text
-from minibpd import (CHECKPOINT, CheckpointError, DrafterError, Verifier, decode, encode, file_sha256,
-                     greedy_decode, load_checkpoint, set_threads)
+from minibpd import (CHECKPOINT, CheckpointError, DrafterError, Verifier, build_model, decode,
+                     encode, file_sha256, greedy_decode, load_checkpoint, set_threads)
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 MAX_NEW_TOKENS = 100_000      # more is refused: greedy alone would run for minutes
 TUNE_SIZE = (16, 128)         # the documented --tune run: prompts x new tokens
 DEMO_TOKENS = 160             # the demo's most new tokens (its text fits a terminal)
 PROMPT_TOKENS = 200           # --prompt's default
+TASK_EXAMPLES = 32            # --tasks: test examples per task (the run takes minutes)
+TASKS_CHECKPOINT = os.path.join(os.path.dirname(CHECKPOINT), "minibpd-tasks.pt")
 
 
 def import_plugin(spec):
@@ -84,12 +87,16 @@ def parse_args(argv=None):
     mode.add_argument("--prompt", help="generate a continuation of this text")
     mode.add_argument("--bench", action="store_true", help="benchmark every decoder")
     mode.add_argument("--tune", action="store_true", help="choose k, p, alpha, order (tune split)")
+    mode.add_argument("--tasks", action="store_true", help="per-task block efficiency and the paper's "
+                      "analyses on the five tasks (tasks.py; default checkpoint: "
+                      "checkpoints/minibpd-tasks.pt); --prompts: examples per task")
     p.add_argument("--max-new-tokens", type=int, default=None, help=f"--prompt (default "
                    f"{PROMPT_TOKENS}), --demo (default and at most {DEMO_TOKENS})")
     p.add_argument("--decoder", default="bpd", help="decoder for --prompt: greedy, " + ", ".join(decoders.DECODERS))
     p.add_argument("--plugin", metavar="MODULE", action="append", default=[],
                    help="import MODULE first: its decoders.register(...) calls add decoders")
-    p.add_argument("--checkpoint", default=CHECKPOINT)
+    p.add_argument("--checkpoint", default=None, help="default: checkpoints/minibpd.pt "
+                   "(--tasks: checkpoints/minibpd-tasks.pt)")
     p.add_argument("--tuned", metavar="FILE", help="tuned settings to read (--tune: to write); "
                    "default CHECKPOINT.tuned.json")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
@@ -109,7 +116,8 @@ def parse_args(argv=None):
                    "rescoring loop): the same tokens and steps, slower")
     p.add_argument("--json", action="store_true", help="--bench: print one JSON object only")
     p.add_argument("--text", help="--bench: take prompts from this UTF-8 file, not the test split")
-    p.add_argument("--prompts", type=int, default=16, help="--bench, --tune: number of prompts")
+    p.add_argument("--prompts", type=int, default=None, help="--bench, --tune: number of prompts "
+                   f"(default 16); --tasks: test examples per task (default {TASK_EXAMPLES})")
     p.add_argument("--new-tokens", type=int, default=128, help="--bench, --tune: tokens per prompt")
     p.add_argument("--k", type=int, default=None, help="lattice width (default: tuned)")
     p.add_argument("--p", type=int, default=None, help="drafts verified per call by p-best")
@@ -131,7 +139,11 @@ def overrides(args):
 
 def check_args(args):
     """Every check that needs no checkpoint, before anything is loaded or run."""
-    demo = not (args.prompt is not None or args.bench or args.tune)
+    demo = not (args.prompt is not None or args.bench or args.tune or args.tasks)
+    if args.checkpoint is None:
+        args.checkpoint = TASKS_CHECKPOINT if args.tasks else CHECKPOINT
+    if args.prompts is None:
+        args.prompts = TASK_EXAMPLES if args.tasks else TUNE_SIZE[0]
     if args.max_new_tokens is None:
         args.max_new_tokens = DEMO_TOKENS if demo else PROMPT_TOKENS
     for flag, value in (("--max-new-tokens", args.max_new_tokens), ("--new-tokens", args.new_tokens)):
@@ -375,6 +387,34 @@ def run_tune(args):
     return 0
 
 
+def run_tasks(args):
+    """`python minibpd.py --tasks`: Kim's per-task findings on the five tasks (bench.run_tasks),
+    with the task-independent rescorers (the checkpoint's own) and an in-domain control (an
+    n-gram LM fitted on the tasks' train examples, the small LM fine-tuned on them)."""
+    model, ck, chosen, res = load(args)
+    if "tasks" not in ck or "rescorer_tasks" not in ck:
+        raise ValueError(f"checkpoint {args.checkpoint} holds no tasks: use {TASKS_CHECKPOINT} or "
+                         "fine-tune one with `python train_heads.py --tasks`")
+    warnings = [w for name, splits in ck["tasks"]["tasks"].items()
+                if (w := tasks.compare(ck["tasks"], name, "test"))]
+    for w in warnings:
+        print(f"note: {w} (the stored examples are used)", file=sys.stderr)
+    text = "".join(p + t + "\n\n" for s in ck["tasks"]["tasks"].values() for p, t in s["train"])
+    small = build_model(ck["rescorer_config"], ck["rescorer_tasks"], model.lm_head.weight.device,
+                        model.lm_head.weight.dtype, "its in-domain rescorer")
+    res_in = Resources(model, ck, small=small, reference=args.reference, text=text)
+    log = (lambda *a: print(*a, file=sys.stderr)) if args.json else print
+    r = bench.run_tasks(model, ck, res, res_in, chosen, args.prompts, args.verify, log)
+    r.checkpoint = args.checkpoint
+    if args.json:
+        print(json.dumps(r.to_json(), indent=1))
+    else:
+        figures.print_tasks(r, color=not args.no_color and sys.stdout.isatty())
+    if args.plot:
+        print(f"wrote {', '.join(figures.plot_tasks(r, args.plot))} to {args.plot}", file=sys.stderr)
+    return 0 if all(all(t.identical_to_greedy.values()) for t in r.tasks.values()) else 1
+
+
 def main(argv=None):
     """The command line: every error a user can cause is one line on stderr and exit status 2."""
     args = parse_args(argv)
@@ -386,6 +426,8 @@ def main(argv=None):
             return run_tune(args)
         if args.bench:
             return run_bench(args)
+        if args.tasks:
+            return run_tasks(args)
         if args.prompt is not None:
             return generate(args)
         return demo(args)

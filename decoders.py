@@ -181,7 +181,7 @@ class Method:
     def decode(self, model, prompt, n, temperature=0.0, generator=None, verify="auto"):
         if self.drafter is None:
             return sample_decode(model, prompt, n, temperature, generator), \
-                {"calls": n, "block_efficiency": 1.0, "steps": []}
+                {"calls": n, "block_efficiency": 1.0, "steps": [], "new_tokens": n}
         return bpd_decode(model, prompt, n, self.drafter, temperature, generator, verify)
 
 
@@ -269,9 +269,14 @@ class Resources:
     n-gram LMs of each order fitted on the train split only. Tests pass `small` and `lms`.
     reference=True: factories build the readable versions (`--reference`)."""
 
-    def __init__(self, model, ck=None, small=None, lms=None, reference=False):
+    def __init__(self, model, ck=None, small=None, lms=None, reference=False, text=None):
         self.model, self.ck, self._small, self.reference = model, ck or {}, small, reference
-        self.lms, self.tables = dict(lms or {}), {}
+        self.lms, self.tables, self.text = dict(lms or {}), {}, text
+
+    def train_text(self):
+        """What the n-gram LMs are fitted on: `text` (an in-domain control) or the checkpoint's
+        train split (its pretraining corpus: task-independent, as Kim's C4 n-grams)."""
+        return self.text if self.text is not None else split_text(self.ck, "train")
 
     def small_lm(self):
         if self._small is None:
@@ -284,9 +289,9 @@ class Resources:
         return self._small
 
     def ngram(self, order):
-        """The NgramLM of this order, fitted on the train split."""
+        """The NgramLM of this order, fitted on train_text()."""
         if order not in self.lms:
-            train = encode(split_text(self.ck, "train"), self.ck["vocab"])
+            train = encode(self.train_text(), self.ck["vocab"])
             self.lms[order] = NgramLM(order, self.model.config.vocab_size).fit(train)
         return self.lms[order]
 

@@ -20,12 +20,12 @@ def bar(value, vmax, width):
 def chart(title, rows, fmt="{:.2f}", width=44, color=False, mark=None):
     """rows: [(label, value)]. `mark` highlights one label (colour if allowed, '◀' always)."""
     print(f"\n  {title}")
-    vmax = max((v for _, v in rows), default=0)
+    vmax, wide = max((v for _, v in rows), default=0), max([9] + [len(str(a)) for a, _ in rows])
     for label, v in rows:
         b = bar(v, vmax, width)
         if color:
             b = f"\033[{'33' if label == mark else '36'}m{b}\033[0m"
-        print(f"  {label:>9s} │{b} {fmt.format(v)}{' ◀' if label == mark else ''}")
+        print(f"  {label:>{wide}s} │{b} {fmt.format(v)}{' ◀' if label == mark else ''}")
 
 
 def decoder_table(r):
@@ -103,28 +103,52 @@ def print_report(r, model, color=False):
                 chart(f"sweep: {name} block efficiency by {key}", list(row.items()), color=color)
 
 
-def plot(r, folder):
-    """The same figures as PNG files in `folder` -> their names. matplotlib stays optional: the
-    command line checks for it before any work."""
+def pyplot():
+    """matplotlib's pyplot on a file backend (optional: the command line checks for it first)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    return plt
+
+
+def bars(ax, labels, values, reference=None, ref_label=None, fmt="{:.2f}"):
+    """Bars with their values on top and, optionally, a dashed reference line (e.g. BPD)."""
+    drawn = ax.bar(labels, values, color="#4c72b0")
+    ax.bar_label(drawn, [fmt.format(v) for v in values], fontsize=8, padding=2)
+    if reference is not None:
+        ax.axhline(reference, color="#c44e52", linestyle="--", linewidth=1, label=ref_label)
+        ax.legend(loc="upper left", fontsize=8)
+    ax.margins(y=0.15)
+
+
+def save(fig, folder, name):
+    fig.tight_layout()
+    fig.savefig(os.path.join(folder, name), dpi=120)
+    return name
+
+
+def plot(r, folder):
+    """The bench's figures as PNG files in `folder` -> their names: each titled with what it
+    reproduces, axes labelled with units, BPD as the reference where it applies."""
+    plt = pyplot()
     os.makedirs(folder, exist_ok=True)
-    figs = {"head_entropy.png": ("head entropy (nats)", [f"{i + 1}" for i in range(len(r.head_entropy))],
-                                 r.head_entropy, "head"),
-            "oracle_by_k.png": ("oracle block efficiency", list(r.oracle_by_k),
-                                list(r.oracle_by_k.values()), "k"),
-            "block_efficiency.png": ("block efficiency", list(r.block_efficiency),
-                                     list(r.block_efficiency.values()), "decoder")}
-    for name, (ylabel, labels, values, xlabel) in figs.items():
-        fig, ax = plt.subplots(figsize=(6, 3.5))
-        ax.bar(labels, values, color="#4c72b0")
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel(ylabel)
-        fig.tight_layout()
-        fig.savefig(os.path.join(folder, name), dpi=120)
+    bpd, names = r.block_efficiency[decoders.PLAIN], []
+    specs = [("head_entropy.png", "Kim §6.2: later heads are less sure", "head",
+              "mean entropy (nats)", [str(i + 1) for i in range(len(r.head_entropy))],
+              r.head_entropy, None),
+             ("oracle_by_k.png", "Kim §6.3: oracle block efficiency of the top-k lattice",
+              "k (candidates per head)", "block efficiency (tokens / call)", list(r.oracle_by_k),
+              list(r.oracle_by_k.values()), bpd),
+             ("block_efficiency.png", "Block efficiency by decoder (test split)", "decoder",
+              "block efficiency (tokens / call)", list(r.block_efficiency),
+              list(r.block_efficiency.values()), bpd)]
+    for name, title, xlabel, ylabel, labels, values, ref in specs:
+        fig, ax = plt.subplots(figsize=(6.4, 3.8))
+        bars(ax, labels, values, ref, f"plain BPD {bpd:.2f}" if ref else None)
+        ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
+        names.append(save(fig, folder, name))
         plt.close(fig)
-    return list(figs)
+    return names
 
 
 def print_sampled(r, model):
@@ -145,3 +169,107 @@ def print_sampled(r, model):
     print("\n  accepted: the share of tried draft tokens kept (each with probability min(1, p/q)).\n"
           "  The distribution check compares the first drafted token's empirical distribution\n"
           "  with the exact one; test_sampling.py checks whole outputs on tiny models exactly.")
+
+
+# ----------------------------------------------------------------------------- --tasks
+
+def print_tasks(r, color=False):
+    """The --tasks report: per task block efficiency of every method, the paper's analyses, and
+    the cross-task correlations (Kim §6-7)."""
+    print(f"{len(r.tasks)} tasks, {r.checkpoint}, examples built by Python "
+          f"{str(r.python).split()[0]}, {r.seconds:.0f} s\n")
+    methods = list(next(iter(r.tasks.values())).block_efficiency)
+    print("  block efficiency (identical to greedy: ✓)\n  " + f"{'task':12s}" +
+          "".join(f"{m:>8s}" for m in methods))
+    for name, t in r.tasks.items():
+        cells = "".join(f"{t.block_efficiency[m]:7.2f}{'✓' if t.identical_to_greedy.get(m, True) else '✗'}"
+                        for m in methods)
+        print(f"  {name:12s}{cells}")
+    print("\n  " + f"{'task':12s} {'ex.':>4s} {'best':>7s} {'gain':>7s} {'oracle8':>8s} {'h_max':>6s} "
+          f"{'entropy':>8s} {'rep.':>6s} {'rep.2g':>6s} {'quality':>15s}")
+    for name, t in r.tasks.items():
+        q = ", ".join(f"{k} {v:.2f}" for k, v in t.quality.items())
+        print(f"  {name:12s} {t.examples:4d} {t.best_refined:>7s} {t.relative_gain[t.best_refined]:+6.1f}% "
+              f"{t.oracle_by_k['8']:8.2f} {t.hmax:6d} {sum(t.head_entropy) / len(t.head_entropy):8.2f} "
+              f"{100 * t.repetition['adjacent_repeat']:5.1f}% {100 * t.repetition_2gram['adjacent_repeat']:5.1f}% "
+              f"{q:>15s}")
+    c = r.correlation
+    fmt = lambda v: "n/a" if v is None else f"{v:+.2f}"
+    print(f"\n  across tasks (n = {c['hmax_vs_bpd_be']['n']}): Pearson r with BPD block efficiency: "
+          f"h_max {fmt(c['hmax_vs_bpd_be']['r'])}, mean head entropy {fmt(c['entropy_vs_bpd_be']['r'])};"
+          f"\n  Spearman rho of the gain over BPD with it: "
+          + ", ".join(f"{k} {fmt(v['rho'])}" for k, v in c["gain_vs_bpd_be"].items())
+          + f"; oracle headroom (k = 8) {fmt(c['headroom_vs_bpd_be']['rho'])}")
+    chart("BPD block efficiency by task", [(n, t.block_efficiency[decoders.PLAIN])
+                                           for n, t in r.tasks.items()], color=color)
+
+
+def plot_tasks(r, folder):
+    """--tasks --plot: Kim Fig. 3b (h_max and mean head entropy against BPD block efficiency, one
+    point per task, the least-squares line and r), Figs. 5-6 (oracle block efficiency relative to
+    BPD by k, a line per task) and block efficiency per task and decoder. -> the file names."""
+    plt = pyplot()
+    os.makedirs(folder, exist_ok=True)
+    names, tasks_ = [], list(r.tasks.items())
+    bpd = [t.block_efficiency[decoders.PLAIN] for _, t in tasks_]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, what, ys in ((axes[0], "h_max", [t.hmax for _, t in tasks_]),
+                         (axes[1], "mean head entropy (nats)",
+                          [sum(t.head_entropy) / len(t.head_entropy) for _, t in tasks_])):
+        ax.scatter(bpd, ys, color="#4c72b0")
+        for (name, _), x, y in zip(tasks_, bpd, ys):
+            ax.annotate(name, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+        fit = least_squares(bpd, ys)
+        if fit:
+            lo, hi = min(bpd), max(bpd)
+            ax.plot([lo, hi], [fit[0] + fit[1] * lo, fit[0] + fit[1] * hi], "--", color="#c44e52",
+                    label=f"least squares, r = {fit[2]:+.2f} (n = {len(bpd)})")
+            ax.legend(fontsize=8)
+        ax.set(xlabel="BPD block efficiency (tokens / call)", ylabel=what)
+    fig.suptitle("Kim Fig. 3b: head confidence against block efficiency, one point per task")
+    names.append(save(fig, folder, "tasks_hmax.png"))
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(6.4, 4))
+    for name, t in tasks_:
+        ks = list(t.oracle_by_k)
+        ax.plot([int(k) for k in ks], [t.oracle_by_k[k] / t.block_efficiency[decoders.PLAIN]
+                                       for k in ks], marker="o", label=name)
+    ax.axhline(1.0, color="#c44e52", linestyle="--", linewidth=1, label="plain BPD")
+    ax.set(xscale="log", xlabel="k (candidates per head)", ylabel="oracle / BPD block efficiency",
+           title="Kim Figs. 5-6: oracle headroom of the top-k lattice, by task")
+    ax.legend(fontsize=8)
+    names.append(save(fig, folder, "tasks_oracle_by_k.png"))
+    plt.close(fig)
+    names.append(task_bars(plt, r, folder))
+    return names
+
+
+def task_bars(plt, r, folder):
+    """Grouped bars: block efficiency per task, one bar per decoder, BPD's value as a line."""
+    decoders_ = [m for m in next(iter(r.tasks.values())).block_efficiency if m != "greedy"]
+    fig, ax = plt.subplots(figsize=(10, 4))
+    width = 0.8 / len(decoders_)
+    for j, m in enumerate(decoders_):
+        xs = [i + (j - len(decoders_) / 2 + 0.5) * width for i in range(len(r.tasks))]
+        drawn = ax.bar(xs, [t.block_efficiency[m] for t in r.tasks.values()], width, label=m)
+        ax.bar_label(drawn, [f"{t.block_efficiency[m]:.1f}" for t in r.tasks.values()], fontsize=6)
+    for i, t in enumerate(r.tasks.values()):
+        ax.hlines(t.block_efficiency[decoders.PLAIN], i - 0.45, i + 0.45, colors="#c44e52",
+                  linestyles="--", linewidth=1)
+    ax.set_xticks(range(len(r.tasks)), list(r.tasks))
+    ax.set(ylabel="block efficiency (tokens / call)",
+           title="Block efficiency per task and decoder (dashed: plain BPD)")
+    ax.legend(fontsize=7, ncol=4)
+    name = save(fig, folder, "tasks_block_efficiency.png")
+    plt.close(fig)
+    return name
+
+
+def least_squares(xs, ys):
+    """(intercept, slope, Pearson r) of ys on xs, or None when xs or ys do not vary."""
+    n, mx, my = len(xs), sum(xs) / len(xs), sum(ys) / len(ys)
+    sxx, syy = sum((x - mx) ** 2 for x in xs), sum((y - my) ** 2 for y in ys)
+    if not sxx or not syy:
+        return None
+    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys))
+    return my - sxy / sxx * mx, sxy / sxx, sxy / (sxx * syy) ** 0.5

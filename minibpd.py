@@ -511,7 +511,7 @@ class Stats:
     """What bpd_decode reports: calls (serial model calls, prefill included), accepted (tokens
     gained per call), steps (each draft step: context length, drafts, winner, accepted; when
     sampling, the tries), processed (tokens the base model ran on), verified (drafted tokens the
-    base model ran on), and block_efficiency (new tokens / calls)."""
+    base model ran on), new_tokens and block_efficiency (new tokens / calls)."""
 
     def __init__(self):
         self.calls, self.accepted, self.steps, self.processed, self.verified = 0, [], [], 0, 0
@@ -526,7 +526,7 @@ class Stats:
                            **({} if tries is None else {"tries": tries})})
 
     def result(self, n):
-        return {**vars(self), "block_efficiency": n / self.calls}
+        return {**vars(self), "block_efficiency": n / self.calls, "new_tokens": n}
 
 
 @torch.no_grad()

@@ -13,7 +13,6 @@ running Python's standard library and from `pydoc_data.topics` (the base model's
     pairs = tasks.build("qa", "test", vocab)         # mapped into a checkpoint's characters
     data = tasks.build_all(vocab)                    # every task and split, plain lists and str
     tasks.compare(data, "qa", "test")                # None, or a one-line warning
-    tasks.rouge_l("Return the sum.", "Return a sum")  # character-level ROUGE-L F1
     tasks.unknown_counts("qa", "test", vocab)        # the characters mapped or dropped
     tasks.lm_leakage(ck["splits"]["train"])          # lm targets seen by the base model
 
@@ -57,7 +56,7 @@ TASKS = {
     "code": Task("code completion",
                  "a function's source up to a line boundary -> the next 1-3 lines"),
 }
-QUALITY = {"lm": "rouge_l", "qa": "exact_match", "code2doc": "rouge_l",
+QUALITY = {"lm": "rouge_l", "qa": "exact_match", "code2doc": "rouge_l",   # analysis.QUALITY's
            "doc2summary": "rouge_l", "code": "rouge_l"}
 
 
@@ -616,36 +615,3 @@ def compare(stored, name, split, vocab=None):
     return (f"tasks {name}/{split}: Python {sys.version.split()[0]} builds {len(built)} examples, "
             f"the stored ones ({python}) are {len(stored)}: {missing} stored not rebuilt, "
             f"{extra} new" + ("" if missing or extra else ", same examples in another order"))
-
-
-# ----------------------------------------------------------------------------- quality metrics
-
-def exact_match(pred, ref):
-    """1.0 if the two are equal after stripping surrounding whitespace, else 0.0 (SQuAD's EM)."""
-    return float(pred.strip() == ref.strip())
-
-
-def lcs(a, b):
-    """Length of the longest common subsequence of two strings: O(len(a) * len(b)) DP, one row."""
-    row = [0] * (len(b) + 1)
-    for x in a:
-        prev_diag, row[0] = 0, 0
-        for j, y in enumerate(b, 1):
-            prev_diag, row[j] = row[j], (prev_diag + 1 if x == y else max(row[j], row[j - 1]))
-    return row[-1]
-
-
-def rouge_l(pred, ref):
-    """Character-level ROUGE-L F1 (Lin 2004 with beta = 1): 2PR / (P + R), P = LCS / len(pred),
-    R = LCS / len(ref), on the stripped strings; 1.0 for two empty strings."""
-    pred, ref = pred.strip(), ref.strip()
-    if not pred or not ref:
-        return float(pred == ref)
-    n = lcs(pred, ref)
-    return 2 * n / (len(pred) + len(ref))       # = 2PR / (P + R)
-
-
-def quality(name, pred, ref):
-    """The task's quality metric (QUALITY[name]) of one prediction."""
-    check(name)
-    return exact_match(pred, ref) if QUALITY[name] == "exact_match" else rouge_l(pred, ref)
