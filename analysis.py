@@ -250,14 +250,16 @@ def tune(model, items, n, res, log=print, objective="block_efficiency", speed=No
     """Grid search on the tune split (never the test split): for each decoder with a grid, the
     setting with the highest objective (ties: the first in grid order). block_efficiency comes
     from the offline replay; tokens_per_s from speed(name, settings), a timed decode (decoders
-    that peek at the answer are never timed: they keep block efficiency)."""
+    that peek at the answer are never timed: they keep block efficiency). Settings that only buy
+    speed (decoders.SPEED_SETTINGS) keep their defaults under block_efficiency."""
     chosen, scores = {}, {}
     for name, dec in decoders.DECODERS.items():
-        if not dec.grid:
-            continue
-        keys, best = list(dec.grid), None
         timed = objective == "tokens_per_s" and not dec.peeks
-        for values in itertools.product(*dec.grid.values()):
+        grid = {k: v for k, v in dec.grid.items() if timed or k not in decoders.SPEED_SETTINGS}
+        if not grid:
+            continue
+        keys, best = list(grid), None
+        for values in itertools.product(*grid.values()):
             s = {**dec.defaults, **dict(zip(keys, values))}
             be = be_of(model, items, res, name, s)
             score = speed(name, s) if timed else be

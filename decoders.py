@@ -32,6 +32,8 @@ from minibpd import (ArgmaxDrafter, HeadSampler, bpd_decode, build_model, check_
 from ngram import NgramLM
 
 ALPHAS = [0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
+NODES = [0, 16, 32]          # the token tree's budget of drafted tokens (0: none), for --tune
+SPEED_SETTINGS = ("nodes", "reach")   # trade block efficiency for speed: tuned for tokens/s only
 PLAIN = "bpd"                # the decoder every refinement is compared with (Kim Table 4)
 BASELINES = ("greedy", "sample")   # the one-token-per-call reference at T = 0 and T > 0
 
@@ -92,7 +94,7 @@ def check(name, s, model=None):
     """Clear errors for impossible settings (lattice.check_settings) and, given the model, for
     settings over a budget (its vocabulary bounds k, its size the cache): all before any model
     call. Errors name the decoder."""
-    known = {k: s[k] for k in ("k", "p", "alpha", "order") if k in s}
+    known = {k: s[k] for k in ("k", "p", "alpha", "order", "nodes") if k in s}
     try:
         lattice.check_settings(**known)
         if model is None:
@@ -120,14 +122,14 @@ register("ngram", lambda res, s, answer: lattice.PBestDrafter(
          {"k": 8, "alpha": 0.5, "order": 4}, {"k": [8], "order": [3, 4, 5], "alpha": ALPHAS},
          about="the best lattice path under heads + n-gram LM (Kim §7.2, p = 1)")
 register("pbest0", lambda res, s, answer: lattice.PBestDrafter(
-             s["k"], s["p"], name="pbest0", reference=res.reference),
-         {"k": 8, "p": 16}, {"k": [8], "p": [16]},
+             s["k"], s["p"], name="pbest0", reference=res.reference, nodes=s["nodes"]),
+         {"k": 8, "p": 16, "nodes": 0}, {"k": [8], "p": [16], "nodes": NODES},
          about="the p best lattice paths by head scores alone: the 0-gram control (Kim §7.2)")
 register("pbest", lambda res, s, answer: lattice.PBestDrafter(
              s["k"], s["p"], s["alpha"], res.ngram(s["order"]), res.table(s["order"]),
-             reference=res.reference),
-         {"k": 8, "p": 16, "alpha": 0.5, "order": 4},
-         {"k": [8], "p": [16], "order": [3, 4, 5], "alpha": ALPHAS},
+             reference=res.reference, nodes=s["nodes"]),
+         {"k": 8, "p": 16, "alpha": 0.5, "order": 4, "nodes": 0},
+         {"k": [8], "p": [16], "order": [3, 4, 5], "alpha": ALPHAS, "nodes": NODES},
          about="the p best lattice paths, verified in one call (Kim §7.2)")
 register("sampled", lambda res, s, answer: HeadSampler(),
          about="draws each draft token from its head at --temperature (at 0: bpd)", refines=False)

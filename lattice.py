@@ -40,12 +40,14 @@ def interpolate(head_logprob, lm_logprob, alpha):
     return (1 - alpha) * head_logprob + alpha * lm_logprob
 
 
-def check_settings(k=1, p=1, alpha=0.0, order=1):
+def check_settings(k=1, p=1, alpha=0.0, order=1, nodes=0):
     """Clear errors for impossible settings (k larger than the vocabulary is clamped to it): the
     one check of every drafter, the registry, tuned files and the command line."""
     for name, value in (("k", k), ("p", p), ("order", order)):
         if not is_int(value) or value < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    if not is_int(nodes) or nodes < 0:
+        raise ValueError(f"nodes must be an integer >= 0 (0: no budget), got {nodes!r}")
     if order > MAX_ORDER:
         raise ValueError(f"order must be at most {MAX_ORDER} (a higher-order n-gram LM takes "
                          f"minutes to fit and the DP grows as k^order), got {order}")
@@ -206,12 +208,15 @@ class PBestDrafter:
     """Global rescoring (Kim §7.2): the p best lattice paths under interpolate(head log-prob,
     n-gram log-prob, alpha), all verified in one call. p = 1 is 'ngram'; lm=None is the paper's
     '0-gram' control 'pbest0' (the p best paths by head scores alone). The DP is the numpy twin
-    best_paths_fast, or the readable best_paths with reference=True. Settings whose DP exceeds
-    MAX_DP_CELLS are refused here, before any decoding."""
+    best_paths_fast, or the readable best_paths with reference=True. nodes > 0 (ours, for speed):
+    the drafts' token tree holds at most that many drafted tokens (within_budget). Settings whose
+    DP exceeds MAX_DP_CELLS are refused here, before any decoding."""
 
-    def __init__(self, k, p, alpha=0.0, lm=None, table=None, name="pbest", reference=False):
+    def __init__(self, k, p, alpha=0.0, lm=None, table=None, name="pbest", reference=False,
+                 nodes=0):
         use_lm = lm is not None and alpha > 0
-        check_settings(k, p, alpha, lm.order if use_lm else 1)
+        check_settings(k, p, alpha, lm.order if use_lm else 1, nodes)
+        self.nodes = nodes
         check_dp_budget(k, p, lm.order if use_lm else 1, lm.vocab_size if lm is not None else k)
         self.k, self.p, self.alpha, self.lm, self.name = k, p, alpha, lm, name
         self.table = (table or NgramTable(lm)) if use_lm and not reference else None
@@ -226,7 +231,23 @@ class PBestDrafter:
             paths = best_paths(lat, self.lm, context[:-1], self.p, self.alpha)
         else:
             paths = best_paths_fast(lat, self.lm, context[:-1], self.p, self.alpha, self.table)
-        return [tokens for _, tokens in paths]
+        drafts = [tokens for _, tokens in paths]
+        return within_budget(drafts, self.nodes) if self.nodes else drafts
+
+
+def within_budget(drafts, nodes):
+    """The drafts, best first, as long as their token tree (shared prefixes once, the certain
+    first token not counted) holds at most `nodes` drafted tokens; the best draft always. The
+    p best paths' trie truncated at whole paths: every draft keeps its full length, so the
+    contract holds and the verified tokens per call stay at most max(nodes, m)."""
+    kept, seen = [], set()
+    for d in drafts:
+        new = [tuple(d[:i + 1]) for i in range(1, len(d)) if tuple(d[:i + 1]) not in seen]
+        if kept and len(seen) + len(new) > nodes:
+            continue
+        kept.append(d)
+        seen.update(new)
+    return kept
 
 
 def rescore_locally(logprobs, context, k, alpha, lm_logprobs, positions=None):

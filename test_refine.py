@@ -283,3 +283,28 @@ def test_bench_reference_flag(tiny_ckpt, capsys):
     assert slow["block_efficiency"] == fast["block_efficiency"]
     assert slow["identical_to_greedy"] == fast["identical_to_greedy"]
     assert all(slow["identical_to_greedy"].values())
+
+
+@on_random_models(s=settings_st, nodes=st.integers(1, 40))
+def test_node_budget_keeps_drafts_exact_and_within_budget(device, m, s, plen, n, nodes):
+    """p-best with a node budget: still identical to greedy, and the drafts' token tree within
+    max(nodes, m) drafted tokens (test_within_budget: which drafts are kept)."""
+    k, p, alpha, order = s
+    model, res, prompt, answer = setup(m, device, order, plen, n)
+    if k ** order * p > lattice.MAX_DP_CELLS:
+        return
+    budget = lattice.PBestDrafter(k, p, alpha, res.ngram(order), nodes=nodes)
+    out, stats = bpd_decode(model, prompt, n, budget)
+    assert out == answer[plen:]
+    for step in stats["steps"]:
+        drafts, m_ = step["drafts"], len(step["drafts"][0]) - 1
+        assert len(minibpd.draft_tree([d[1:] for d in drafts])[0]) <= max(nodes, m_)
+
+
+def test_within_budget():
+    drafts = [[9, 1, 2, 3], [9, 1, 2, 4], [9, 5, 6, 7], [9, 1, 8, 8]]
+    assert lattice.within_budget(drafts, 3) == drafts[:1]
+    assert lattice.within_budget(drafts, 4) == drafts[:2]             # one new node: 3 -> 4
+    assert lattice.within_budget(drafts, 6) == drafts[:2] + drafts[3:]   # 7 would need 3 more
+    assert lattice.within_budget(drafts, 9) == drafts
+    assert lattice.within_budget(drafts, 1) == drafts[:1]             # the best always
