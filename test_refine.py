@@ -131,7 +131,7 @@ def test_bench_json_has_every_decoder(tiny_ckpt, capsys):
         assert 1.0 <= res["block_efficiency"][name] <= 8
     for name in NAMES[:-1]:
         assert res["tokens_per_s"][name] > 0 and res["speedup_vs_greedy"][name] > 0
-    assert res["settings"]["pbest"] == {"k": 3, "p": 4, "alpha": 0.4, "order": 4}
+    assert res["settings"]["pbest"] == {"k": 3, "p": 4, "alpha": 0.4, "order": 4, "nodes": 0}
     ppl = res["ngram_perplexity"]
     assert all(v > 1 for v in ppl.values())
     check_paper_keys(res, h=8)
