@@ -500,55 +500,82 @@ class NgramAutomaton:
       * The next state depends only on (state, w): if a suffix u + (w,) of h + (w,) is in Q,
         so is its prefix u (Q is closed under prefixes), so u is a suffix of h in Q, hence of
         the state: the next state is the longest suffix of state + (w,) in Q.
-    Row s, built on first use and kept: logprob[s, w] = log P(w | state s), by NgramLM.logprob's
-    float operations and math.log (bitwise equal to it); next[s, w] = the state after w. At
-    most len(Q) rows (50,429 for the shipped 5-gram, 12 bytes x V each), only those reached.
-    upper[w] >= log P(w | any history): the pruning bound. The lock serialises row building."""
+    Row s: logprob[s, w] = log P(w | state s), by NgramLM.logprob's float operations and
+    math.log (bitwise equal to it); next[s, w] = the state after w. Rows are built on first use
+    (or all at once: eager=True) and kept; the arrays have a row per state of Q (50,429 for the
+    shipped 5-gram), allocated up front but untouched until built, so only the rows built take
+    memory (20 bytes x V each; eager: 12, the probabilities before the log are dropped).
+    upper[w] >= log P(w | any history) bounds the DP's pruning.
+    The lock serialises the DP's calls (rows and scratch arrays are shared)."""
 
-    def __init__(self, lm):
+    def __init__(self, lm, eager=False):
         self.lm, self.order, self.V = lm, index(lm.order), index(lm.vocab_size)
         self.n = self.order - 1                       # tokens of history the LM sees
-        self.term_rows, self.Q, bound = [], {()}, [1.0 / self.V] * self.V
-        for j in range(self.order):
-            by_ctx, pair = {}, [0.0] * self.V         # pair[w]: max over c of P_j(w | c), c with a term
-            for (c, w), v in lm.terms[j].items():
-                by_ctx.setdefault(tuple(c), []).append((w, v))
-                pair[w] = max(pair[w], v + lm.gammas[j].get(c, 1.0) * bound[w])
-            self.term_rows.append({c: (np.array([w for w, _ in wv], dtype=np.int64),
-                                       np.array([v for _, v in wv])) for c, wv in by_ctx.items()})
-            g = max(1.0, max(lm.gammas[j].values(), default=1.0))  # no term for w: gamma * P
-            bound = [max(g * b, t) for b, t in zip(bound, pair)]
-            for c in [*by_ctx, *lm.gammas[j]]:
-                self.Q.update(tuple(c[:length]) for length in range(1, len(c) + 1))
-        self.upper = np.log(bound) + 1e-9             # slack for rounding in the LM's recursion
-        self.children = {}                            # q -> the tokens w with q + (w,) in Q
-        for q in sorted(self.Q):
-            if q:
-                self.children.setdefault(q[:-1], []).append(q[-1])
-        self.ids, self.states, self.lock = {}, [], threading.Lock()
-        self.logprob, self.next = np.empty((0, self.V)), np.empty((0, self.V), dtype=np.int64)
-        self.p = np.empty((0, self.V))               # the rows' probabilities, before the log
-        self.built, self.best, self.first = np.empty(0, bool), np.empty(0), np.empty(0, np.int64)
+        contexts = [c for j in range(self.order) for c in [*lm.gammas[j], *(c for c, _ in lm.terms[j])]]
+        Q = {()} | {tuple(c[:a]) for c in contexts for a in range(1, len(c) + 1)}
+        self.states = sorted(Q, key=lambda q: (len(q), q))   # row -> state, by length; row 0: ()
+        self.ids = {q: s for s, q in enumerate(self.states)}
+        R, self.lock = len(self.states), threading.Lock()
+        # Per state: its suffix link (the state of q[1:]), its gamma (1.0 if none), its terms
+        # and its children (the w with q + (w,) in Q) as slices of flat arrays.
+        self.link = np.array([0] + [self.state(q[1:]) for q in self.states[1:]])
+        self.gamma = np.array([lm.gammas[len(q)].get(q, 1.0) for q in self.states])
+        self.terms = self._slices([(self.ids[tuple(c)], w, v)
+                                   for j in range(self.order) for (c, w), v in lm.terms[j].items()])
+        self.children = self._slices([(self.ids[q[:-1]], q[-1], s)
+                                      for s, q in enumerate(self.states) if q])
+        self.upper = np.log(self._upper_probs()) + 1e-9  # slack for the LM's rounding
+        self.p, self.logprob = np.empty((R, self.V)), np.empty((R, self.V))  # untouched until
+        self.next = np.empty((R, self.V), dtype=np.int32)                    # built
+        self.built = np.zeros(R, dtype=bool)
+        self.best, self.first = np.full(R, -np.inf), np.full(R, BIG)         # _merge's scratch
+        self.p[0], self.next[0] = 1.0 / self.V, 0   # P_{-1} = 1/V; () after an unseen token
+        self._level(np.array([0]), self.p[:1].copy())
+        if eager:
+            self.build_all()
 
-    def state_id(self, q):
-        """Row index of state q (a tuple in Q), allocated (not built) on first sight."""
-        s = self.ids.get(q)
-        if s is None:
-            s = self.ids[q] = len(self.states)
-            self.states.append(q)
-            if s == len(self.built):  # full: double every per-state array
-                grow = max(64, s)
-                self.logprob = np.concatenate([self.logprob, np.empty((grow, self.V))])
-                self.p = np.concatenate([self.p, np.empty((grow, self.V))])
-                self.next = np.concatenate([self.next, np.empty((grow, self.V), np.int64)])
-                self.built = np.concatenate([self.built, np.zeros(grow, bool)])
-                self.best = np.concatenate([self.best, np.full(grow, -np.inf)])   # _merge's
-                self.first = np.concatenate([self.first, np.full(grow, BIG)])     # scratch
-        return s
+    def _slices(self, rows):
+        """[(state id, token, value)] -> (start [R + 1], tokens, values): state s's entries are
+        tokens[start[s]:start[s + 1]] and values[start[s]:start[s + 1]]."""
+        rows.sort(key=lambda r: r[0])
+        ids = np.array([r[0] for r in rows], dtype=np.int64)
+        return (np.searchsorted(ids, np.arange(len(self.states) + 1)),
+                np.array([r[1] for r in rows], dtype=np.int64), np.array([r[2] for r in rows]))
+
+    @staticmethod
+    def _entries(table, ids):
+        """The entries of states ids [B] in a _slices table: (row in ids, token, value) each."""
+        start, tokens, values = table
+        counts = start[ids + 1] - start[ids]
+        row = np.repeat(np.arange(len(ids)), counts)
+        at = np.arange(counts.sum()) + np.repeat(start[ids] - np.cumsum(counts) + counts, counts)
+        return row, tokens[at], values[at]
+
+    def _upper_probs(self):
+        """max over histories of P(w | h), bounded level by level: a context with a term for w
+        gives at most term + gamma * (the bound below); one without, gamma * (the bound below)."""
+        bound = np.full(self.V, 1.0 / self.V)
+        for j in range(self.order):
+            pair = np.zeros(self.V)
+            for (c, w), v in self.lm.terms[j].items():
+                pair[w] = max(pair[w], v + self.lm.gammas[j].get(c, 1.0) * bound[w])
+            g = max(1.0, max(self.lm.gammas[j].values(), default=1.0))
+            bound = np.maximum(g * bound, pair)
+        return bound
+
+    def build_all(self):
+        """Every row, now (rows_bytes() of memory while building): no row is built later, so
+        the probabilities before the log are dropped."""
+        self.ensure(np.arange(len(self.states)))
+        self.p = None
+
+    def rows_bytes(self):
+        """Memory that building every row takes (p, logprob: 8 bytes a token; next: 4)."""
+        return len(self.states) * self.V * 20
 
     def state(self, h):
         """The state id of a history tuple h of at most order-1 tokens: its longest suffix in Q."""
-        return self.state_id(next(h[a:] for a in range(len(h) + 1) if h[a:] in self.Q))
+        return self.ids[next(h[a:] for a in range(len(h) + 1) if h[a:] in self.ids)]
 
     def start(self, history):
         """The state id after `history` (token ids), its row built."""
@@ -557,34 +584,36 @@ class NgramAutomaton:
         return s
 
     def ensure(self, ids):
-        """Build the rows of state ids (an int or an int array) not built yet."""
+        """Build the rows of state ids (an int or an int array) not built yet, and first those
+        of their links (shorter states) not built yet: one batch per length, shortest first."""
         if not self.built[ids].all():
-            for s in np.unique(np.asarray(ids)[~self.built[ids]]).tolist():
-                self._build(s)
+            batches = [np.unique(np.asarray(ids)[~self.built[ids]])]
+            while True:
+                links = self.link[batches[-1]]
+                links = links[~self.built[links]]
+                if len(links) == 0:
+                    break
+                batches.append(np.unique(links))
+            for batch in reversed(batches):
+                self._level(batch, self.p[self.link[batch]])
 
-    def _build(self, s):
-        """Row s (state q, L tokens) from the row of its suffix link, the state of q[1:]: the
-        LM's recursion for q is the link's, then level L (a level between has no entry: it
-        leaves p bitwise unchanged); the next states are the link's but for q's own children."""
-        q, L = self.states[s], len(self.states[s])
-        if q:
-            link = self.state(q[1:])
-            self.ensure(link)
-            p, self.next[s] = self.p[link], self.next[link]
-        else:  # the empty state: P_{-1} = 1/V, and the empty state after any unseen token
-            p, self.next[s] = np.full(self.V, 1.0 / self.V), s
-        gamma, (ws, values) = self.lm.gammas[L].get(q), self.term_rows[L].get(q, (None, None))
-        if gamma is not None or ws is not None:  # level L: term_L(q, w) + gamma_L(q) * p
-            term = np.zeros(self.V)
-            if ws is not None:
-                term[ws] = values
-            p = term + (1.0 if gamma is None else gamma) * p
-        self.p[s], self.logprob[s] = p, [math.log(x) for x in p.tolist()]  # math.log, as NgramLM
-        for w in self.children.get(q, ()) if L < self.n else ():
-            self.next[s, w] = self.state_id(q + (w,))
-        self.built[s] = True
+    def _level(self, ids, p):
+        """Rows ids from their links' probabilities p [B, V]: the LM's recursion for state q is
+        its link's, then level len(q): term(q, w) + gamma(q) * p, where a state with no entry
+        computes 0.0 + 1.0 * p = p, bitwise (levels in between have no entry either)."""
+        term, (row, tokens, values) = np.zeros_like(p), self._entries(self.terms, ids)
+        term[row, tokens] = values
+        p = term + self.gamma[ids][:, None] * p
+        self.p[ids], self.next[ids] = p, self.next[self.link[ids]]
+        self.logprob[ids] = np.fromiter(map(math.log, p.ravel().tolist()), float,  # as NgramLM
+                                        p.size).reshape(p.shape)
+        row, tokens, children = self._entries(self.children, ids)  # the link's next states, but
+        self.next[ids[row], tokens] = children                     # for q's own children
+        self.built[ids] = True
+
 
 BIG = np.iinfo(np.int64).max
+EAGER_BYTES = 2 ** 26   # ViterbiDrafter builds all automaton rows up front if they take <= 64 MB
 MERGE_AT = 32   # merge partials by LM state only above this many (merging costs ~13 numpy calls)
 
 
@@ -596,7 +625,8 @@ def _bounds(upper, tokens, logprobs, alpha):
         bound = interpolate(logprobs, upper[tokens], alpha).max(1)
     else:
         bound = np.array([interpolate(x, upper[t], alpha).max() for t, x in zip(tokens, logprobs)])
-    rest = np.append(np.cumsum(bound[::-1])[::-1][1:], 0.0)  # rest[i] = sum of bound[i + 1:]
+    rest = np.zeros(len(bound))
+    rest[:-1] = np.cumsum(bound[:0:-1])[::-1]  # rest[i] = sum of bound[i + 1:]
     return rest.tolist(), float(np.abs(bound).sum())
 
 
@@ -719,8 +749,9 @@ def ngram_draft(logprobs, context, k, alpha, lm, automaton=None, counts=None):
         raise ValueError(f"context[-1] must be a token id in [0, {a.shape[1]}), got "
                          f"{context[-1] if len(context) else 'an empty context'}")
     first = index(context[-1])
-    top = np.argsort(-a[1:], axis=1, kind="stable")[:, :k]                 # [m - 1, min(k, V)]
-    values = np.take_along_axis(a[1:], top, 1).astype(np.float64)          # [m - 1, min(k, V)]
+    lp = a[1:].astype(np.float64)                         # positions 1.. [m - 1, V], exact
+    top = np.argsort(-lp, axis=1, kind="stable")[:, :k]   # from_logprobs' sort [m - 1, min(k, V)]
+    values = lp[np.arange(len(top))[:, None], top]        # their log-probs, best first
     if not (np.isfinite(values).all() and np.isfinite(a[0, first])):
         raise ValueError("head log-probs must be finite among each position's top-k")
     if not use_lm:  # heads only: each position's first candidate
@@ -738,16 +769,20 @@ def ngram_draft(logprobs, context, k, alpha, lm, automaton=None, counts=None):
 
 class ViterbiDrafter:
     """The `ngram` decoder's drafter (Kim §7.2, p = 1) on the fast path: the same drafts as
-    PBestDrafter(k, 1, alpha, lm), by ngram_draft. Build it once per LM (its automaton walks
-    the LM once and then keeps the rows it builds); sharing it between threads is safe (a lock)."""
+    PBestDrafter(k, 1, alpha, lm), by ngram_draft. Build it once per LM: its automaton walks
+    the LM once; it builds all its rows up front when they take at most EAGER_BYTES (the
+    shipped 3- and 4-gram), else each on first use. Sharing it between threads is safe (a lock)."""
     max_drafts = 1
 
     def __init__(self, k, alpha, lm, automaton=None, name="ngram"):
         use_lm = lm is not None and alpha > 0
         check_settings(k, 1, alpha, lm.order if use_lm else 1)
         self.k, self.alpha, self.lm, self.name = k, alpha, lm, name
-        self.automaton = (automaton or NgramAutomaton(lm)) if use_lm else None
-        self.counts = {"ngram_lookups": 0}
+        if use_lm and automaton is None:
+            automaton = NgramAutomaton(lm)
+            if automaton.rows_bytes() <= EAGER_BYTES:
+                automaton.build_all()
+        self.automaton, self.counts = automaton, {"ngram_lookups": 0}
 
     def __call__(self, logprobs, context):
         return [ngram_draft(logprobs, context, self.k, self.alpha, self.lm, self.automaton,

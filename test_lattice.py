@@ -424,7 +424,6 @@ def test_viterbi_rounding_tie_after_merging(merge_at):
 
 def test_merge_keeps_near_ties_with_smaller_ranks():
     auto = NgramAutomaton(TieLM())
-    auto.state_id(())                                  # allocate the scratch arrays
     x, below = -3.0, np.nextafter(-3.0, -np.inf)       # one ulp apart
     merge = lambda scores, tol=1e-9: lattice._merge(auto, np.zeros(len(scores), np.int64),
                                                     np.array(scores), tol).tolist()
@@ -488,7 +487,8 @@ def test_viterbi_drafter_shared_between_threads():
     work = [(random_head_logprobs(rng, 6, V, True, False), [int(t) for t in rng.integers(V, size=5)])
             for _ in range(40)]
     want = [best_paths(head_lattice(lp, c, 5), lm, c[:-1], 1, 0.6)[0][1] for lp, c in work]
-    drafter, got = ViterbiDrafter(5, 0.6, lm), [None] * len(work)   # its rows built concurrently
+    drafter = ViterbiDrafter(5, 0.6, lm, NgramAutomaton(lm))  # lazy: rows built concurrently
+    got = [None] * len(work)
 
     def run(part):
         for j in part:
@@ -498,7 +498,18 @@ def test_viterbi_drafter_shared_between_threads():
         t.start()
     for t in threads:
         t.join()
-    assert got == want
+    assert got == want and drafter.counts["ngram_lookups"] > 0
+
+
+def test_automaton_eager_rows_are_the_lazy_ones():
+    for kind, order in [("real", 5), ("fake", 3), ("uniform", 4)]:
+        lm = make_lm(kind, order, 2)
+        lazy, eager = NgramAutomaton(lm), NgramAutomaton(lm, eager=True)
+        lazy.ensure(np.arange(len(lazy.states))[::-1])  # longest states first: links built first
+        assert eager.built.all() and eager.p is None
+        assert lazy.logprob.tobytes() == eager.logprob.tobytes()
+        assert (lazy.next == eager.next).all()
+        assert ViterbiDrafter(3, 0.5, lm).automaton.built.all()     # small: built up front
 
 
 def test_viterbi_errors():
