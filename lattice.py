@@ -511,7 +511,8 @@ class NgramAutomaton:
     def __init__(self, lm, eager=False):
         self.lm, self.order, self.V = lm, index(lm.order), index(lm.vocab_size)
         self.n = self.order - 1                       # tokens of history the LM sees
-        contexts = [c for j in range(self.order) for c in [*lm.gammas[j], *(c for c, _ in lm.terms[j])]]
+        contexts = [c for j in range(self.order)
+                    for c in [*lm.gammas[j], *(c for c, _ in lm.terms[j])]]
         Q = {()} | {tuple(c[:a]) for c in contexts for a in range(1, len(c) + 1)}
         self.states = sorted(Q, key=lambda q: (len(q), q))   # row -> state, by length; row 0: ()
         self.ids = {q: s for s, q in enumerate(self.states)}
@@ -554,13 +555,13 @@ class NgramAutomaton:
     def _upper_probs(self):
         """max over histories of P(w | h), bounded level by level: a context with a term for w
         gives at most term + gamma * (the bound below); one without, gamma * (the bound below)."""
-        bound = np.full(self.V, 1.0 / self.V)
+        bound = [1.0 / self.V] * self.V
         for j in range(self.order):
-            pair = np.zeros(self.V)
+            pair = [0.0] * self.V
             for (c, w), v in self.lm.terms[j].items():
                 pair[w] = max(pair[w], v + self.lm.gammas[j].get(c, 1.0) * bound[w])
             g = max(1.0, max(self.lm.gammas[j].values(), default=1.0))
-            bound = np.maximum(g * bound, pair)
+            bound = [max(g * b, t) for b, t in zip(bound, pair)]
         return bound
 
     def build_all(self):
@@ -641,6 +642,7 @@ def _greedy(auto, s, score, tokens, logprobs, alpha):
         score, s = score + terms[c], auto.next[s, toks[c]]
     return score
 
+
 def _merge(auto, states, scores, tol):
     """Which partials (indices, ascending) survive when several reach one LM state. They are in
     rank-tuple order, and the LM cannot tell them apart from here on: every later term is the
@@ -662,7 +664,8 @@ def _viterbi(auto, first, lp0, tokens, logprobs, history, alpha):
     1..), lookups (LM log-probs read).
 
     Live partials: LM state ids [N], scores [N], in rank-tuple order. At each position every
-    live partial extends by every candidate, E [N, K], flattened in rank-tuple order too.
+    live partial extends by every candidate, E [N, K], flattened in rank-tuple order too; those
+    that cannot reach `lower` (a greedy path's score, raised where many survive) are dropped.
     Exact, by three facts:
       * the best path P* survives pruning: its partial x_i >= score(P*) - rest[i] >= lower -
         rest[i] (rounding aside; tol covers it), since score(P*) >= lower, a real path's score;
@@ -688,6 +691,11 @@ def _viterbi(auto, first, lp0, tokens, logprobs, history, alpha):
             break  # the last position: no next state, no pruning; the first of the best wins
         E = E.ravel()                                                    # [N x K]
         alive = np.flatnonzero(E >= lower - tol - rest[i])              # [M] flat indices
+        if len(alive) > MERGE_AT:  # many: raise the lower bound to the best partial's greedy
+            j = E.argmax()         # completion (a real path too), prune again
+            after = auto.next[states[j // len(toks)], toks[j % len(toks)]]
+            lower = max(lower, _greedy(auto, after, E[j], tokens[i + 1:], logprobs[i + 1:], alpha))
+            alive = np.flatnonzero(E >= lower - tol - rest[i])
         nxt = auto.next[states[:, None], toks].ravel()[alive]           # their next states
         if len(alive) > MERGE_AT:  # many partials: merge those in one state (few: cheaper not to)
             keep = _merge(auto, nxt, E[alive], tol)
@@ -701,6 +709,7 @@ def _viterbi(auto, first, lp0, tokens, logprobs, history, alpha):
         ranks.append(rank)
         flat = int(back[i - 1][parent]) if i else 0
     return (score, ranks[::-1]), lookups
+
 
 def _automaton(lm, automaton, history, top):
     """The automaton of lm (built if None), checked against lm and the token ids it will see."""

@@ -461,6 +461,17 @@ def test_ngram_draft_is_the_ngram_drafter(m, k, f32, tied, kind, order, seed, co
             [ref[0][1]]
 
 
+@pytest.mark.parametrize("kind", ["none", "uniform", "real"])
+def test_ngram_draft_ties_go_to_smaller_ids(kind):
+    # Every head log-prob tied: the candidates are ids 0.. k-1 in that order (from_logprobs), and
+    # where the LM ties too (uniform), every path ties: the rank tuple (0, .., 0) wins.
+    lp, lm = torch.log_softmax(torch.zeros(5, V), -1), make_lm(kind, 3, 0)
+    want = best_paths(head_lattice(lp, [4, 6], 3), lm, [4], 1, 0.5)[0][1]
+    assert ngram_draft(lp, [4, 6], 3, 0.5, lm) == want
+    if kind != "real":
+        assert want == [6, 0, 0, 0, 0]
+
+
 def test_automaton_rows_are_the_lm():
     for kind, order in [("real", 1), ("real", 3), ("real", 5), ("fake", 4), ("uniform", 2)]:
         lm, rng = make_lm(kind, order, 0), random.Random(order)
@@ -477,14 +488,15 @@ def test_automaton_rows_are_the_lm():
 
 def test_viterbi_alpha_zero_never_calls_the_lm():
     lat = Lattice([[3], [1, 2], [0, 4]], [[-0.1], [-0.5, -1.5], [-0.2, -0.3]])
-    assert best_path_viterbi(lat, NoCallLM(3, 0), [1, 2], 0.0) == best_paths(lat, None, [], 1, 0.3)[0]
+    want = best_paths(lat, None, [], 1, 0.3)[0]
+    assert best_path_viterbi(lat, NoCallLM(3, 0), [1, 2], 0.0) == want
     lp = torch.log_softmax(torch.randn(4, V), -1)
     assert ngram_draft(lp, [1, 2], 3, 0.0, NoCallLM(3, 0)) == ngram_draft(lp, [1, 2], 3, 0.7, None)
 
 
 def test_viterbi_drafter_shared_between_threads():
     lm, rng = make_lm("real", 4, 1), np.random.default_rng(0)
-    work = [(random_head_logprobs(rng, 6, V, True, False), [int(t) for t in rng.integers(V, size=5)])
+    work = [(random_head_logprobs(rng, 6, V, True, False), rng.integers(V, size=5).tolist())
             for _ in range(40)]
     want = [best_paths(head_lattice(lp, c, 5), lm, c[:-1], 1, 0.6)[0][1] for lp, c in work]
     drafter = ViterbiDrafter(5, 0.6, lm, NgramAutomaton(lm))  # lazy: rows built concurrently
