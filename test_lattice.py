@@ -373,7 +373,7 @@ def test_viterbi_is_best_paths(problem, merge_at):
                   alpha)
 
 
-@examples(2)
+@examples(4)
 @given(lat_dyadic=lattices(max_h=6, max_k=5), kind=st.sampled_from(["fake", "real", "uniform"]),
        order=st.integers(1, 5), seed=st.integers(0, 3),
        history=st.lists(st.integers(0, V - 1), max_size=12),          # empty .. long
@@ -442,7 +442,7 @@ def random_head_logprobs(rng, m, vocab, f32, tied):
                              dim=-1)
 
 
-@examples(2)
+@examples(6)
 @given(m=st.integers(1, 6), k=st.integers(1, 10), f32=st.booleans(), tied=st.booleans(),
        kind=st.sampled_from(["none", "fake", "real", "uniform"]), order=st.integers(1, 5),
        seed=st.integers(0, 3), context=st.lists(st.integers(0, V - 1), min_size=1, max_size=12),

@@ -1,6 +1,6 @@
 """What the `ngram` drafter (Kim §7.2, p = 1) costs per decoding step, against one BPD call.
 
-    python .ci/viterbi_costs.py [--steps 200] [--reps 5]     # shipped checkpoint, CPU, ~4 min
+    python .ci/viterbi_costs.py [--steps 200] [--reps 5]     # shipped checkpoint, CPU, ~5 min
 
 The contexts are those of the first --steps steps of plain BPD (bpd_decode) on test-split
 prompts: the heads' log-probs [m, V] and the tokens so far, exactly what a drafter gets. Timed in
