@@ -321,3 +321,230 @@ def test_interpolate_is_the_one_rule():
         assert after != before
     finally:
         lattice.interpolate = original
+
+
+# ----------------------------------------------------------------------------- p = 1: Viterbi
+# best_path_viterbi / ngram_draft against the readable best_paths(..., p=1): the same path and
+# the same score, bitwise (the same float operations and math.log), including the tie rule.
+
+import threading  # noqa: E402
+
+import torch  # noqa: E402
+
+import lattice  # noqa: E402
+from lattice import (NgramAutomaton, ViterbiDrafter, best_path_viterbi, head_lattice,  # noqa: E402
+                     ngram_draft)
+
+
+@functools.lru_cache(maxsize=None)
+def make_automaton(kind, order, seed):
+    """One automaton per LM, shared by all examples: its rows persist from call to call, as in
+    a decode, so later examples also check rows built for earlier ones."""
+    lm = make_lm(kind, order, seed)
+    return None if lm is None else NgramAutomaton(lm)
+
+
+@functools.lru_cache(maxsize=None)
+def make_table(kind, order, seed):
+    lm = make_lm(kind, order, seed)
+    return None if lm is None else NgramTable(lm)
+
+
+@pytest.fixture(params=[0, 8, 32], ids=["merge-always", "merge-above-8", "merge-above-32"])
+def merge_at(request, monkeypatch):
+    """Merging partials by LM state is an optimisation: exact whichever partials it applies to
+    (never merging is exact too, but its live set can grow as k^h where ties stop pruning)."""
+    monkeypatch.setattr(lattice, "MERGE_AT", request.param)
+    return request.param
+
+
+def check_viterbi(lat, lm, automaton, history, alpha):
+    want = best_paths(lat, lm, history, 1, alpha)[0]
+    got = best_path_viterbi(lat, lm, history, alpha, automaton)
+    assert got[1] == want[1]
+    assert bits(got[0]) == bits(want[0])  # bitwise: |difference| <= 1e-12 a fortiori
+
+
+@SETTINGS
+@given(problem=problems)
+def test_viterbi_is_best_paths(problem, merge_at):
+    (lat, _), kind, order, seed, history, _, alpha = problem
+    check_viterbi(lat, make_lm(kind, order, seed), make_automaton(kind, order, seed), history,
+                  alpha)
+
+
+@examples(4)
+@given(lat_dyadic=lattices(max_h=6, max_k=5), kind=st.sampled_from(["fake", "real", "uniform"]),
+       order=st.integers(1, 5), seed=st.integers(0, 3),
+       history=st.lists(st.integers(0, V - 1), max_size=12),          # empty .. long
+       alpha=st.sampled_from([0.0, 1.0, 0.5]) | st.floats(0, 1), shared=st.booleans())
+def test_viterbi_orders_1_to_5(lat_dyadic, kind, order, seed, history, alpha, shared, merge_at):
+    lm = make_lm(kind, order, seed)
+    check_viterbi(lat_dyadic[0], lm, make_automaton(kind, order, seed) if shared else None,
+                  history, alpha)
+
+
+@pytest.mark.parametrize("kind", ["fake", "real", "uniform"])
+def test_viterbi_long_and_tied_lattices(kind, merge_at):
+    # 40 positions, rounded log-probs (many exact ties); then all paths tied (nothing prunes).
+    rng = np.random.default_rng(1)
+    head = np.round(np.log(rng.dirichlet(np.ones(V), size=40)) * 2) / 2
+    check_viterbi(Lattice.from_logprobs(head, 4), make_lm(kind, 3, 0), None, [1, 2], 0.5)
+    tied = Lattice([[0]] + [[1, 2, 3, 4, 5]] * 5, [[0.0]] + [[-1.0] * 5] * 5)
+    for alpha in (0.0, 0.5, 1.0):
+        check_viterbi(tied, make_lm("uniform", 3, 0), None, [2], alpha)
+        assert best_path_viterbi(tied, make_lm("uniform", 3, 0), [2], alpha)[1] == [0] + [1] * 5
+
+
+class TieLM(FakeLM):
+    """An order-2 LM built for test_viterbi_rounding_tie_after_merging: uniform unigram,
+    contexts 1 and 2 seen (gamma 0.01: tokens 3 after 1 and 4 after 2 are nearly impossible),
+    contexts 3 and 4 unseen (after them the state is the empty one)."""
+    order, vocab_size = 2, V
+
+    def __init__(self):
+        self.terms = [{}, {((1,), 4): 0.5, ((2,), 3): 0.5000000000000006}]
+        self.gammas = [{}, {(1,): 0.01, (2,): 0.01}]
+
+
+def test_viterbi_rounding_tie_after_merging(merge_at):
+    # Paths (0, 1, 4, 5), ranks (0, 0, 1, 0), and (0, 2, 3, 5), ranks (0, 1, 0, 0), reach the
+    # empty LM state at position 2, the first one ulp below; the -1000 then rounds both totals
+    # to the same value, where the tie rule wants the first. A merge that kept only the better
+    # partial at position 2 would return the second.
+    lat = Lattice([[0], [1, 2], [3, 4], [5]], [[-0.2], [-0.3, -0.35], [-0.4, -0.45], [-1000.0]])
+    lm, first, second = TieLM(), [0, 1, 4, 5], [0, 2, 3, 5]
+    part = lambda toks: path_score(Lattice(lat.tokens[:3], lat.logprobs[:3]), lm, [], toks, 0.5)
+    assert part(first[:3]) == np.nextafter(part(second[:3]), -np.inf)
+    want = brute_force(lat, lm, [], 0.5)
+    assert [t for _, _, t in want[:2]] == [first, second] and want[0][0] == want[1][0]
+    check_viterbi(lat, lm, None, [], 0.5)
+    assert best_path_viterbi(lat, lm, [], 0.5)[1] == first
+
+
+def test_merge_keeps_near_ties_with_smaller_ranks():
+    auto = NgramAutomaton(TieLM())
+    x, below = -3.0, np.nextafter(-3.0, -np.inf)       # one ulp apart
+    merge = lambda scores, tol=1e-9: lattice._merge(auto, np.zeros(len(scores), np.int64),
+                                                    np.array(scores), tol).tolist()
+    assert merge([x, x]) == [0]                 # exact tie: the smaller rank tuple (index) wins
+    assert merge([x, below]) == [0]             # worse and larger ranks: never wins
+    assert merge([below, x]) == [0, 1]          # worse by an ulp but smaller ranks: kept
+    assert merge([x - 1.0, x]) == [1]           # worse beyond the tolerance: dropped
+    assert merge([below, x], tol=0.0) == [1]
+    assert np.isneginf(auto.best).all() and (auto.first == lattice.BIG).all()  # scratch reset
+
+
+def random_head_logprobs(rng, m, vocab, f32, tied):
+    logits = rng.normal(size=(m, vocab)) * 3
+    logits = np.round(logits) if tied else logits          # exact ties among the log-probs
+    return torch.log_softmax(torch.tensor(logits, dtype=torch.float32 if f32 else torch.float64),
+                             dim=-1)
+
+
+@examples(6)
+@given(m=st.integers(1, 6), k=st.integers(1, 10), f32=st.booleans(), tied=st.booleans(),
+       kind=st.sampled_from(["none", "fake", "real", "uniform"]), order=st.integers(1, 5),
+       seed=st.integers(0, 3), context=st.lists(st.integers(0, V - 1), min_size=1, max_size=12),
+       alpha=st.sampled_from([0.0, 1.0, 0.5]) | st.floats(0, 1), rs=st.integers(0, 2 ** 32 - 1))
+def test_ngram_draft_is_the_ngram_drafter(m, k, f32, tied, kind, order, seed, context, alpha, rs):
+    lp = random_head_logprobs(np.random.default_rng(rs), m, V, f32, tied)   # k > V: clamped
+    lm = make_lm(kind, order, seed)
+    ref = best_paths(head_lattice(lp, context, k), lm, context[:-1], 2, alpha)
+    auto = make_automaton(kind, order, seed)
+    assert ngram_draft(lp, context, k, alpha, lm, auto) == ref[0][1]
+    assert ngram_draft(lp.numpy(), list(context), k, alpha, lm) == ref[0][1]   # array, fresh
+    assert ViterbiDrafter(k, alpha, lm, auto)(lp, context) == [ref[0][1]]
+    # The current drafter's np.log may differ from math.log by an ulp: equal unless a near-tie.
+    if len(ref) == 1 or not near_ties([s for s, _ in ref]):
+        assert PBestDrafter(k, 1, alpha, lm, make_table(kind, order, seed))(lp, context) == \
+            [ref[0][1]]
+
+
+@pytest.mark.parametrize("kind", ["none", "uniform", "real"])
+def test_ngram_draft_ties_go_to_smaller_ids(kind):
+    # Every head log-prob tied: the candidates are ids 0.. k-1 in that order (from_logprobs), and
+    # where the LM ties too (uniform), every path ties: the rank tuple (0, .., 0) wins.
+    lp, lm = torch.log_softmax(torch.zeros(5, V), -1), make_lm(kind, 3, 0)
+    want = best_paths(head_lattice(lp, [4, 6], 3), lm, [4], 1, 0.5)[0][1]
+    assert ngram_draft(lp, [4, 6], 3, 0.5, lm) == want
+    if kind != "real":
+        assert want == [6, 0, 0, 0, 0]
+
+
+def test_automaton_rows_are_the_lm():
+    for kind, order in [("real", 1), ("real", 3), ("real", 5), ("fake", 4), ("uniform", 2)]:
+        lm, rng = make_lm(kind, order, 0), random.Random(order)
+        auto = NgramAutomaton(lm)
+        for _ in range(40):
+            history = [rng.randrange(V) for _ in range(rng.randrange(8))]
+            s = auto.start(history)
+            assert [bits(x) for x in auto.logprob[s]] == \
+                [bits(lm.logprob(w, history)) for w in range(V)]           # math.log, bitwise
+            assert (auto.upper >= auto.logprob[s]).all()                   # the pruning bound
+            w = rng.randrange(V)
+            assert auto.next[s, w] == auto.start(history + [w])            # (state, w) suffices
+
+
+def test_viterbi_alpha_zero_never_calls_the_lm():
+    lat = Lattice([[3], [1, 2], [0, 4]], [[-0.1], [-0.5, -1.5], [-0.2, -0.3]])
+    want = best_paths(lat, None, [], 1, 0.3)[0]
+    assert best_path_viterbi(lat, NoCallLM(3, 0), [1, 2], 0.0) == want
+    lp = torch.log_softmax(torch.randn(4, V), -1)
+    assert ngram_draft(lp, [1, 2], 3, 0.0, NoCallLM(3, 0)) == ngram_draft(lp, [1, 2], 3, 0.7, None)
+
+
+def test_viterbi_drafter_shared_between_threads():
+    lm, rng = make_lm("real", 4, 1), np.random.default_rng(0)
+    work = [(random_head_logprobs(rng, 6, V, True, False), rng.integers(V, size=5).tolist())
+            for _ in range(40)]
+    want = [best_paths(head_lattice(lp, c, 5), lm, c[:-1], 1, 0.6)[0][1] for lp, c in work]
+    drafter = ViterbiDrafter(5, 0.6, lm, NgramAutomaton(lm))  # lazy: rows built concurrently
+    got = [None] * len(work)
+
+    def run(part):
+        for j in part:
+            got[j] = drafter(*work[j])[0]
+    threads = [threading.Thread(target=run, args=(range(t, len(work), 4),)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == want and drafter.counts["ngram_lookups"] > 0
+
+
+def test_automaton_eager_rows_are_the_lazy_ones():
+    for kind, order in [("real", 5), ("fake", 3), ("uniform", 4)]:
+        lm = make_lm(kind, order, 2)
+        lazy, eager = NgramAutomaton(lm), NgramAutomaton(lm, eager=True)
+        lazy.ensure(np.arange(len(lazy.states))[::-1])  # longest states first: links built first
+        assert eager.built.all() and eager.p is None
+        assert lazy.logprob.tobytes() == eager.logprob.tobytes()
+        assert (lazy.next == eager.next).all()
+        assert ViterbiDrafter(3, 0.5, lm).automaton.built.all()     # small: built up front
+
+
+def test_viterbi_errors():
+    lm, lp = make_lm("real", 3, 0), torch.log_softmax(torch.randn(4, V), -1)
+    auto = NgramAutomaton(lm)
+    bad_calls = [
+        (dict(k=0), "k must be"), (dict(alpha=1.5), "alpha must be"),
+        (dict(logprobs=lp[0]), r"\[m, V\]"), (dict(logprobs=lp[:0]), r"\[m, V\]"),
+        (dict(logprobs=torch.full((4, V), float("nan"))), "NaN"),
+        (dict(logprobs=torch.full((4, V), -float("inf"))), "finite"),
+        (dict(context=[]), "empty context"), (dict(context=[1, V]), "context"),
+        (dict(logprobs=torch.log_softmax(torch.randn(4, V + 2), -1)), "token ids"),
+        (dict(context=[V + 3, 1]), "token ids"),
+        (dict(automaton=NgramAutomaton(make_lm("real", 3, 1))), "another LM")]
+    for bad, match in bad_calls:
+        args = {"logprobs": lp, "context": [1, 2], "k": 3, "alpha": 0.5, "lm": lm,
+                "automaton": auto, **bad}
+        with pytest.raises(ValueError, match=match):
+            ngram_draft(**args)
+    lat = Lattice([[1], [9]], [[0.0], [0.0]])
+    with pytest.raises(ValueError, match="token ids"):
+        best_path_viterbi(lat, lm, [], 0.5, auto)
+    with pytest.raises(ValueError, match="alpha"):
+        best_path_viterbi(lat, lm, [], -0.5, auto)
+    with pytest.raises(ValueError, match="k must be"):
+        ViterbiDrafter(0, 0.5, lm)
