@@ -117,8 +117,9 @@ register("neural", lambda res, s, answer: lattice.NeuralDrafter(
          {"k": 8, "alpha": 0.5, "reach": 0.0}, {"k": [8, 16], "alpha": ALPHAS, "reach": [0.0, 0.05]},
          about="local rescoring of head i's top-k with the small LM (Kim §7.1)")
 register("ngram", lambda res, s, answer: lattice.PBestDrafter(
-             s["k"], 1, s["alpha"], res.ngram(s["order"]), res.table(s["order"]), name="ngram",
-             reference=res.reference),
+             s["k"], 1, s["alpha"], res.ngram(s["order"]), name="ngram", reference=True)
+         if res.reference else lattice.ViterbiDrafter(s["k"], s["alpha"], res.ngram(s["order"]),
+                                                      res.automaton(s["order"])),
          {"k": 8, "alpha": 0.5, "order": 4}, {"k": [8], "order": [3, 4, 5], "alpha": ALPHAS},
          about="the best lattice path under heads + n-gram LM (Kim §7.2, p = 1)")
 register("pbest0", lambda res, s, answer: lattice.PBestDrafter(
@@ -298,7 +299,17 @@ class Resources:
         return self.lms[order]
 
     def table(self, order):
-        """Its numpy lookup table, for the DP in the decode loop."""
+        """Its numpy lookup table, for p-best's DP in the decode loop."""
         if order not in self.tables:
             self.tables[order] = lattice.NgramTable(self.ngram(order))
         return self.tables[order]
+
+    def automaton(self, order):
+        """Its back-off automaton, for the p = 1 Viterbi; every row built up front when they fit
+        lattice.EAGER_BYTES (else on first use: the rows then persist across drafters)."""
+        if ("automaton", order) not in self.tables:
+            auto = lattice.NgramAutomaton(self.ngram(order))
+            if auto.rows_bytes() <= lattice.EAGER_BYTES:
+                auto.build_all()
+            self.tables["automaton", order] = auto
+        return self.tables["automaton", order]

@@ -267,7 +267,7 @@ def task_bars(plt, r, folder):
 
 def least_squares(xs, ys):
     """(intercept, slope, Pearson r) of ys on xs, or None when xs or ys do not vary."""
-    n, mx, my = len(xs), sum(xs) / len(xs), sum(ys) / len(ys)
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
     sxx, syy = sum((x - mx) ** 2 for x in xs), sum((y - my) ** 2 for y in ys)
     if not sxx or not syy:
         return None

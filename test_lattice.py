@@ -331,6 +331,7 @@ import threading  # noqa: E402
 
 import torch  # noqa: E402
 
+import fastlattice  # noqa: E402
 import lattice  # noqa: E402
 from lattice import (NgramAutomaton, ViterbiDrafter, best_path_viterbi, head_lattice,  # noqa: E402
                      ngram_draft)
@@ -354,7 +355,7 @@ def make_table(kind, order, seed):
 def merge_at(request, monkeypatch):
     """Merging partials by LM state is an optimisation: exact whichever partials it applies to
     (never merging is exact too, but its live set can grow as k^h where ties stop pruning)."""
-    monkeypatch.setattr(lattice, "MERGE_AT", request.param)
+    monkeypatch.setattr(fastlattice, "MERGE_AT", request.param)
     return request.param
 
 
@@ -425,14 +426,14 @@ def test_viterbi_rounding_tie_after_merging(merge_at):
 def test_merge_keeps_near_ties_with_smaller_ranks():
     auto = NgramAutomaton(TieLM())
     x, below = -3.0, np.nextafter(-3.0, -np.inf)       # one ulp apart
-    merge = lambda scores, tol=1e-9: lattice._merge(auto, np.zeros(len(scores), np.int64),
+    merge = lambda scores, tol=1e-9: fastlattice._merge(auto, np.zeros(len(scores), np.int64),
                                                     np.array(scores), tol).tolist()
     assert merge([x, x]) == [0]                 # exact tie: the smaller rank tuple (index) wins
     assert merge([x, below]) == [0]             # worse and larger ranks: never wins
     assert merge([below, x]) == [0, 1]          # worse by an ulp but smaller ranks: kept
     assert merge([x - 1.0, x]) == [1]           # worse beyond the tolerance: dropped
     assert merge([below, x], tol=0.0) == [1]
-    assert np.isneginf(auto.best).all() and (auto.first == lattice.BIG).all()  # scratch reset
+    assert np.isneginf(auto.best).all() and (auto.first == fastlattice.BIG).all()  # scratch reset
 
 
 def random_head_logprobs(rng, m, vocab, f32, tied):

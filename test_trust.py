@@ -15,7 +15,7 @@ import decoders
 import minibpd
 import train_heads
 from conftest import tiny_model
-from minibpd import GPT, ArgmaxDrafter, DrafterError, bpd_decode
+from minibpd import ArgmaxDrafter, DrafterError, bpd_decode
 from test_cli import no_model_calls, one_line_error, run_cli, unknown_character  # noqa: F401
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -1,0 +1,554 @@
+"""fastlattice: the fast twins of lattice.py's dynamic programs, the code the decode loop runs
+(Kim et al. 2024, arXiv 2404.09221v2, §7.2), and the one scoring rule they share with it.
+
+  best_paths_fast   the p best lattice paths by whole-array numpy operations (NgramTable: the
+                    n-gram LM's lookups as sorted int64 codes, or whole dense tables);
+  ngram_draft       the single best path (p = 1) by an exact Viterbi over NgramAutomaton, the
+                    LM as a back-off automaton, with branch-and-bound pruning.
+Both return exactly lattice.best_paths' paths (test_lattice.py: against it and brute force).
+Below lattice.py, which re-exports interpolate and the checks: edit the rule here.
+"""
+import math
+import threading
+from operator import index
+
+import numpy as np
+import torch
+
+from kvcache import is_int
+
+MAX_ORDER = 8            # n-gram orders above this take minutes to fit in pure Python
+MAX_DP_CELLS = 2 ** 22   # the most partial-path scores the p-best DP may hold at one position
+
+
+def interpolate(head_logprob, lm_logprob, alpha):
+    """The score of one token: the heads' log-prob interpolated with an LM's (Kim §7). Works on
+    floats, numpy arrays and torch tensors alike; every rescorer and path_score use it, so this is
+    the one line to change. Our reading: Kim et al. interpolate logits; we interpolate log-probs,
+    which differ per position by a constant (the log-normaliser) and so rank alike."""
+    return (1 - alpha) * head_logprob + alpha * lm_logprob
+
+
+def check_settings(k=1, p=1, alpha=0.0, order=1, nodes=0):
+    """Clear errors for impossible settings (k larger than the vocabulary is clamped to it): the
+    one check of every drafter, the registry, tuned files and the command line."""
+    for name, value in (("k", k), ("p", p), ("order", order)):
+        if not is_int(value) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    if not is_int(nodes) or nodes < 0:
+        raise ValueError(f"nodes must be an integer >= 0 (0: no budget), got {nodes!r}")
+    if order > MAX_ORDER:
+        raise ValueError(f"order must be at most {MAX_ORDER} (a higher-order n-gram LM takes "
+                         f"minutes to fit and the DP grows as k^order), got {order}")
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha must be a number in [0, 1], got {alpha!r}")
+
+
+def dp_cells(k, p, order, V):
+    """Most partial-path scores the p-best DP holds at one position: the candidates of the last
+    `order` positions (the LM's state and the new token) x p. 5-gram, k=8, p=16: 524,288."""
+    return min(k, V) ** order * p
+
+
+def check_dp_budget(k, p, order, V):
+    """Refuse, up front, a DP over MAX_DP_CELLS (README, "Limits", gives its cost)."""
+    cells = dp_cells(k, p, order, V)
+    if cells > MAX_DP_CELLS:
+        raise ValueError(f"k={k}, p={p} with an order-{order} LM would make the p-best DP hold "
+                         f"min(k, V)^order x p = {cells:,} scores a step; the budget is "
+                         f"{MAX_DP_CELLS:,} (lower k, p or the order)")
+
+
+def lattice_lookups(positions, k, V, order):
+    """(context, token) LM evaluations the p-best DP makes on a lattice of `positions` positions
+    (the first certain): at position i, one per state x candidate."""
+    K = [1] + [min(k, V)] * (positions - 1)
+    return sum(math.prod(K[max(0, i - order + 1):i + 1]) for i in range(positions))
+
+
+# ============================================================================= Part 2: numpy twin
+# best_paths_fast finds exactly best_paths' paths with whole-array operations: the decode loop's
+# version. NgramTable is the n-gram LM's lookup as sorted int64 codes (np.searchsorted).
+
+DENSE_MAX = 2 ** 21   # log-prob tables up to this many entries (16 MB) are precomputed whole
+
+
+class NgramTable:
+    """numpy twin of an NgramLM's lookup: per context length j, the keys (c_j, w) of terms[j]
+    and c_j of gammas[j] as sorted int64 codes in base V, values alongside; np.searchsorted.
+    dense[J], where V^(J+1) <= DENSE_MAX: every log P(w | c_J) as an array [V] * (J + 1),
+    computed by the same operations, so a lookup is one indexing (for a 3-gram over 103
+    characters: 1.1M entries; the DP's per-step LM work then all but vanishes)."""
+
+    def __init__(self, lm, dense=True):
+        self.order, self.V = index(lm.order), index(lm.vocab_size)
+        if self.V ** self.order >= 2 ** 63:
+            raise ValueError(f"V^order = {self.V}^{self.order} does not fit int64 codes")
+        self.terms = [self._table({c + (w,): v for (c, w), v in d.items()}) for d in lm.terms]
+        self.gammas = [self._table(d) for d in lm.gammas]
+        self.dense = []
+        for J in range(self.order if dense else 0):
+            if self.V ** (J + 1) > DENSE_MAX:
+                break
+            grid = np.indices([self.V] * (J + 1)).reshape(J + 1, -1).T      # [V^(J+1), J + 1]
+            self.dense.append(self.logprob(grid[:, :J], grid[:, J]).reshape([self.V] * (J + 1)))
+
+    def _table(self, d):  # {token tuple: value} -> (sorted int64 codes, float64 values)
+        codes = {sum(t * self.V ** e for e, t in enumerate(reversed(toks))): v
+                 for toks, v in d.items()}
+        keys = sorted(codes)
+        return np.array(keys, dtype=np.int64), np.array([codes[c] for c in keys], dtype=float)
+
+    @staticmethod
+    def _get(table, codes, default):  # values at int64 codes (any shape), default if absent
+        keys, values = table
+        if len(keys) == 0:
+            return np.full(np.shape(codes), default)
+        i = np.minimum(np.searchsorted(keys, codes), len(keys) - 1)
+        return np.where(keys[i] == codes, values[i], default)
+
+    def step(self, j, ctx_code, token, p):
+        """One back-off step of NgramLM.logprob, broadcast: term_j(c_j, w) + gamma_j(c_j) * p."""
+        term = self._get(self.terms[j], ctx_code * self.V + token, 0.0)
+        return term + self._get(self.gammas[j], ctx_code, 1.0) * p
+
+    def logprob(self, contexts, tokens):
+        """log P(tokens[r] | contexts[r]) [N]: contexts int [N, J] (only the last order-1
+        columns count), tokens [N]. NgramLM.logprob's float operations, then np.log."""
+        tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
+        ctx = np.asarray(contexts, dtype=np.int64).reshape(len(tokens), -1)
+        ctx = ctx[:, ctx.shape[1] - min(self.order - 1, ctx.shape[1]):]
+        if any(a.size and (a.min() < 0 or a.max() >= self.V) for a in (tokens, ctx)):
+            raise ValueError(f"token ids must be in [0, {self.V})")
+        J, p = ctx.shape[1], 1.0 / self.V
+        for j in range(J + 1):
+            code = np.zeros(len(tokens), dtype=np.int64)
+            for col in range(J - j, J):  # c_j: the last j columns, oldest first
+                code = code * self.V + ctx[:, col]
+            p = self.step(j, code, tokens, p)
+        return np.log(np.broadcast_to(p, tokens.shape))
+
+
+def _lm_block(table, hist, cands, i, n):
+    """LM log-probs of position i's candidates after each state: [K_{i-m}, .., K_{i-1}, K_i],
+    m = min(n, i) path positions of context (older ones come from hist). Context length j
+    involves only the last j positions, so its lookups broadcast over the others."""
+    m = min(n, i)
+    axes = [np.array(cands[i - m + a], dtype=np.int64).reshape([-1] + [1] * (m - a))
+            for a in range(m + 1)]  # axes[a]: ids of position i-m+a along axis a; axes[m]: next
+    J = min(n, len(hist) + i)      # the context length the LM sees here
+    if J < len(table.dense):       # precomputed: the same values, by indexing
+        from_path = min(J, i)
+        idx = [*hist[len(hist) - (J - from_path):], *axes[m - from_path:]]
+        out = table.dense[J][tuple(idx)]
+        return out.reshape((1,) * (m + 1 - out.ndim) + out.shape)
+    p = 1.0 / table.V
+    for j in range(J + 1):
+        from_path = min(j, i)  # c_j = last (j - from_path) history tokens + last from_path path
+        code = np.zeros([1] * (m + 1), dtype=np.int64)
+        for t in hist[len(hist) - (j - from_path):]:
+            code = code * table.V + t
+        for a in range(m - from_path, m):
+            code = code * table.V + axes[a]
+        p = table.step(j, code, axes[m], p)
+    return np.log(p)
+
+
+def _select(scores, p, ranks):
+    """Column indices [G, min(p, M)] of the p best of each row of scores [G, M] by (score desc,
+    rank tuple asc), unordered. np.partition finds each row's p-th best score; only rows with a
+    tie across that cut need the rank tuples (ranks(flat indices) -> [.., L]) and a lexsort."""
+    G, M = scores.shape
+    if M <= p:
+        return np.broadcast_to(np.arange(M), (G, M))
+    if G == 1 and M >= 64 * p:  # one huge row (the last position): the p-th best of the maxima
+        c = M // 64  # of 64-wide chunks (distinct elements) bounds its p-th best from below
+        lb = np.partition(scores[0, :c * 64].reshape(c, 64).max(1), c - p)[c - p]
+        keep = np.flatnonzero(scores[0] >= lb)
+        if len(keep) < M:  # (else all tie: fall through)
+            return keep[_select(scores[:, keep], p, lambda f: ranks(keep[f]))]
+    kth = np.partition(scores, M - p, axis=1)[:, M - p, None]  # p-th largest per row [G, 1]
+    mask = scores >= kth
+    hard = mask.sum(1) > p
+    if not hard.any():  # the common case: exactly p scores >= kth in every row
+        return np.nonzero(mask)[1].reshape(G, p)
+    cols = np.empty((G, p), dtype=np.int64)
+    cols[~hard] = np.nonzero(mask[~hard])[1].reshape(-1, p)
+    r = ranks(np.nonzero(hard)[0][:, None] * M + np.arange(M))  # [rows, M, L]
+    cols[hard] = np.lexsort([*np.moveaxis(r, -1, 0)[::-1], -scores[hard]])[:, :p]
+    return cols
+
+
+def _extend(S, term, m, n):
+    """Every partial in S [K.. (m), Q] extended by every candidate (term [K.. (m), K]) as E,
+    laid out [new state axes.., competing axes..]; also E's axes of S's axes, of the rank at
+    this position, and how many leading axes form the new state."""
+    if m < n or n == 0:  # the state keeps all its axes and gains this position (or is empty)
+        E = S[..., None, :] + term[..., None]  # [K.. (m), K, Q]
+        return E, [*range(m), m + 1], m, (m + 1 if n else 0)
+    # The oldest axis leaves the state: its partials compete in the new state.
+    E = np.add(np.expand_dims(S.transpose([*range(1, m), 0, m]), m - 1),
+               term.transpose([*range(1, m + 1), 0])[..., None], order="C")
+    return E, [m, *range(m - 1), m + 1], m - 1, m  # E: [K.. (m - 1), K, K_oldest, Q]
+
+
+def _trace(back, idx):
+    """Rank tuples [.., len(back)] of the partials at indices idx (any shape) of the latest S,
+    following back-pointers back[i] = (parent index in the previous S, rank at position i)."""
+    cols = []
+    for parent, rank in reversed(back):
+        cols.append(rank[idx])
+        idx = parent[idx]
+    return np.stack(cols[::-1], axis=-1) if cols else np.zeros(np.shape(idx) + (0,), int)
+
+
+def best_paths_fast(lattice, lm, history, p, alpha, table=None):
+    """Vectorised twin of best_paths (same paths; scores equal up to np.log vs math.log).
+
+    S holds partial scores [K_{i-m+1}, .., K_i, Q]: the state (candidate ranks of the last m <= n
+    positions), then its Q <= p partial paths. Pass table=NgramTable(lm) in a loop: building it
+    walks the whole LM. With the LM, token ids must be < lm.vocab_size.
+
+    Worked shapes: h = 4 positions, k = 3, a 3-gram (n = 2 tokens of state), p = 2.
+      i = 0  S [1]        -> E [1, 1]        position 0's one token is the state
+      i = 1  S [1, 1]     -> E [1, 3, 1]     state (K0, K1), 1 partial each
+      i = 2  S [1, 3, 1]  -> E [3, 3, 1, 1]  K0 leaves the state: [K1, K2, K0 competing, Q];
+                                             9 groups keep their best min(p, 1) -> S [3, 3, 1]
+      i = 3  S [3, 3, 1]  -> E [3, 3, 3, 1]  the last position: all 27 compete -> S [2]"""
+    check_settings(p=p, alpha=alpha)
+    use_lm = lm is not None and alpha != 0.0
+    n = lm.order - 1 if use_lm else 0
+    hist = [index(t) for t in history]
+    hist = hist[max(0, len(hist) - n):] if n else []
+    if use_lm:
+        table = NgramTable(lm) if table is None else table
+        if any(not 0 <= t < table.V for t in hist + sum(lattice.tokens, [])):
+            raise ValueError(f"token ids must be in [0, {table.V}) to use the LM")
+    S, back = np.zeros(1), []  # the empty path, no state axes yet; back-pointers per position
+    for i in range(lattice.h):
+        K, m = len(lattice.tokens[i]), min(n, i)  # m: state axes of S before position i
+        term = np.array(lattice.logprobs[i]).reshape([1] * m + [K])  # [K.. (m), K]
+        if use_lm:
+            term = interpolate(term, _lm_block(table, hist, lattice.tokens, i, n), alpha)
+        E, s_axes, r_axis, g = _extend(S, term, m, n)
+        g = 0 if i == lattice.h - 1 else g  # last position: one group, the global p best
+
+        def locate(flat):  # E flat index -> (parent index in S, rank at position i)
+            at = np.unravel_index(flat, E.shape)
+            return np.ravel_multi_index([at[a] for a in s_axes], S.shape), at[r_axis]
+
+        def ranks(flat):  # rank tuples [.., i + 1] of E's elements (only needed for ties)
+            parent, rank = locate(flat)
+            return np.concatenate([_trace(back, parent), rank[..., None]], axis=-1)
+
+        E2 = E.reshape(math.prod(E.shape[:g]), -1)  # [groups, competitors]
+        cols = _select(E2, p, ranks)
+        parent, rank = locate(cols + np.arange(len(E2))[:, None] * E2.shape[1])
+        back.append((parent.ravel(), rank.ravel()))
+        S = np.take_along_axis(E2, cols, 1).reshape(E.shape[:g] + (-1,))
+    S, R = S.ravel(), _trace(back, np.arange(S.size))  # R: rank tuples [N, h]
+    order = np.lexsort([*R.T[::-1], -S]).tolist()  # best first, then smaller rank tuples
+    return [(float(S[f]), [lattice.tokens[i][r] for i, r in enumerate(R[f])]) for f in order]
+
+
+# ----------------------------------------------------------------------------- p = 1: Viterbi
+# The `ngram` decoder verifies one draft: the single best path (Kim §7.2, p = 1). At p = 1 the
+# DP is Viterbi, one partial path per state, and three things make it cheap enough to run at
+# every decoding step on a CPU:
+#   1. NgramAutomaton: the LM as a back-off automaton whose rows (every token's log-prob and
+#      next state after one LM state) are built once, on first use, then shared by all paths,
+#      positions and steps that reach that state; a lookup is one array indexing.
+#   2. Exact pruning (branch and bound): the score of one real path (greedy) is a lower bound on
+#      the best; a partial path that cannot reach it even if every later LM log-prob were its
+#      maximum is dropped. Only a few dozen partials survive a step, at any order.
+#   3. A handful of whole-array numpy operations per position: numpy's per-call overhead, not
+#      arithmetic, is the cost at these sizes.
+# The scores use best_paths' float operations and math.log, so they are bitwise best_paths';
+# the ties are settled by the same rule (smaller rank tuple), as argued in _viterbi.
+
+class NgramAutomaton:
+    """An NgramLM (anything with order, vocab_size, terms and gammas, as in ngram.py) as a
+    back-off automaton, for the p = 1 DP.
+
+    The state of a history h is the longest suffix of h (at most order-1 tokens) in Q: the
+    contexts the LM has an entry for (a term or a gamma), with all their prefixes. Exact because:
+      * P(w | h) depends only on the state: a level whose context c_j is not in Q has no entry,
+        so the LM's recursion computes 0.0 + 1.0 * p = p there, bitwise unchanged, and every
+        level longer than the state is such a level.
+      * The next state depends only on (state, w): if a suffix u + (w,) of h + (w,) is in Q,
+        so is its prefix u (Q is closed under prefixes), so u is a suffix of h in Q, hence of
+        the state: the next state is the longest suffix of state + (w,) in Q.
+    Row s: logprob[s, w] = log P(w | state s), by NgramLM.logprob's float operations and
+    math.log (bitwise equal to it); next[s, w] = the state after w. Rows are built on first use
+    (or all at once: eager=True) and kept; the arrays have a row per state of Q (50,429 for the
+    shipped 5-gram), allocated up front but untouched until built, so only the rows built take
+    memory (20 bytes x V each; eager: 12, the probabilities before the log are dropped).
+    upper[w] >= log P(w | any history) bounds the DP's pruning.
+    The lock serialises the DP's calls (rows and scratch arrays are shared)."""
+
+    def __init__(self, lm, eager=False):
+        self.lm, self.order, self.V = lm, index(lm.order), index(lm.vocab_size)
+        self.n = self.order - 1                       # tokens of history the LM sees
+        contexts = [c for j in range(self.order)
+                    for c in [*lm.gammas[j], *(c for c, _ in lm.terms[j])]]
+        Q = {()} | {tuple(c[:a]) for c in contexts for a in range(1, len(c) + 1)}
+        self.states = sorted(Q, key=lambda q: (len(q), q))   # row -> state, by length; row 0: ()
+        self.ids = {q: s for s, q in enumerate(self.states)}
+        R, self.lock = len(self.states), threading.Lock()
+        # Per state: its suffix link (the state of q[1:]), its gamma (1.0 if none), its terms
+        # and its children (the w with q + (w,) in Q) as slices of flat arrays.
+        self.link = np.array([0] + [self.state(q[1:]) for q in self.states[1:]])
+        self.gamma = np.array([lm.gammas[len(q)].get(q, 1.0) for q in self.states])
+        self.terms = self._slices([(self.ids[tuple(c)], w, v)
+                                   for j in range(self.order) for (c, w), v in lm.terms[j].items()])
+        self.children = self._slices([(self.ids[q[:-1]], q[-1], s)
+                                      for s, q in enumerate(self.states) if q])
+        self.upper = np.log(self._upper_probs()) + 1e-9  # slack for the LM's rounding
+        self.p, self.logprob = np.empty((R, self.V)), np.empty((R, self.V))  # untouched until
+        self.next = np.empty((R, self.V), dtype=np.int32)                    # built
+        self.built = np.zeros(R, dtype=bool)
+        self.best, self.first = np.full(R, -np.inf), np.full(R, BIG)         # _merge's scratch
+        self.p[0], self.next[0] = 1.0 / self.V, 0   # P_{-1} = 1/V; () after an unseen token
+        self._level(np.array([0]), self.p[:1].copy())
+        if eager:
+            self.build_all()
+
+    def _slices(self, rows):
+        """[(state id, token, value)] -> (start [R + 1], tokens, values): state s's entries are
+        tokens[start[s]:start[s + 1]] and values[start[s]:start[s + 1]]."""
+        rows.sort(key=lambda r: r[0])
+        ids = np.array([r[0] for r in rows], dtype=np.int64)
+        return (np.searchsorted(ids, np.arange(len(self.states) + 1)),
+                np.array([r[1] for r in rows], dtype=np.int64), np.array([r[2] for r in rows]))
+
+    @staticmethod
+    def _entries(table, ids):
+        """The entries of states ids [B] in a _slices table: (row in ids, token, value) each."""
+        start, tokens, values = table
+        counts = start[ids + 1] - start[ids]
+        row = np.repeat(np.arange(len(ids)), counts)
+        at = np.arange(counts.sum()) + np.repeat(start[ids] - np.cumsum(counts) + counts, counts)
+        return row, tokens[at], values[at]
+
+    def _upper_probs(self):
+        """max over histories of P(w | h), bounded level by level: a context with a term for w
+        gives at most term + gamma * (the bound below); one without, gamma * (the bound below)."""
+        bound = [1.0 / self.V] * self.V
+        for j in range(self.order):
+            pair = [0.0] * self.V
+            for (c, w), v in self.lm.terms[j].items():
+                pair[w] = max(pair[w], v + self.lm.gammas[j].get(c, 1.0) * bound[w])
+            g = max(1.0, max(self.lm.gammas[j].values(), default=1.0))
+            bound = [max(g * b, t) for b, t in zip(bound, pair)]
+        return bound
+
+    def build_all(self):
+        """Every row, now (rows_bytes() of memory while building): no row is built later, so
+        the probabilities before the log are dropped."""
+        self.ensure(np.arange(len(self.states)))
+        self.p = None
+
+    def rows_bytes(self):
+        """Memory that building every row takes (p, logprob: 8 bytes a token; next: 4)."""
+        return len(self.states) * self.V * 20
+
+    def state(self, h):
+        """The state id of a history tuple h of at most order-1 tokens: its longest suffix in Q."""
+        return self.ids[next(h[a:] for a in range(len(h) + 1) if h[a:] in self.ids)]
+
+    def start(self, history):
+        """The state id after `history` (token ids), its row built."""
+        s = self.state(tuple(history[max(0, len(history) - self.n):]) if self.n else ())
+        self.ensure(s)
+        return s
+
+    def ensure(self, ids):
+        """Build the rows of state ids (an int or an int array) not built yet, and first those
+        of their links (shorter states) not built yet: one batch per length, shortest first."""
+        if not self.built[ids].all():
+            batches = [np.unique(np.asarray(ids)[~self.built[ids]])]
+            while True:
+                links = self.link[batches[-1]]
+                links = links[~self.built[links]]
+                if len(links) == 0:
+                    break
+                batches.append(np.unique(links))
+            for batch in reversed(batches):
+                self._level(batch, self.p[self.link[batch]])
+
+    def _level(self, ids, p):
+        """Rows ids from their links' probabilities p [B, V]: the LM's recursion for state q is
+        its link's, then level len(q): term(q, w) + gamma(q) * p, where a state with no entry
+        computes 0.0 + 1.0 * p = p, bitwise (levels in between have no entry either)."""
+        term, (row, tokens, values) = np.zeros_like(p), self._entries(self.terms, ids)
+        term[row, tokens] = values
+        p = term + self.gamma[ids][:, None] * p
+        self.p[ids], self.next[ids] = p, self.next[self.link[ids]]
+        self.logprob[ids] = np.fromiter(map(math.log, p.ravel().tolist()), float,  # as NgramLM
+                                        p.size).reshape(p.shape)
+        row, tokens, children = self._entries(self.children, ids)  # the link's next states, but
+        self.next[ids[row], tokens] = children                     # for q's own children
+        self.built[ids] = True
+
+
+BIG = np.iinfo(np.int64).max
+EAGER_BYTES = 2 ** 26   # ViterbiDrafter builds all automaton rows up front if they take <= 64 MB
+MERGE_AT = 32   # merge partials by LM state only above this many (merging costs ~13 numpy calls)
+
+
+def _bounds(upper, tokens, logprobs, alpha):
+    """rest[i]: an upper bound on what positions i+1.. add to any path (every LM log-prob at
+    its maximum `upper`; interpolate is monotone in it), and sum_i |bound_i|, the scale of the
+    tolerance. tokens, logprobs: [h, K] arrays (one operation) or lists of [K_i] arrays."""
+    if isinstance(tokens, np.ndarray):
+        bound = interpolate(logprobs, upper[tokens], alpha).max(1)
+    else:
+        bound = np.array([interpolate(x, upper[t], alpha).max() for t, x in zip(tokens, logprobs)])
+    rest = np.zeros(len(bound))
+    rest[:-1] = np.cumsum(bound[:0:-1])[::-1]  # rest[i] = sum of bound[i + 1:]
+    return rest.tolist(), float(np.abs(bound).sum())
+
+
+def _greedy(auto, s, score, tokens, logprobs, alpha):
+    """The score of one real path, a lower bound on the best: left to right, the candidate with
+    the best term given the state so far (its float sum, as best_paths adds it)."""
+    for toks, lps in zip(tokens, logprobs):
+        if not auto.built[s]:
+            auto.ensure(s)
+        terms = interpolate(lps, auto.logprob[s, toks], alpha)
+        c = terms.argmax()
+        score, s = score + terms[c], auto.next[s, toks[c]]
+    return score
+
+
+def _merge(auto, states, scores, tol):
+    """Which partials (indices, ascending) survive when several reach one LM state. They are in
+    rank-tuple order, and the LM cannot tell them apart from here on: every later term is the
+    same for all, bitwise. So the winner is the best score, the smallest index among equal
+    ones; one with a larger index and no better score never beats it. One with a smaller index
+    is dropped only if more than tol below: rounding could still tie them later (as _prune)."""
+    np.maximum.at(auto.best, states, scores)                 # the best score per state
+    top, idx = auto.best[states], np.arange(len(states))
+    tied = scores == top
+    np.minimum.at(auto.first, states[tied], idx[tied])       # the winner per state
+    keep = np.flatnonzero((idx <= auto.first[states]) & (scores >= top - tol))
+    auto.best[states], auto.first[states] = -np.inf, BIG     # reset the scratch
+    return keep
+
+
+def _viterbi(auto, first, lp0, tokens, logprobs, history, alpha):
+    """best_paths' p = 1 DP, exact, with pruning. Position 0 (token `first`, head log-prob lp0)
+    is certain; tokens, logprobs: positions 1.. (see _bounds). -> (score, ranks of positions
+    1..), lookups (LM log-probs read).
+
+    Live partials: LM state ids [N], scores [N], in rank-tuple order. At each position every
+    live partial extends by every candidate, E [N, K], flattened in rank-tuple order too; those
+    that cannot reach `lower` (a greedy path's score, raised where many survive) are dropped.
+    Exact, by three facts:
+      * the best path P* survives pruning: its partial x_i >= score(P*) - rest[i] >= lower -
+        rest[i] (rounding aside; tol covers it), since score(P*) >= lower, a real path's score;
+      * it survives merging (_merge), as its state's winner or within tol of it;
+      * the live set stays in rank-tuple order, so the final argmax (the first of equal
+        maxima) is the smaller rank tuple of equal scores: best_paths' tie rule.
+    tol = 1e-9 x (the largest |score| a surviving partial can have) exceeds the rounding of h
+    additions by far: no assumption on the size of scores."""
+    s = auto.start(history)
+    score0 = 0.0 + interpolate(lp0, auto.logprob[s, first], alpha)
+    s = auto.next[s, first]
+    if len(tokens) == 0:
+        return (float(score0), []), 1
+    lower = _greedy(auto, s, score0, tokens, logprobs, alpha)
+    rest, scale = _bounds(auto.upper, tokens, logprobs, alpha)
+    tol = 1e-9 * max(1.0, abs(lower) + abs(score0) + scale)
+    states, scores, back, lookups = np.array([s]), np.array([score0]), [], 1 + len(tokens)
+    for i, (toks, lps) in enumerate(zip(tokens, logprobs)):
+        auto.ensure(states)
+        E = scores[:, None] + interpolate(lps, auto.logprob[states[:, None], toks], alpha)
+        lookups += E.size
+        if i == len(tokens) - 1:
+            break  # the last position: no next state, no pruning; the first of the best wins
+        E = E.ravel()                                                    # [N x K]
+        alive = np.flatnonzero(E >= lower - tol - rest[i])              # [M] flat indices
+        if len(alive) > MERGE_AT:  # many: raise the lower bound to the best partial's greedy
+            j = E.argmax()         # completion (a real path too), prune again
+            after = auto.next[states[j // len(toks)], toks[j % len(toks)]]
+            lower = max(lower, _greedy(auto, after, E[j], tokens[i + 1:], logprobs[i + 1:], alpha))
+            alive = np.flatnonzero(E >= lower - tol - rest[i])
+        nxt = auto.next[states[:, None], toks].ravel()[alive]           # their next states
+        if len(alive) > MERGE_AT:  # many partials: merge those in one state (few: cheaper not to)
+            keep = _merge(auto, nxt, E[alive], tol)
+            alive, nxt = alive[keep], nxt[keep]
+        states, scores = nxt, E[alive]
+        back.append(alive)                                               # flat index in E
+    flat, ranks = int(E.argmax()), []
+    score = float(E.ravel()[flat])
+    for i in reversed(range(len(tokens))):  # flat index in E = parent x K + rank
+        parent, rank = divmod(flat, len(tokens[i]))
+        ranks.append(rank)
+        flat = int(back[i - 1][parent]) if i else 0
+    return (score, ranks[::-1]), lookups
+
+
+def _automaton(lm, automaton, history, top):
+    """The automaton of lm (built if None), checked against lm and the token ids it will see."""
+    auto = NgramAutomaton(lm) if automaton is None else automaton
+    if auto.lm is not lm:
+        raise ValueError("the automaton was built for another LM: pass NgramAutomaton(lm)")
+    bad = [t for t in history[max(0, len(history) - auto.n):] if not 0 <= t < auto.V]
+    if bad or top >= auto.V:
+        raise ValueError(f"token ids must be in [0, {auto.V}) to use the LM, got "
+                         f"{bad[0] if bad else top}")
+    return auto
+
+
+def best_path_viterbi(lattice, lm, history, alpha, automaton=None):
+    """best_paths(lattice, lm, history, 1, alpha)[0], fast (Kim §7.2, p = 1): (score, tokens),
+    the score bitwise equal. Pass automaton=NgramAutomaton(lm) in a loop: building it walks
+    the whole LM, and its rows are reused from call to call."""
+    check_settings(alpha=alpha)
+    history = [index(t) for t in history]
+    first, lp0 = lattice.tokens[0][0], lattice.logprobs[0][0]
+    tokens = [np.array(t, dtype=np.int64) for t in lattice.tokens[1:]]
+    logprobs = [np.array(x) for x in lattice.logprobs[1:]]
+    if lm is None or alpha == 0.0:  # heads only: rank 0 everywhere (float sums are monotone)
+        return sum(x[0] for x in lattice.logprobs), [t[0] for t in lattice.tokens]
+    auto = _automaton(lm, automaton, history, max(max(t) for t in lattice.tokens))
+    with auto.lock:
+        (score, ranks), _ = _viterbi(auto, first, lp0, tokens, logprobs, history, alpha)
+    return score, [first] + [int(t[r]) for t, r in zip(tokens, ranks)]
+
+
+def ngram_draft(logprobs, context, k, alpha, lm, automaton=None, counts=None):
+    """The `ngram` drafter's one draft (Kim §7.2, p = 1) from the heads' log-probs [m, V] (a
+    tensor or an array) at the last accepted position: exactly best_paths(Lattice.from_logprobs(
+    logprobs, k, first=context[-1]), lm, context[:-1], 1, alpha)[0][1], without a Lattice. A
+    stable argsort gives from_logprobs' candidate order (log-prob desc, id asc); float32 widens
+    to float64 exactly, as there. counts (a dict), if given, gains the LM log-probs read."""
+    use_lm = lm is not None and alpha != 0.0
+    check_settings(k, 1, alpha, lm.order if use_lm else 1)
+    a = logprobs.detach().cpu() if isinstance(logprobs, torch.Tensor) else logprobs
+    if isinstance(a, torch.Tensor):
+        a = (a if a.dtype in (torch.float32, torch.float64) else a.double()).numpy()
+    a = np.asarray(a)
+    if a.ndim != 2 or 0 in a.shape or np.isnan(a).any():
+        raise ValueError(f"need NaN-free head log-probs [m, V], got shape {a.shape}")
+    if len(context) == 0 or not 0 <= index(context[-1]) < a.shape[1]:
+        raise ValueError(f"context[-1] must be a token id in [0, {a.shape[1]}), got "
+                         f"{context[-1] if len(context) else 'an empty context'}")
+    first = index(context[-1])
+    lp = a[1:].astype(np.float64)                         # positions 1.. [m - 1, V], exact
+    top = np.argsort(-lp, axis=1, kind="stable")[:, :k]   # from_logprobs' sort [m - 1, min(k, V)]
+    values = lp[np.arange(len(top))[:, None], top]        # their log-probs, best first
+    if not (np.isfinite(values).all() and np.isfinite(a[0, first])):
+        raise ValueError("head log-probs must be finite among each position's top-k")
+    if not use_lm:  # heads only: each position's first candidate
+        return [first] + top[:, 0].tolist()
+    n = lm.order - 1
+    history = [index(t) for t in context[max(0, len(context) - 1 - n):len(context) - 1]]
+    auto = _automaton(lm, automaton, history, a.shape[1] - 1)
+    with auto.lock:
+        (_, ranks), lookups = _viterbi(auto, first, float(a[0, first]), top, values, history,
+                                       alpha)
+    if counts is not None:
+        counts["ngram_lookups"] = counts.get("ngram_lookups", 0) + lookups
+    return [first] + top[np.arange(len(ranks)), ranks].tolist()
