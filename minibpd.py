@@ -166,8 +166,13 @@ class GPT(nn.Module):
         return torch.cat([x[None], y]).transpose(0, 1).reshape(*z.shape[:-1], H + 1, C)
 
     def _stacked_weights(self):
-        """The heads' weights stacked; cached at inference, re-stacked when any weight changes."""
-        ps = [p for hd in self.heads for p in (hd.fc.weight, hd.fc.bias, hd.proj.weight, hd.proj.bias)]
+        """The heads' weights stacked; cached at inference, re-stacked when any weight changes
+        (in place: its _version; replaced: its data_ptr). The parameter list itself is cached
+        too: walking the modules costs more than the heads' arithmetic."""
+        ps = self.__dict__.get("_head_params")
+        if ps is None or self.training:
+            ps = [p for hd in self.heads for p in (hd.fc.weight, hd.fc.bias, hd.proj.weight, hd.proj.bias)]
+            self.__dict__["_head_params"] = ps
         key = tuple((p.data_ptr(), p._version) for p in ps)
         if self.training or getattr(self, "_stack_key", None) != key:
             stacked = (torch.cat(ps[0::4]), torch.cat(ps[1::4]),          # fc: one wide linear
@@ -189,6 +194,8 @@ class GPT(nn.Module):
             raise ValueError(f"heads must be an integer from 1 to {self.config.n_bpd_heads}, got {n!r}")
         view = copy.copy(self)                       # shares parameters; own module table
         view._modules = dict(self._modules)
+        for cached in ("_head_params", "_stack", "_stack_key"):   # the full model's heads
+            view.__dict__.pop(cached, None)
         view.heads = nn.ModuleList(list(self.heads)[:n - 1])
         view.config = dataclasses.replace(self.config, n_bpd_heads=n)
         return view

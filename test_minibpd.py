@@ -419,3 +419,15 @@ def test_one_head_runs_exactly_what_greedy_runs(device, m, plen, n):
     assert out == greedy_decode(model, prompt, n) and stats["calls"] == n
     assert stats["verified"] == 0
     assert stats["processed"] == analysis.greedy_processed(plen, n, model.config.block_size)
+
+
+def test_first_heads_does_not_inherit_the_stacked_cache():
+    """The batched heads are cached at inference; a first_heads view of a model that already
+    cached its stack must stack its own heads (and the original keep its own)."""
+    model = tiny_model(2, 11, 1, 6, 8)
+    z = torch.randn(4, 8, dtype=torch.float64)
+    full = model.head_logits(z)                                     # caches all five heads
+    view = model.first_heads(3)
+    ref = model.lm_head(torch.stack([z] + [hd(z) for hd in list(model.heads)[:2]], dim=-2))
+    torch.testing.assert_close(view.head_logits(z), ref)
+    torch.testing.assert_close(model.head_logits(z), full)
