@@ -9,6 +9,7 @@ import torch
 import cli
 import minibpd
 import tasks
+import finetune
 import train_heads
 
 SMALL = 6          # examples per task and split: the recipe runs, the test stays short
@@ -50,7 +51,7 @@ def test_finetune_stores_what_the_command_needs(tasks_ckpt, tiny_ckpt):
 
 def test_widen_keeps_the_learned_positions():
     model = minibpd.GPT(minibpd.GPTConfig(11, 8, 1, 2, 8, 3))
-    wide = train_heads.widen(model, 20)
+    wide = finetune.widen(model, 20)
     old, new = model.pos_emb.weight, wide.pos_emb.weight
     assert torch.equal(new[:8], old) and torch.equal(new[8:], old[-1:].expand(12, -1))
     assert torch.equal(wide.tok_emb.weight, model.tok_emb.weight)

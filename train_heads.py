@@ -22,146 +22,20 @@ The thread count changes floating-point sums in their last bits, and training am
 the shipped checkpoint was trained with 2 threads (add --threads 2 to repeat it exactly).
 """
 import argparse
-import copy
-import dataclasses
-import hashlib
 import math
 import os
-import random
-import subprocess
 import sys
-import time
 from dataclasses import asdict
 
 import torch
-import torch.nn.functional as F
 
 from checkpoint import clean_text, split_corpus  # noqa: F401 (train_heads.clean_text, ...)
-import tasks
-from minibpd import (CHECKPOINT, FORMAT_VERSION, GPT, CheckpointError, GPTConfig, build_model,
-                     choose_threads, decode_rows, file_sha256, load_checkpoint)
-
-# ----------------------------------------------------------------------------- the corpus
-
-def load_corpus(path=None, clean=None):
-    """-> (text, description). Default: pydoc_data.topics, topics in sorted order, cleaned.
-    A file is kept as it is unless clean=True: indentation is the point of, say, Python source."""
-    if path is None:
-        import pydoc_data.topics as topics
-        raw = "\n\n".join(topics.topics[k] for k in sorted(topics.topics))
-        name, where = f"pydoc_data.topics (Python {sys.version.split()[0]})", "the default corpus"
-    else:
-        try:
-            with open(path, encoding="utf-8") as f:
-                raw = f.read()
-        except (OSError, UnicodeDecodeError) as e:
-            fail(f"--data {path}: cannot read it as UTF-8 text ({e})")
-        name, where = path, f"--data {path}"
-    cleaned = path is None if clean is None else clean
-    text = clean_text(raw) if cleaned else raw
-    if len(text) < 1000:
-        fail(f"{where} has only {len(text)} characters{' after cleaning' if cleaned else ''}; "
-             "give at least a few thousand")
-    return text, {"name": name, "chars": len(text), "cleaned": cleaned,
-                  "sha256": hashlib.sha256(text.encode()).hexdigest()}
-
-
-def as_tensors(texts, vocab):
-    """{split: text} -> {split: 1-D tensor of token ids}."""
-    stoi = {c: i for i, c in enumerate(vocab)}
-    return {k: torch.tensor([stoi[c] for c in v]) for k, v in texts.items()}
-
-
-# ----------------------------------------------------------------------------- losses and the fit loop
-
-def head_losses(model, chunk, mask=None, skip=0):
-    """Cross entropy and top-1 accuracy of heads skip+1..h on chunk [B, T + h]: head i at position
-    t is scored on token t + i. mask [B, T] (optional): the positions that count. -> ([h'], [h'])"""
-    h = model.config.n_bpd_heads
-    T = chunk.shape[1] - h
-    logits = model.head_logits(model(chunk[:, :T]))[:, :, skip:]                 # [B, T, h', V]
-    targets = torch.stack([chunk[:, 1 + i:1 + i + T] for i in range(skip, h)], dim=-1)
-    if mask is not None:
-        logits, targets = logits[mask], targets[mask]                            # [N, h', V]
-    ce = F.cross_entropy(logits.flatten(0, -2), targets.flatten(), reduction="none")
-    hits = (logits.argmax(-1) == targets).float()
-    return ce.view(-1, h - skip).mean(0), hits.view(-1, h - skip).mean(0)
-
-
-def joint_loss(model, chunk, head_weight=1.0):
-    """chunk [B, T + h] -> (joint loss, per-head losses [h]). Trunk and heads trained jointly (Kim
-    §4), with our weighting: a weighted mean of the per-head losses, head 1 weighted 1 and heads
-    2..h `head_weight` each (1.0: the plain mean; Stern trains one randomly chosen head a batch)."""
-    per_head, _ = head_losses(model, chunk)
-    w = torch.full_like(per_head, float(head_weight))
-    w[0] = 1.0
-    return (w * per_head).sum() / w.sum(), per_head
-
-
-def batches(data, batch_size, length, gen):
-    """Random windows of `length` tokens from the 1-D tensor `data`: [batch_size, length]."""
-    ix = torch.randint(len(data) - length, (batch_size,), generator=gen)
-    return torch.stack([data[i:i + length] for i in ix])
-
-
-def lr_at(step, steps, lr, warmup):
-    """Linear warm-up, then cosine decay to lr / 10."""
-    if step < warmup:
-        return lr * (step + 1) / warmup
-    return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup))))
-
-
-def fit(model, args, loss_at, label, held_out=None, log=print):
-    """The one optimiser loop (base model, rescorer, distillation): AdamW, warm-up + cosine decay,
-    gradient clipping at 1.0, over the parameters that require grad. loss_at(step) -> (loss,
-    the log's note on it). held_out: a token tensor whose head-1 loss the log shows now and then.
-    -> seconds."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.1, betas=(0.9, 0.95))
-    model.train()
-    t0 = time.time()
-    for step in range(args.steps):
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step, args.steps, args.lr, args.warmup)
-        loss, note = loss_at(step)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        if step % args.log_every == 0 or step == args.steps - 1:
-            el, tune = time.time() - t0, ""
-            if held_out is not None and (step % (5 * args.log_every) == 0 or step == args.steps - 1):
-                model.eval()
-                tune = f" | tune loss head 1 {evaluate(model, held_out, 16)[0][0]:.3f}"
-                model.train()
-            log(f"[{label}] step {step:5d}/{args.steps} {note()} | {el / 60:.1f} min, "
-                f"{(args.steps - step - 1) * el / (step + 1) / 60:.1f} min left" + tune)
-    model.eval()
-    return time.time() - t0
-
-
-@torch.no_grad()
-def evaluate(model, data, n_windows=64):
-    """Per-head held-out loss and top-1 accuracy on evenly spaced windows of `data`."""
-    span = model.config.block_size + model.config.n_bpd_heads
-    starts = torch.linspace(0, len(data) - span - 1, n_windows).long()
-    losses, accs = head_losses(model, torch.stack([data[i:i + span] for i in starts]))
-    return losses.tolist(), accs.tolist()
-
+from finetune import (DISTILL_DEFAULTS, DISTILLED, TASKS_DEFAULTS, TEACHERS, VARIANTS,  # noqa: F401
+                      distill, finetune_tasks)
+from minibpd import CHECKPOINT, FORMAT_VERSION, GPT, GPTConfig, choose_threads
+from training import as_tensors, evaluate, git_revision, half, load_corpus, train
 
 # ----------------------------------------------------------------------------- the base model and rescorer
-
-def train(model, data, args, gen, label, held_out=None):
-    """Joint training (joint_loss) on random windows of `data` -> seconds."""
-    span, t0 = model.config.block_size + model.config.n_bpd_heads, time.time()
-
-    def loss_at(step):
-        loss, per_head = joint_loss(model, batches(data, args.batch_size, span, gen), args.head_weight)
-        tok_s = (step + 1) * args.batch_size * span / max(1e-9, time.time() - t0)
-        return loss, lambda: "loss/head " + " ".join(f"{x:.2f}" for x in per_head.tolist()) + \
-            f" | {tok_s:,.0f} tok/s"
-    return fit(model, args, loss_at, label, held_out)
-
 
 def scale_rescorer(args):
     """The rescorer is a small LM beside the base model: half its steps, half its width (even:
@@ -202,188 +76,6 @@ def train_both(args, vocab, splits, gen):
                       "torch": str(torch.__version__)}}
 
 
-def half(model):
-    return {k: v.half() for k, v in model.state_dict().items()}   # fp16 on disk: half the MB
-
-
-# ----------------------------------------------------------------------------- self-distillation
-# Verification accepts draft token t + i only when it equals the base model's greedy token, but
-# trained heads learn the corpus's next tokens. A greedily generated sequence is its own target:
-# inside its generated part, the model's greedy continuation of any prefix IS the sequence's next
-# tokens. So "head i predicts token t + i" on greedy windows trains heads 2..h on what
-# verification checks. Variants (--distill, starting from a trained --base):
-#   frozen  trunk and head 1 frozen (greedy output provably unchanged); heads 2..h learn.
-#   joint   everything trains: head 1 keeps learning the corpus (quality), heads 2..h the greedy
-#           future, regenerated every --regen-every steps from the current model.
-# --teacher base: a frozen copy of --base generates the data instead (a control: the data then
-# cannot follow the trunk). The rescorer, vocabulary and splits are copied from --base.
-
-DISTILLED = os.path.join(os.path.dirname(CHECKPOINT), "minibpd-distilled.pt")
-VARIANTS, TEACHERS = ("frozen", "joint"), ("current", "base")
-# Fine-tuning, not training from scratch: fewer steps and a gentler peak than the base run.
-# Applied to every one of these flags that is not given on the command line.
-DISTILL_DEFAULTS = {"steps": 600, "lr": 1e-3, "warmup": 30, "out": DISTILLED}
-
-
-def greedy_windows(model, data, rows, gen):
-    """-> (windows [rows, T + h], mask [rows, T]): train-split prompts of one random length, each
-    continued greedily to a full training window (minibpd.decode_rows, greedy_decode's windows);
-    the mask keeps the positions whose targets are all generated (t >= prompt length - 1)."""
-    T, h = model.config.block_size, model.config.n_bpd_heads
-    plen = int(torch.randint(max(1, T // 8), max(2, 3 * T // 4) + 1, (1,), generator=gen))
-    ix = torch.randint(len(data) - plen, (rows,), generator=gen)
-    was_training = model.training
-    model.eval()
-    windows = decode_rows(model, torch.stack([data[i:i + plen] for i in ix]), T + h - plen)
-    model.train(was_training)
-    return windows, (torch.arange(T) >= plen - 1).expand(rows, T)
-
-
-def greedy_agreement(model, data, rows=64, seed=0):
-    """Per-head top-1 agreement with the model's own greedy tokens on continuations of `data`
-    prompts (heads 2..h; head 1 is greedy by definition): what BPD's verification checks."""
-    windows, mask = greedy_windows(model, data, rows, torch.Generator().manual_seed(seed))
-    with torch.no_grad():
-        return head_losses(model, windows, mask, skip=1)[1].tolist()
-
-
-def distill_loss(model, splits, args, gen, teacher):
-    """-> loss_at(step) for fit: joint: head 1 on a corpus batch plus head_weight x heads 2..h on
-    a greedy batch (a weighted mean as joint_loss); frozen: heads 2..h only."""
-    T, h, w, pool = model.config.block_size, model.config.n_bpd_heads, args.head_weight, {}
-
-    def loss_at(step):
-        if step % args.regen_every == 0:
-            g0 = time.time()
-            pool["windows"], pool["mask"] = greedy_windows(teacher, splits["train"], args.gen_rows, gen)
-            pool["gen_s"] = pool.get("gen_s", 0.0) + time.time() - g0
-        pick = torch.randint(args.gen_rows, (args.batch_size,), generator=gen)
-        heads = head_losses(model, pool["windows"][pick], pool["mask"][pick], skip=1)[0]
-        if args.distill == "joint":
-            chunk = batches(splits["train"], args.batch_size, T + h, gen)
-            first = F.cross_entropy(model.lm_head(model(chunk[:, :T])).flatten(0, 1),
-                                    chunk[:, 1:T + 1].flatten())
-            loss = (first + w * heads.sum()) / (1 + w * (h - 1))
-        else:
-            first, loss = torch.tensor(float("nan")), heads.mean()
-        return loss, lambda: (f"head 1 (corpus) {first.item():.2f} heads 2..{h} (greedy) "
-                              + " ".join(f"{x:.2f}" for x in heads.tolist())
-                              + f" | {pool['gen_s'] / 60:.1f} min generating")
-    return loss_at, pool
-
-
-def distill(args, log=print):
-    """Distil --base into a checkpoint dict (written by main)."""
-    try:
-        model, ck = load_checkpoint(args.base)
-    except CheckpointError as e:
-        fail(f"--base: {e}")
-    if model.config.n_bpd_heads < 2 or "splits" not in ck:
-        fail(f"--base {args.base} has one head or no stored splits: nothing to distil")
-    splits = as_tensors(ck["splits"], ck["vocab"])
-    torch.manual_seed(args.seed)
-    gen = torch.Generator().manual_seed(args.seed)
-    base_loss, base_agree = evaluate(model, splits["test"])[0][0], greedy_agreement(model, splits["tune"])
-    log(f"base {args.base}: test loss head 1 {base_loss:.3f}; tune agreement with greedy, heads "
-        f"2..{model.config.n_bpd_heads}: " + " ".join(f"{a:.0%}" for a in base_agree))
-    if args.distill == "frozen":       # only heads 2..h learn; lm_head is the tied embedding
-        for p in model.parameters():
-            p.requires_grad_(False)
-        for p in model.heads.parameters():
-            p.requires_grad_(True)
-    teacher = copy.deepcopy(model).eval() if args.teacher == "base" else model
-    loss_at, pool = distill_loss(model, splits, args, gen, teacher)
-    secs = fit(model, args, loss_at, f"distill {args.distill}",
-               splits["tune"] if args.distill == "joint" else None, log)
-    losses, accs = evaluate(model, splits["test"])
-    agree = greedy_agreement(model, splits["tune"])
-    log(f"distilled: test loss head 1 {losses[0]:.3f} (base {base_loss:.3f}); tune agreement "
-        "with greedy: " + " ".join(f"{a:.0%}" for a in agree))
-    keep = ("steps", "lr", "warmup", "batch_size", "regen_every", "teacher", "gen_rows", "seed")
-    record = {"variant": args.distill, "base": os.path.basename(args.base),
-              "base_sha256": file_sha256(args.base), **{k: getattr(args, k) for k in keep},
-              "head_weight": args.head_weight if args.distill == "joint" else None,
-              "seconds": round(secs), "seconds_generating": round(pool["gen_s"]),
-              "test_loss": losses, "test_acc": accs, "tune_greedy_agreement": agree,
-              "base_test_loss": base_loss, "base_tune_greedy_agreement": base_agree,
-              "torch": str(torch.__version__), "git_revision": git_revision()}
-    return {**ck, "model": half(model), "distill": record}
-
-
-# ----------------------------------------------------------------------------- fine-tuning on the tasks
-# Kim et al. fine-tune the BPD model per task; we fine-tune ONE model on the mixture of the five
-# tasks' train splits (tasks.py), trunk and heads jointly (joint_loss), keeping the vocabulary
-# (our choice: one checkpoint to ship). The window grows to --block-size (512: a task's prompt
-# and target), the new learned positions starting as copies of the last (widen). The loss covers
-# whole examples, prompt and target: the targets are short (a median of 41-124 characters) and the
-# prompts are the same kinds of text (code, docstrings, prose), so they triple the signal;
-# quality is measured on targets only. The rescorers stay the base's, task-independent (as
-# Kim's C4 rescorers); an in-domain control small LM is fine-tuned on the same examples.
-
-TASKS_OUT = os.path.join(os.path.dirname(CHECKPOINT), "minibpd-tasks.pt")
-TASKS_DEFAULTS = {"steps": 2000, "lr": 1e-3, "warmup": 50, "batch_size": 8, "block_size": 512,
-                  "out": TASKS_OUT, "rescorer_steps": 600}
-
-
-def widen(model, block_size):
-    """The model with a context window of block_size: its learned positions [B0, C] kept, the new
-    ones started as copies of the last (our choice: of four starts measured on the tasks' tune
-    text before fine-tuning, head-1 loss 5.11 nats; linear interpolation 5.51, tiling 5.72; the
-    base at its own 128-character window 3.29; README, "Tasks")."""
-    old = model.pos_emb.weight.detach()[:block_size]
-    new = torch.cat([old, old[-1:].expand(block_size - len(old), -1)])
-    wide = GPT(dataclasses.replace(model.config, block_size=block_size))
-    wide.load_state_dict({**model.state_dict(), "pos_emb.weight": new.contiguous()})
-    return wide
-
-
-def task_stream(pairs_by_task, chars, seed):
-    """One training text of about `chars` characters: examples (prompt + target, then a blank
-    line) drawn with task probability proportional to the square root of its size (small tasks
-    are not drowned, large ones not repeated beyond need), uniformly within a task."""
-    rng, names = random.Random(seed), sorted(pairs_by_task)
-    weights = [math.sqrt(len(pairs_by_task[t])) for t in names]
-    parts, total = [], 0
-    while total < chars:
-        prompt, target = rng.choice(pairs_by_task[rng.choices(names, weights)[0]])
-        parts.append(prompt + target + "\n\n")
-        total += len(parts[-1])
-    return "".join(parts)
-
-
-def finetune_tasks(args, log=print):
-    """Fine-tune --base on the tasks (see above). -> the checkpoint dict: the base's, with the
-    widened model, the examples it was tuned and evaluated on (ck["tasks"], tasks.build_all) and
-    the in-domain control rescorer (ck["rescorer_tasks"])."""
-    try:
-        base, ck = load_checkpoint(args.base)
-    except CheckpointError as e:
-        fail(f"--base: {e}")
-    data = tasks.build_all(ck["vocab"])
-    pairs = {t: s["train"] for t, s in data["tasks"].items()}
-    span, gen = args.block_size + base.config.n_bpd_heads, torch.Generator().manual_seed(args.seed)
-    torch.manual_seed(args.seed)
-    stream = task_stream(pairs, args.steps * args.batch_size * span, args.seed)
-    tune = task_stream({t: s["tune"] for t, s in data["tasks"].items()}, 40 * span, args.seed)
-    ids = as_tensors({"train": stream, "tune": tune}, ck["vocab"])
-    model = widen(base, args.block_size)
-    log(f"tasks: {sum(map(len, pairs.values())):,} train examples, a stream of {len(stream):,} "
-        f"characters; window {base.config.block_size} -> {args.block_size}; tune loss head 1 "
-        f"{evaluate(model, ids['tune'], 16)[0][0]:.3f} before")
-    secs = train(model, ids["train"], args, gen, "tasks", ids["tune"])
-    rescorer = build_model(ck["rescorer_config"], ck["rescorer"])
-    rargs = argparse.Namespace(**{**vars(args), "steps": args.rescorer_steps})
-    rsecs = train(rescorer, ids["train"], rargs, gen, "tasks rescorer", ids["tune"])
-    losses, accs = evaluate(model, ids["tune"])
-    record = {"base": os.path.basename(args.base), "base_sha256": file_sha256(args.base),
-              **{k: getattr(args, k) for k in ("steps", "lr", "warmup", "batch_size", "block_size",
-                                                "head_weight", "seed", "rescorer_steps")},
-              "seconds": round(secs + rsecs), "stream_chars": len(stream), "tune_loss": losses,
-              "tune_acc": accs, "torch": str(torch.__version__), "git_revision": git_revision()}
-    return {**ck, "config": dataclasses.asdict(model.config), "model": half(model), "tasks": data,
-            "rescorer_tasks": half(rescorer), "finetune": record}
-
-
 # ----------------------------------------------------------------------------- the command line
 
 class UsageError(SystemExit):
@@ -396,14 +88,6 @@ class UsageError(SystemExit):
 def fail(message):
     print(f"error: {message}", file=sys.stderr)    # one line, no traceback
     raise UsageError(message)
-
-
-def git_revision():
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, timeout=5).stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -599,6 +283,13 @@ def with_threads(args, work):
 def main(argv=None):
     args = parse_args(argv)
     check_args(args)
+    try:
+        run(args)
+    except ValueError as e:                 # the library's refusals: one line, exit status 2
+        fail(str(e))
+
+
+def run(args):
     if args.tasks:
         ckpt, threads = with_threads(args, lambda: finetune_tasks(args))
         ckpt["finetune"]["threads"] = threads

@@ -1,0 +1,197 @@
+"""finetune: training a trained model further, from --base: self-distillation of its heads on its
+own greedy output (--distill), and one model for the five tasks (--tasks). train_heads.py is the
+command line; training.py the fit loop both use.
+"""
+import argparse
+import copy
+import dataclasses
+import math
+import os
+import random
+import time
+
+import torch
+import torch.nn.functional as F
+
+import tasks
+from minibpd import (CHECKPOINT, GPT, CheckpointError, build_model, decode_rows, file_sha256,
+                     load_checkpoint)
+from training import as_tensors, batches, evaluate, fit, git_revision, half, head_losses, train
+
+
+# ----------------------------------------------------------------------------- self-distillation
+# Verification accepts draft token t + i only when it equals the base model's greedy token, but
+# trained heads learn the corpus's next tokens. A greedily generated sequence is its own target:
+# inside its generated part, the model's greedy continuation of any prefix IS the sequence's next
+# tokens. So "head i predicts token t + i" on greedy windows trains heads 2..h on what
+# verification checks. Variants (--distill, starting from a trained --base):
+#   frozen  trunk and head 1 frozen (greedy output provably unchanged); heads 2..h learn.
+#   joint   everything trains: head 1 keeps learning the corpus (quality), heads 2..h the greedy
+#           future, regenerated every --regen-every steps from the current model.
+# --teacher base: a frozen copy of --base generates the data instead (a control: the data then
+# cannot follow the trunk). The rescorer, vocabulary and splits are copied from --base.
+
+DISTILLED = os.path.join(os.path.dirname(CHECKPOINT), "minibpd-distilled.pt")
+VARIANTS, TEACHERS = ("frozen", "joint"), ("current", "base")
+# Fine-tuning, not training from scratch: fewer steps and a gentler peak than the base run.
+# Applied to every one of these flags that is not given on the command line.
+DISTILL_DEFAULTS = {"steps": 600, "lr": 1e-3, "warmup": 30, "out": DISTILLED}
+
+
+def greedy_windows(model, data, rows, gen):
+    """-> (windows [rows, T + h], mask [rows, T]): train-split prompts of one random length, each
+    continued greedily to a full training window (minibpd.decode_rows, greedy_decode's windows);
+    the mask keeps the positions whose targets are all generated (t >= prompt length - 1)."""
+    T, h = model.config.block_size, model.config.n_bpd_heads
+    plen = int(torch.randint(max(1, T // 8), max(2, 3 * T // 4) + 1, (1,), generator=gen))
+    ix = torch.randint(len(data) - plen, (rows,), generator=gen)
+    was_training = model.training
+    model.eval()
+    windows = decode_rows(model, torch.stack([data[i:i + plen] for i in ix]), T + h - plen)
+    model.train(was_training)
+    return windows, (torch.arange(T) >= plen - 1).expand(rows, T)
+
+
+def greedy_agreement(model, data, rows=64, seed=0):
+    """Per-head top-1 agreement with the model's own greedy tokens on continuations of `data`
+    prompts (heads 2..h; head 1 is greedy by definition): what BPD's verification checks."""
+    windows, mask = greedy_windows(model, data, rows, torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        return head_losses(model, windows, mask, skip=1)[1].tolist()
+
+
+def distill_loss(model, splits, args, gen, teacher):
+    """-> loss_at(step) for fit: joint: head 1 on a corpus batch plus head_weight x heads 2..h on
+    a greedy batch (a weighted mean as joint_loss); frozen: heads 2..h only."""
+    T, h, w, pool = model.config.block_size, model.config.n_bpd_heads, args.head_weight, {}
+
+    def loss_at(step):
+        if step % args.regen_every == 0:
+            g0 = time.time()
+            pool["windows"], pool["mask"] = greedy_windows(teacher, splits["train"], args.gen_rows, gen)
+            pool["gen_s"] = pool.get("gen_s", 0.0) + time.time() - g0
+        pick = torch.randint(args.gen_rows, (args.batch_size,), generator=gen)
+        heads = head_losses(model, pool["windows"][pick], pool["mask"][pick], skip=1)[0]
+        if args.distill == "joint":
+            chunk = batches(splits["train"], args.batch_size, T + h, gen)
+            first = F.cross_entropy(model.lm_head(model(chunk[:, :T])).flatten(0, 1),
+                                    chunk[:, 1:T + 1].flatten())
+            loss = (first + w * heads.sum()) / (1 + w * (h - 1))
+        else:
+            first, loss = torch.tensor(float("nan")), heads.mean()
+        return loss, lambda: (f"head 1 (corpus) {first.item():.2f} heads 2..{h} (greedy) "
+                              + " ".join(f"{x:.2f}" for x in heads.tolist())
+                              + f" | {pool['gen_s'] / 60:.1f} min generating")
+    return loss_at, pool
+
+
+def distill(args, log=print):
+    """Distil --base into a checkpoint dict (written by main)."""
+    try:
+        model, ck = load_checkpoint(args.base)
+    except CheckpointError as e:
+        raise ValueError(f"--base: {e}") from None
+    if model.config.n_bpd_heads < 2 or "splits" not in ck:
+        raise ValueError(f"--base {args.base} has one head or no stored splits: nothing to distil")
+    splits = as_tensors(ck["splits"], ck["vocab"])
+    torch.manual_seed(args.seed)
+    gen = torch.Generator().manual_seed(args.seed)
+    base_loss, base_agree = evaluate(model, splits["test"])[0][0], greedy_agreement(model, splits["tune"])
+    log(f"base {args.base}: test loss head 1 {base_loss:.3f}; tune agreement with greedy, heads "
+        f"2..{model.config.n_bpd_heads}: " + " ".join(f"{a:.0%}" for a in base_agree))
+    if args.distill == "frozen":       # only heads 2..h learn; lm_head is the tied embedding
+        for p in model.parameters():
+            p.requires_grad_(False)
+        for p in model.heads.parameters():
+            p.requires_grad_(True)
+    teacher = copy.deepcopy(model).eval() if args.teacher == "base" else model
+    loss_at, pool = distill_loss(model, splits, args, gen, teacher)
+    secs = fit(model, args, loss_at, f"distill {args.distill}",
+               splits["tune"] if args.distill == "joint" else None, log)
+    losses, accs = evaluate(model, splits["test"])
+    agree = greedy_agreement(model, splits["tune"])
+    log(f"distilled: test loss head 1 {losses[0]:.3f} (base {base_loss:.3f}); tune agreement "
+        "with greedy: " + " ".join(f"{a:.0%}" for a in agree))
+    keep = ("steps", "lr", "warmup", "batch_size", "regen_every", "teacher", "gen_rows", "seed")
+    record = {"variant": args.distill, "base": os.path.basename(args.base),
+              "base_sha256": file_sha256(args.base), **{k: getattr(args, k) for k in keep},
+              "head_weight": args.head_weight if args.distill == "joint" else None,
+              "seconds": round(secs), "seconds_generating": round(pool["gen_s"]),
+              "test_loss": losses, "test_acc": accs, "tune_greedy_agreement": agree,
+              "base_test_loss": base_loss, "base_tune_greedy_agreement": base_agree,
+              "torch": str(torch.__version__), "git_revision": git_revision()}
+    return {**ck, "model": half(model), "distill": record}
+
+
+# ----------------------------------------------------------------------------- fine-tuning on the tasks
+# Kim et al. fine-tune the BPD model per task; we fine-tune ONE model on the mixture of the five
+# tasks' train splits (tasks.py), trunk and heads jointly (joint_loss), keeping the vocabulary
+# (our choice: one checkpoint to ship). The window grows to --block-size (512: a task's prompt
+# and target), the new learned positions starting as copies of the last (widen). The loss covers
+# whole examples, prompt and target: the targets are short (a median of 41-124 characters) and the
+# prompts are the same kinds of text (code, docstrings, prose), so they triple the signal;
+# quality is measured on targets only. The rescorers stay the base's, task-independent (as
+# Kim's C4 rescorers); an in-domain control small LM is fine-tuned on the same examples.
+
+TASKS_OUT = os.path.join(os.path.dirname(CHECKPOINT), "minibpd-tasks.pt")
+TASKS_DEFAULTS = {"steps": 2000, "lr": 1e-3, "warmup": 50, "batch_size": 8, "block_size": 512,
+                  "out": TASKS_OUT, "rescorer_steps": 600}
+
+
+def widen(model, block_size):
+    """The model with a context window of block_size: its learned positions [B0, C] kept, the new
+    ones started as copies of the last (our choice: of four starts measured on the tasks' tune
+    text before fine-tuning, head-1 loss 5.11 nats; linear interpolation 5.51, tiling 5.72; the
+    base at its own 128-character window 3.29; README, "Tasks")."""
+    old = model.pos_emb.weight.detach()[:block_size]
+    new = torch.cat([old, old[-1:].expand(block_size - len(old), -1)])
+    wide = GPT(dataclasses.replace(model.config, block_size=block_size))
+    wide.load_state_dict({**model.state_dict(), "pos_emb.weight": new.contiguous()})
+    return wide
+
+
+def task_stream(pairs_by_task, chars, seed):
+    """One training text of about `chars` characters: examples (prompt + target, then a blank
+    line) drawn with task probability proportional to the square root of its size (small tasks
+    are not drowned, large ones not repeated beyond need), uniformly within a task."""
+    rng, names = random.Random(seed), sorted(pairs_by_task)
+    weights = [math.sqrt(len(pairs_by_task[t])) for t in names]
+    parts, total = [], 0
+    while total < chars:
+        prompt, target = rng.choice(pairs_by_task[rng.choices(names, weights)[0]])
+        parts.append(prompt + target + "\n\n")
+        total += len(parts[-1])
+    return "".join(parts)
+
+
+def finetune_tasks(args, log=print):
+    """Fine-tune --base on the tasks (see above). -> the checkpoint dict: the base's, with the
+    widened model, the examples it was tuned and evaluated on (ck["tasks"], tasks.build_all) and
+    the in-domain control rescorer (ck["rescorer_tasks"])."""
+    try:
+        base, ck = load_checkpoint(args.base)
+    except CheckpointError as e:
+        raise ValueError(f"--base: {e}") from None
+    data = tasks.build_all(ck["vocab"])
+    pairs = {t: s["train"] for t, s in data["tasks"].items()}
+    span, gen = args.block_size + base.config.n_bpd_heads, torch.Generator().manual_seed(args.seed)
+    torch.manual_seed(args.seed)
+    stream = task_stream(pairs, args.steps * args.batch_size * span, args.seed)
+    tune = task_stream({t: s["tune"] for t, s in data["tasks"].items()}, 40 * span, args.seed)
+    ids = as_tensors({"train": stream, "tune": tune}, ck["vocab"])
+    model = widen(base, args.block_size)
+    log(f"tasks: {sum(map(len, pairs.values())):,} train examples, a stream of {len(stream):,} "
+        f"characters; window {base.config.block_size} -> {args.block_size}; tune loss head 1 "
+        f"{evaluate(model, ids['tune'], 16)[0][0]:.3f} before")
+    secs = train(model, ids["train"], args, gen, "tasks", ids["tune"])
+    rescorer = build_model(ck["rescorer_config"], ck["rescorer"])
+    rargs = argparse.Namespace(**{**vars(args), "steps": args.rescorer_steps})
+    rsecs = train(rescorer, ids["train"], rargs, gen, "tasks rescorer", ids["tune"])
+    losses, accs = evaluate(model, ids["tune"])
+    record = {"base": os.path.basename(args.base), "base_sha256": file_sha256(args.base),
+              **{k: getattr(args, k) for k in ("steps", "lr", "warmup", "batch_size", "block_size",
+                                                "head_weight", "seed", "rescorer_steps")},
+              "seconds": round(secs + rsecs), "stream_chars": len(stream), "tune_loss": losses,
+              "tune_acc": accs, "torch": str(torch.__version__), "git_revision": git_revision()}
+    return {**ck, "config": dataclasses.asdict(model.config), "model": half(model), "tasks": data,
+            "rescorer_tasks": half(rescorer), "finetune": record}
