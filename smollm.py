@@ -25,15 +25,16 @@ alike, is what test_smollm.py checks bit for bit. The other operations (embeddin
 products, residual adds, divisions) round each element on its own. Weights may be bf16;
 activations, attention and the KV cache stay in fp32.
 """
+import copy
 import ctypes
 import dataclasses
 import functools
 import hashlib
 import importlib.metadata
 import math
+import numbers
 import os
 import re
-import copy
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -297,6 +298,8 @@ class Llama(nn.Module):
 
     @batch_invariant.setter
     def batch_invariant(self, on):
+        """Switch the fixed-shape blocks on or off (for this model and its first_heads views,
+        which share lm_head)."""
         self.config = dataclasses.replace(self.config, batch_invariant=bool(on))
         self.lm_head.rows = self.config.row_block if on else None
 
@@ -366,7 +369,7 @@ class Llama(nn.Module):
     def first_heads(self, n):
         """This model using only heads 1..n, weights shared: plain BPD with n heads (n = 1: greedy)."""
         h = self.config.n_bpd_heads
-        if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= h:
+        if not isinstance(n, numbers.Integral) or isinstance(n, bool) or not 1 <= n <= h:
             raise ValueError(f"heads must be an integer from 1 to {h}, got {n!r}")
         view = copy.copy(self)                       # shares parameters; own module table
         view._modules = dict(self._modules)
@@ -619,6 +622,12 @@ def save_heads(model, path, extra=None):
     if clash:
         raise ValueError(f"extra may not replace the checkpoint's own keys: {', '.join(clash)}")
     torch.save({**ck, **(extra or {})}, path)
+    try:                                          # what every reader does: refuse code objects
+        torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:
+        os.remove(path)
+        raise ValueError(f"extra must hold plain types and tensors only ({type(e).__name__}); "
+                         f"{path} was not kept") from None
 
 
 def from_checkpoint(ck, device="cpu", dtype=torch.float32, gguf_path=None):

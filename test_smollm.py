@@ -14,7 +14,6 @@ import ast
 import copy
 import dataclasses
 import importlib.metadata
-import math
 import os
 import sys
 
@@ -363,8 +362,8 @@ def test_perplexity_catches_the_rotary_permutation_bug(real):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_real_chunks_bit_identical(real, dtype):
-    tokens = real["vocab"].encode(PYTHON + ENGLISH[:60])
-    chunks = [5, 1, 8, 16, 3]
+    tokens = real["vocab"].encode(PYTHON)                       # 33 tokens
+    chunks = [5, 1, 8]
     chunks.append(len(tokens) - sum(chunks))
     assert_chunks_bit_identical(real[dtype], tokens, chunks, rows=2)
 
@@ -387,12 +386,11 @@ def test_real_greedy_and_bpd(real):
     vocab = real["vocab"]
     prompt = vocab.encode("The capital of France is")
     for dtype in (torch.float32, torch.bfloat16):
-        greedy = greedy_decode(real[dtype], prompt, 16)
+        greedy = greedy_decode(real[dtype], prompt, 12)
         assert "Paris" in vocab.decode(greedy)
-        out, stats = bpd_decode(real[dtype], prompt, 16)
-        assert out == greedy
+        assert bpd_decode(real[dtype], prompt, 12)[0] == greedy
     code = vocab.encode(PYTHON)
-    assert bpd_decode(real[torch.float32], code, 16)[0] == greedy_decode(real[torch.float32], code, 16)
+    assert bpd_decode(real[torch.bfloat16], code, 12)[0] == greedy_decode(real[torch.bfloat16], code, 12)
 
 
 def test_heads_checkpoint_round_trip(real, tmp_path):
@@ -402,12 +400,12 @@ def test_heads_checkpoint_round_trip(real, tmp_path):
         with torch.no_grad():                      # trained-looking heads, fp16-representable
             for p in model.heads.parameters():
                 p.copy_(torch.randn_like(p).mul_(0.02).half().float())
-        check_heads_round_trip(real, model, path)
+        check_heads_round_trip(real, model, path, tmp_path)
     finally:
         model.heads.load_state_dict(untrained)
 
 
-def check_heads_round_trip(real, model, path):
+def check_heads_round_trip(real, model, path, tmp_path):
     smollm.save_heads(model, path, {"train": {"steps": 3, "loss": [1.5, 1.25]}})
     ck = torch.load(path, weights_only=True)
     assert ck["kind"] == "smollm2-heads" and ck["train"]["steps"] == 3
@@ -417,6 +415,9 @@ def check_heads_round_trip(real, model, path):
         smollm.from_checkpoint(wrong, gguf_path=real["path"])
     with pytest.raises(ValueError, match="may not replace"):
         smollm.save_heads(model, path, {"heads": {}})
+    with pytest.raises(ValueError, match="plain types and tensors only"):
+        smollm.save_heads(model, tmp_path / "bad.pt", {"obj": TopTwoDrafter()})
+    assert not (tmp_path / "bad.pt").exists()
     loaded, _ = smollm.from_checkpoint(ck, "cpu", torch.float32, real["path"])
     z = torch.randn(3, model.config.n_embd)
     assert torch.equal(loaded.head_logits(z), model.head_logits(z))
