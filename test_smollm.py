@@ -286,8 +286,10 @@ def test_missing_package_names_the_install_command(monkeypatch):
 def test_load_refuses_bad_arguments(tmp_path):
     with pytest.raises(ValueError, match="dtype must be one of"):
         smollm.load(dtype="float32")
-    pytest.importorskip("gguf", reason=smollm.INSTALL)
-    pytest.importorskip("tokenizers", reason=smollm.INSTALL)
+    try:
+        smollm.optional_packages()
+    except ImportError:
+        pytest.skip(f"optional packages missing: {smollm.INSTALL}")
     with pytest.raises(ValueError, match="not found"):
         smollm.load(tmp_path / "missing.gguf")
     (tmp_path / "bad.gguf").write_bytes(b"not a gguf file at all")
