@@ -53,25 +53,27 @@ def load_costs(dtype_name):
 
 
 @torch.no_grad()
-def call_ms(model, vocab, L):
-    """Median ms of one call with CACHED tokens cached and L new ones (forward + output head)."""
+def call_ms(model, vocab, L, modes=(None,)):
+    """Median ms of one call with CACHED tokens cached and L new ones (forward + output head), for
+    each batch_invariant setting in `modes` (None: leave it), the settings interleaved in every
+    repetition so that a change in the machine's load hits them alike."""
     text = "The history of the city goes back more than two thousand years. " * 12
     ids = vocab.encode(text)[:CACHED + L]
     cache = KVCache(model)
     model(torch.tensor([ids[:CACHED]]), cache)
     cache.advance(CACHED)
     new = torch.tensor([ids[CACHED:CACHED + L]])
-
-    def call():
-        cache.truncate(CACHED)
-        model.lm_head(model(new, cache))
-    call()                                                       # warm-up
-    runs = []
-    for _ in range(REPS):
-        t0 = time.perf_counter()
-        call()
-        runs.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(runs)
+    runs = {mode: [] for mode in modes}
+    for rep in range(REPS + 1):                                  # repetition 0: the warm-up
+        for mode in modes:
+            if mode is not None:
+                model.batch_invariant = mode
+            cache.truncate(CACHED)
+            t0 = time.perf_counter()
+            model.lm_head(model(new, cache))
+            if rep:
+                runs[mode].append((time.perf_counter() - t0) * 1e3)
+    return [statistics.median(runs[mode]) for mode in modes]
 
 
 def main():
@@ -86,11 +88,9 @@ def main():
     for dtype, threads in SETTINGS:
         torch.set_num_threads(threads)
         model, vocab = smollm.load(dtype=dtype)
-        for invariant in (True, False):
-            model.batch_invariant = invariant
-            columns.append(f"{str(dtype)[6:]} {threads}t {'inv' if invariant else 'plain'}")
-            for L in NEW:
-                table[L].append(call_ms(model, vocab, L))
+        columns += [f"{str(dtype)[6:]} {threads}t {mode}" for mode in ("inv", "plain")]
+        for L in NEW:
+            table[L] += call_ms(model, vocab, L, modes=(True, False))
         del model
     print(f"\nOne call, {CACHED} tokens cached, ms (median of {REPS} after a warm-up; "
           "inv = batch_invariant=True, row_block 8):\n")
@@ -116,7 +116,7 @@ def row_block_sweep(blocks=(1, 2, 4, 8, 16), new=(1, 4, 8, 16)):
             for R in blocks:
                 model.config = dataclasses.replace(model.config, row_block=R)
                 model.batch_invariant = True                 # lm_head takes the new block size
-                cells.append(call_ms(model, vocab, L))
+                cells += call_ms(model, vocab, L)
             print(f"| {L} | " + " | ".join(f"{x:.1f}" for x in cells) + " |")
         del model
 
