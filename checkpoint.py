@@ -46,7 +46,11 @@ def read(path=CHECKPOINT, needs=("config", "model", "vocab")):
         found = ck.get("format_version") if isinstance(ck, dict) else None
         raise CheckpointError(f"checkpoint {path} has format {found!r}, this code reads format "
                               f"{FORMAT_VERSION}; {retrain(path)}")
-    for key in needs:
+    return require(ck, path, needs)
+
+
+def require(ck, path, keys):
+    for key in keys:
         if key not in ck:
             raise CheckpointError(f"checkpoint {path} lacks '{key}'; {retrain(path)}")
     return ck
@@ -58,7 +62,10 @@ def file_sha256(path):
 
 
 def encode(text, vocab):
-    """Characters -> token ids, with a clear error for characters the model never saw."""
+    """Characters -> token ids, with a clear error for characters the model never saw. A vocab
+    with its own encode (smollm.Vocab: byte-level BPE, nothing unknown) encodes itself."""
+    if not isinstance(vocab, str):
+        return vocab.encode(text)
     stoi = {c: i for i, c in enumerate(vocab)}
     unknown = sorted({c for c in text if c not in stoi})
     if unknown:
@@ -69,7 +76,7 @@ def encode(text, vocab):
 
 
 def decode(tokens, vocab):
-    return "".join(vocab[t] for t in tokens)
+    return "".join(vocab[t] for t in tokens) if isinstance(vocab, str) else vocab.decode(tokens)
 
 
 def known_characters(vocab):
@@ -138,6 +145,8 @@ def char_map(c, known):
 def to_vocab(text, vocab, counts=None):
     """`text` with every character outside `vocab` mapped (char_map) or dropped; counts (a dict,
     optional) tallies {"mapped" | "dropped": {char: n}}."""
+    if not isinstance(vocab, str):                # a tokenizer's vocabulary: every text encodes
+        return text
     known = set(vocab)
     unknown = sorted(set(text) - known)
     for c in unknown if counts is not None else ():

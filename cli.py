@@ -28,7 +28,7 @@ from decoders import Resources, baseline_name, split_text
 from minibpd import (CHECKPOINT, CheckpointError, DrafterError, Verifier, build_model, decode,
                      encode, file_sha256, greedy_decode, load_checkpoint, set_threads)
 
-DTYPES = {"float32": torch.float32, "float64": torch.float64}
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
 MAX_NEW_TOKENS = 100_000      # more is refused: greedy alone would run for minutes
 TUNE_SIZE = (16, 128)         # the documented --tune run: prompts x new tokens
 DEMO_TOKENS = 160             # the demo's most new tokens (its text fits a terminal)
@@ -100,7 +100,8 @@ def parse_args(argv=None):
     p.add_argument("--tuned", metavar="FILE", help="tuned settings to read (--tune: to write); "
                    "default CHECKPOINT.tuned.json")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    p.add_argument("--dtype", default="float32", choices=list(DTYPES))
+    p.add_argument("--dtype", default=None, choices=list(DTYPES), help="default: the "
+                   "checkpoint's (float32 for the character models)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default 1: fastest "
                    "for this model size, see README)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 (default): greedy; T > 0: "
@@ -203,7 +204,8 @@ def resolve_device(name):
 def load(args, used=None):
     """(model, checkpoint, {decoder: settings}, Resources), the settings of the decoders `used`
     (default: all) checked against the model's budgets; no model call yet."""
-    model, ck = load_checkpoint(args.checkpoint, resolve_device(args.device), DTYPES[args.dtype])
+    model, ck = load_checkpoint(args.checkpoint, resolve_device(args.device),
+                                DTYPES.get(args.dtype))
     if args.heads is not None:
         model = model.first_heads(args.heads)
     model.reference = args.reference

@@ -31,6 +31,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import checkpoint
+import smollm
 from checkpoint import (CHECKPOINT, FORMAT_VERSION, CheckpointError, decode, encode,  # noqa: F401
                         file_sha256, known_characters, retrain)
 from kvcache import (MAX_CACHE_BYTES, KVCache, KVSpec, causal_mask, check_cache_budget,  # noqa: F401
@@ -234,9 +235,20 @@ def state_mismatch(want, got):
     return "; ".join(parts + [f"shapes {', '.join(shapes[:3])}"] * bool(shapes))
 
 
-def load_checkpoint(path=CHECKPOINT, device="cpu", dtype=torch.float32):
-    """-> (model, checkpoint dict). Read with weights_only=True: a checkpoint cannot run code."""
-    ck = checkpoint.read(path)
+def load_checkpoint(path=CHECKPOINT, device="cpu", dtype=None):
+    """-> (model, checkpoint dict). Read with weights_only=True: a checkpoint cannot run code.
+    dtype None: the checkpoint's own (`ck["dtype"]`, else float32). A SmolLM2 heads checkpoint
+    (kind "smollm2-heads") builds smollm's Llama from its GGUF; its ck["vocab"] is then a
+    smollm.Vocab (encode/decode take either)."""
+    ck = checkpoint.read(path, needs=("config",))
+    dtype = getattr(torch, ck.get("dtype", "float32")) if dtype is None else dtype
+    if ck.get("kind") == smollm.KIND:
+        try:
+            model, vocab = smollm.from_checkpoint(ck, device, dtype)
+        except (ValueError, ImportError) as e:
+            raise CheckpointError(f"checkpoint {path}: {e}") from None
+        return model.eval(), {**ck, "vocab": vocab}
+    checkpoint.require(ck, path, ("model", "vocab"))
     model = build_model(ck["config"], ck["model"], device, dtype, f"checkpoint {path}", path)
     vocab = ck["vocab"]
     if not isinstance(vocab, str) or len(set(vocab)) != len(vocab) or \
