@@ -245,9 +245,10 @@ class Profile:
 
     def split_rest(self, cost, name):
         """outside_ms and refill_ms, from the tight-loop costs at the size timed in situ. The
-        refill: a forward pass after the drafter (and the loop around it) finds less of the model
-        in the CPU's caches than one after another pass; kept as a constant per call, which errs
-        against the refined decoders at sizes whose weights never fit a cache anyway."""
+        refill: a forward pass inside a decode, after the drafter and the loop (and whatever else
+        the machine runs), finds less of the model in the CPU's caches than one right after
+        another. It is kept as a constant per call; where the weights outgrow the caches, a tight
+        loop streams them too, and the constant then overstates every call alike."""
         self.outside_ms = self.rest_ms - cost["heads_ms"] * self.steps / self.calls
         self.refill_ms = self.forward_ms - forward_total(self, cost, name) / self.calls
 
@@ -564,8 +565,8 @@ def print_scale(r):
 
 def plot_scale(r, folder):
     """The map as a PNG in `folder`: projected tokens/s against parameters, log axes, one line
-    per decoder, BPD and greedy drawn as references, the measured tokens/s at the shipped size
-    as crosses. matplotlib is optional: imported here. -> the file name."""
+    per decoder, BPD and greedy drawn as references, each decoder's measured tokens/s at the
+    model's own size as a cross. matplotlib is optional: imported here. -> the file name."""
     try:
         import matplotlib
     except ImportError:
@@ -577,11 +578,11 @@ def plot_scale(r, folder):
     x = [row["params"] for row in rows]
     for name in rows[0]["projected_tokens_per_s"]:
         ref = name in (GREEDY, decoders.PLAIN)
-        plt.plot(x, [row["projected_tokens_per_s"][name] for row in rows], "--" if ref else "-o",
-                 color={GREEDY: "black", decoders.PLAIN: "grey"}.get(name), label=name,
-                 linewidth=2 if ref else 1.2, markersize=3)
-    plt.plot([x[0]] * len(r["validation"]), [v["measured"] for v in r["validation"].values()],
-             "x", color="red", label="measured (bench)")
+        line, = plt.plot(x, [row["projected_tokens_per_s"][name] for row in rows],
+                         "--" if ref else "-o", label=name, linewidth=2 if ref else 1.2,
+                         color={GREEDY: "black", decoders.PLAIN: "grey"}.get(name), markersize=3)
+        plt.plot(x[0], r["validation"][name]["measured"], "x", color=line.get_color())
+    plt.plot([], [], "x", color="black", label="measured by the bench")
     plt.xscale("log")
     plt.yscale("log")
     plt.xlabel("base model parameters (log scale)")
