@@ -21,6 +21,7 @@ import bench
 import decoders
 import figures
 import lattice
+import scale
 import tasks
 from bench import make_prompts
 from checkpoint import to_vocab
@@ -87,6 +88,8 @@ def parse_args(argv=None):
     mode.add_argument("--prompt", help="generate a continuation of this text")
     mode.add_argument("--bench", action="store_true", help="benchmark every decoder")
     mode.add_argument("--tune", action="store_true", help="choose k, p, alpha, order (tune split)")
+    mode.add_argument("--scale", action="store_true", help="the scale map: projected tokens/s of "
+                      "every decoder for GPTs up to ~150x the shipped size, validated at its size")
     mode.add_argument("--tasks", action="store_true", help="per-task block efficiency and the paper's "
                       "analyses on the five tasks (tasks.py; default checkpoint: "
                       "checkpoints/minibpd-tasks.pt); --prompts: examples per task")
@@ -140,7 +143,7 @@ def overrides(args):
 
 def check_args(args):
     """Every check that needs no checkpoint, before anything is loaded or run."""
-    demo = not (args.prompt is not None or args.bench or args.tune or args.tasks)
+    demo = not (args.prompt is not None or args.bench or args.tune or args.tasks or args.scale)
     if args.checkpoint is None:
         args.checkpoint = TASKS_CHECKPOINT if args.tasks else CHECKPOINT
     if args.prompts is None:
@@ -164,8 +167,9 @@ def check_args(args):
     given = {k: v for k, v in overrides(args).items() if v is not None}
     if not 0 <= args.temperature < float("inf"):
         raise ValueError(f"--temperature must be a number >= 0, got {args.temperature}")
-    if args.tune and args.temperature:
-        raise ValueError("--tune chooses settings for greedy decoding: drop --temperature")
+    if (args.tune or args.scale or args.tasks) and args.temperature:
+        raise ValueError(f"--{'tune' if args.tune else 'scale' if args.scale else 'tasks'} measures "
+                         "greedy decoding: drop --temperature")
     if args.tune and given:
         raise ValueError(f"--tune chooses {', '.join('--' + k for k in given)} itself; drop the flag")
     lattice.check_settings(**given)    # the one settings rule; budgets once the model is loaded
@@ -417,6 +421,22 @@ def run_tasks(args):
     return 0 if all(all(t.identical_to_greedy.values()) for t in r.tasks.values()) else 1
 
 
+def run_scale(args):
+    """`python minibpd.py --scale`: the scale map (scale.py) for the bench's prompts and settings."""
+    model, ck, chosen, res = load(args)
+    log = (lambda s: print(s, file=sys.stderr)) if args.json else print
+    r = scale.run(model, ck, res, chosen, bench_prompts(ck, args), args.new_tokens,
+                  device=resolve_device(args.device), log=log)
+    r["checkpoint"] = args.checkpoint
+    if args.json:
+        print(json.dumps(r, indent=1))
+    else:
+        scale.print_scale(r)
+    if args.plot:
+        print(f"wrote {scale.plot_scale(r, args.plot)} to {args.plot}", file=sys.stderr)
+    return 0 if all(r["identical_to_greedy"].values()) else 1
+
+
 def main(argv=None):
     """The command line: every error a user can cause is one line on stderr and exit status 2."""
     args = parse_args(argv)
@@ -430,6 +450,8 @@ def main(argv=None):
             return run_bench(args)
         if args.tasks:
             return run_tasks(args)
+        if args.scale:
+            return run_scale(args)
         if args.prompt is not None:
             return generate(args)
         return demo(args)

@@ -182,3 +182,17 @@ def test_run_refuses_bad_input_before_any_call(tiny_ckpt, monkeypatch):
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="CUDA is not available"):
             scale.run(model, ck, res, chosen, prompts, 10, device="cuda")
+
+
+def test_scale_command(tiny_ckpt, capsys, monkeypatch):
+    """`minibpd.py --scale --json`: one JSON object with the scale map's keys; --temperature is
+    refused before any work."""
+    import cli
+    monkeypatch.setattr(scale, "SIZES", scale.SIZES[:2])
+    code = cli.main(["--scale", "--json", "--checkpoint", tiny_ckpt, "--prompts", "2",
+                     "--new-tokens", "8"])
+    r = json.loads(capsys.readouterr().out)
+    assert code == 0 and {"scale", "drafting_ms", "validation", "crossover_params"} <= set(r)
+    assert len(r["scale"]) >= 2 and all(r["identical_to_greedy"].values())
+    assert cli.main(["--scale", "--temperature", "1", "--checkpoint", tiny_ckpt]) == 2
+    assert "drop --temperature" in capsys.readouterr().err
