@@ -396,7 +396,8 @@ def run_tune(args):
 def run_tasks(args):
     """`python minibpd.py --tasks`: Kim's per-task findings on the five tasks (bench.run_tasks),
     with the task-independent rescorers (the checkpoint's own) and an in-domain control (an
-    n-gram LM fitted on the tasks' train examples, the small LM fine-tuned on them)."""
+    n-gram LM fitted on the tasks' train examples, built by the running Python; the small LM
+    fine-tuned on them, stored)."""
     model, ck, chosen, res = load(args)
     if "tasks" not in ck or "rescorer_tasks" not in ck:
         raise ValueError(f"checkpoint {args.checkpoint} holds no tasks: use {TASKS_CHECKPOINT} or "
@@ -405,7 +406,8 @@ def run_tasks(args):
                 if (w := tasks.compare(ck["tasks"], name, "test"))]
     for w in warnings:
         print(f"note: {w} (the stored examples are used)", file=sys.stderr)
-    text = "".join(p + t + "\n\n" for s in ck["tasks"]["tasks"].values() for p, t in s["train"])
+    text = "".join(p + t + "\n\n" for name in ck["tasks"]["tasks"]            # in-domain: the train
+                   for p, t in tasks.build(name, "train", ck["vocab"]))          # split, built here
     small = build_model(ck["rescorer_config"], ck["rescorer_tasks"], model.lm_head.weight.device,
                         model.lm_head.weight.dtype, "its in-domain rescorer")
     res_in = Resources(model, ck, small=small, reference=args.reference, text=text)

@@ -166,8 +166,8 @@ def task_stream(pairs_by_task, chars, seed):
 
 def finetune_tasks(args, log=print):
     """Fine-tune --base on the tasks (see above). -> the checkpoint dict: the base's, with the
-    widened model, the examples it was tuned and evaluated on (ck["tasks"], tasks.build_all) and
-    the in-domain control rescorer (ck["rescorer_tasks"])."""
+    widened model, the examples it is tuned and evaluated on (ck["tasks"]: tasks.build_all's
+    tune and test splits) and the in-domain control rescorer (ck["rescorer_tasks"])."""
     try:
         base, ck = load_checkpoint(args.base)
     except CheckpointError as e:
@@ -193,5 +193,8 @@ def finetune_tasks(args, log=print):
                                                 "head_weight", "seed", "rescorer_steps")},
               "seconds": round(secs + rsecs), "stream_chars": len(stream), "tune_loss": losses,
               "tune_acc": accs, "torch": str(torch.__version__), "git_revision": git_revision()}
-    return {**ck, "config": dataclasses.asdict(model.config), "model": half(model), "tasks": data,
+    stored = {**data, "train_counts": {t: len(p) for t, p in pairs.items()},   # tune and test only:
+              "tasks": {t: {s: v for s, v in d.items() if s != "train"}          # the train examples
+                        for t, d in data["tasks"].items()}}                      # are 80% of the MB
+    return {**ck, "config": dataclasses.asdict(model.config), "model": half(model), "tasks": stored,
             "rescorer_tasks": half(rescorer), "finetune": record}

@@ -43,6 +43,8 @@ def test_finetune_stores_what_the_command_needs(tasks_ckpt, tiny_ckpt):
     assert model.config.block_size == 48 and base["config"]["block_size"] == 32
     assert ck["vocab"] == base["vocab"] and ck["splits"] == base["splits"]     # rescorers: the base's
     assert set(ck["tasks"]["tasks"]) == set(tasks.TASKS) and "rescorer_tasks" in ck
+    assert set(ck["tasks"]["tasks"]["qa"]) == {"tune", "test"}          # train: counted, not stored
+    assert ck["tasks"]["train_counts"]["qa"] == SMALL
     assert ck["finetune"]["steps"] == 3 and ck["finetune"]["block_size"] == 48
     prompt = minibpd.encode(ck["tasks"]["tasks"]["qa"]["test"][0][0], ck["vocab"])   # > the window
     assert len(prompt) > 48
