@@ -64,7 +64,7 @@ def file_sha256(path):
 def encode(text, vocab):
     """Characters -> token ids, with a clear error for characters the model never saw. A vocab
     with its own encode (smollm.Vocab: byte-level BPE, nothing unknown) encodes itself."""
-    if not isinstance(vocab, str):
+    if not isinstance(vocab, (str, list, tuple)):   # a tokenizer (smollm.Vocab)
         return vocab.encode(text)
     stoi = {c: i for i, c in enumerate(vocab)}
     unknown = sorted({c for c in text if c not in stoi})
@@ -76,7 +76,9 @@ def encode(text, vocab):
 
 
 def decode(tokens, vocab):
-    return "".join(vocab[t] for t in tokens) if isinstance(vocab, str) else vocab.decode(tokens)
+    if not isinstance(vocab, (str, list, tuple)):
+        return vocab.decode(tokens)
+    return "".join(vocab[t] for t in tokens)
 
 
 def known_characters(vocab):
@@ -145,7 +147,7 @@ def char_map(c, known):
 def to_vocab(text, vocab, counts=None):
     """`text` with every character outside `vocab` mapped (char_map) or dropped; counts (a dict,
     optional) tallies {"mapped" | "dropped": {char: n}}."""
-    if not isinstance(vocab, str):                # a tokenizer's vocabulary: every text encodes
+    if not isinstance(vocab, (str, list, tuple)):   # a tokenizer: every text encodes
         return text
     known = set(vocab)
     unknown = sorted(set(text) - known)

@@ -511,7 +511,10 @@ def best_path_viterbi(lattice, lm, history, alpha, automaton=None):
     tokens = [np.array(t, dtype=np.int64) for t in lattice.tokens[1:]]
     logprobs = [np.array(x) for x in lattice.logprobs[1:]]
     if lm is None or alpha == 0.0:  # heads only: rank 0 everywhere (float sums are monotone)
-        return sum(x[0] for x in lattice.logprobs), [t[0] for t in lattice.tokens]
+        score = 0.0
+        for x in lattice.logprobs:  # left to right, as best_paths (the builtin sum() rounds
+            score = score + x[0]    # otherwise from Python 3.12 on: compensated summation)
+        return score, [t[0] for t in lattice.tokens]
     auto = _automaton(lm, automaton, history, max(max(t) for t in lattice.tokens))
     with auto.lock:
         (score, ranks), _ = _viterbi(auto, first, lp0, tokens, logprobs, history, alpha)
