@@ -304,7 +304,7 @@ class TaskResult:
     head_accuracy: list             # ours: top-1 agreement with greedy
     repetition: dict                # Kim Table 3: BPD's drafts: adjacent_repeat, longest_run
     repetition_2gram: dict          # ... after 2-gram rescoring (the ngram decoder at order 2)
-    quality: dict                   # {metric: greedy output against the reference}
+    quality: dict                   # greedy output against the reference: the task's metric first
     in_domain: dict                 # {rescoring decoder: block efficiency with in-domain rescorers}
 
 
@@ -352,7 +352,6 @@ def run_task(model, res, res_in, chosen, examples, metric, vocab, verify="auto")
     two = {**chosen["ngram"], "order": 2}
     refined = {k: v for k, v in be.items() if k in decoders.refined()}
     gains = {k: 100 * (v / be[decoders.PLAIN] - 1) for k, v in refined.items()}
-    score = analysis.QUALITY[metric]
     return TaskResult(
         examples=len(examples), block_efficiency=be,
         identical_to_greedy={k: v == greedy for k, v in outs.items()}, relative_gain=gains,
@@ -361,8 +360,9 @@ def run_task(model, res, res_in, chosen, examples, metric, vocab, verify="auto")
         repetition=analysis.repetition([s["drafts"][0] for r in runs[decoders.PLAIN] for s in r["steps"]]),
         repetition_2gram=analysis.repetition([s["drafts"][0] for r in analysis.replay_all(
             model, items, lambda a: decoders.make("ngram", res, two, a)) for s in r["steps"]]),
-        quality={metric: sum(score(decode(g, vocab), decode(t, vocab)) for g, (_, t) in
-                             zip(greedy, examples)) / len(examples)},
+        quality={name: sum(fn(decode(g, vocab), decode(t, vocab)) for g, (_, t) in
+                           zip(greedy, examples)) / len(examples)
+                 for name, fn in sorted(analysis.QUALITY.items(), key=lambda kv: kv[0] != metric)},
         in_domain={k: analysis.be_of(model, items, res_in, k, chosen[k]) for k in refined
                    if {"alpha"} <= set(chosen[k]) and chosen[k].get("alpha", 0) > 0})
 

@@ -188,7 +188,8 @@ def print_tasks(r, color=False):
     print("\n  " + f"{'task':12s} {'ex.':>4s} {'best':>7s} {'gain':>7s} {'oracle8':>8s} {'h_max':>6s} "
           f"{'entropy':>8s} {'rep.':>6s} {'rep.2g':>6s} {'quality':>15s}")
     for name, t in r.tasks.items():
-        q = ", ".join(f"{k} {v:.2f}" for k, v in t.quality.items())
+        k, v = next(iter(t.quality.items()))              # the task's own metric
+        q = f"{k} {v:.2f}"
         print(f"  {name:12s} {t.examples:4d} {t.best_refined:>7s} {t.relative_gain[t.best_refined]:+6.1f}% "
               f"{t.oracle_by_k['8']:8.2f} {t.hmax:6d} {sum(t.head_entropy) / len(t.head_entropy):8.2f} "
               f"{100 * t.repetition['adjacent_repeat']:5.1f}% {100 * t.repetition_2gram['adjacent_repeat']:5.1f}% "
