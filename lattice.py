@@ -160,12 +160,28 @@ def head_lattice(logprobs, context, k):
     return Lattice.from_logprobs(logprobs.detach().double().cpu().numpy(), k, first=context[-1])
 
 
+def reached_positions(logprobs, reach):
+    """Cost-aware drafting (ours): how many leading positions of logprobs [m, V] verification
+    reaches with probability >= reach, by the heads' own estimate (their top-1 probabilities,
+    multiplied); reach 0: all of them. A rescorer then works on those only; beyond, each head
+    keeps its argmax. The output stays exact whatever the draft."""
+    if reach <= 0:
+        return len(logprobs)
+    reached = logprobs[1:].max(-1).values.cumsum(0).exp().tolist()
+    return 1 + next((i for i, r in enumerate(reached) if r < reach), len(reached))
+
+
+def check_reach(reach):
+    if isinstance(reach, bool) or not isinstance(reach, (int, float)) or not 0.0 <= reach < 1.0:
+        raise ValueError(f"reach must be a number in [0, 1), got {reach!r}")
+
+
 class PBestDrafter:
     """Global rescoring (Kim §7.2): the p best lattice paths under interpolate(head log-prob,
     n-gram log-prob, alpha), all verified in one call. p = 1 is 'ngram'; lm=None is the paper's
     '0-gram' control 'pbest0' (the p best paths by head scores alone). The DP is the numpy twin
-    best_paths_fast, or the readable best_paths with reference=True. nodes > 0 (ours, for speed):
-    the drafts' token tree holds at most that many drafted tokens (within_budget). Settings whose
+    best_paths_fast, or the readable best_paths with reference=True. nodes > 0 (ours, for speed)
+    keeps the drafts' token tree within that many drafted tokens (within_budget). Settings whose
     DP exceeds MAX_DP_CELLS are refused here, before any decoding."""
 
     def __init__(self, k, p, alpha=0.0, lm=None, table=None, name="pbest", reference=False,
@@ -239,8 +255,7 @@ class NeuralDrafter:
 
     def __init__(self, small_lm, k, alpha, reach=0.0, reference=False):
         check_settings(k, 1, alpha)
-        if isinstance(reach, bool) or not isinstance(reach, (int, float)) or not 0.0 <= reach < 1.0:
-            raise ValueError(f"reach must be a number in [0, 1), got {reach!r}")
+        check_reach(reach)
         self.lm, self.k, self.alpha, self.reach, self.reference = small_lm, k, alpha, reach, reference
         self.cache, self.cached = KVCache(small_lm), []   # cached: the committed tokens it holds
         self.lock, self.counts = threading.Lock(), {"small_lm_calls": 0, "small_lm_tokens": 0}
@@ -251,17 +266,13 @@ class NeuralDrafter:
             if self.cached != context[:len(self.cached)]:  # a new sequence: start afresh
                 self.cache.reset(0)
             lm = self.plain_logprobs if self.reference else self.cached_logprobs
-            draft = rescore_locally(logprobs, context, self.k, self.alpha, lm, self.positions(logprobs))
+            draft = rescore_locally(logprobs, context, self.k, self.alpha, lm,
+                                    reached_positions(logprobs, self.reach))
             # The drafted tokens may be rejected: keep only context[:-1] in the cache, so that the
             # next step (whose context extends this one, or repeats it) feeds at least one token.
             self.cache.truncate(len(context) - 1 - self.cache.start)
             self.cached = list(context[:self.cache.start + self.cache.length])
             return [draft]
-
-    def positions(self, logprobs):
-        """How many leading positions verification reaches with probability >= reach."""
-        reached = logprobs[1:].max(-1).values.cumsum(0).exp().tolist()
-        return 1 + next((i for i, r in enumerate(reached) if r < self.reach), len(reached))
 
     def cached_logprobs(self, seq):
         """The small LM's next-token log-probs after seq [V], feeding only what its cache lacks."""
