@@ -83,6 +83,14 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description="Exact blockwise parallel decoding with a tiny GPT.",
                                 allow_abbrev=False, epilog=epilog(),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_modes(p)
+    add_model_flags(p)
+    add_run_flags(p)
+    return p.parse_args(argv)
+
+
+def add_modes(p):
+    """What to do: one of these (none: --demo)."""
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--demo", action="store_true", help="show greedy vs BPD vs refined drafts")
     mode.add_argument("--prompt", help="generate a continuation of this text")
@@ -93,6 +101,10 @@ def parse_args(argv=None):
     mode.add_argument("--tasks", action="store_true", help="per-task block efficiency and the paper's "
                       "analyses on the five tasks (tasks.py; default checkpoint: "
                       "checkpoints/minibpd-tasks.pt); --prompts: examples per task")
+
+
+def add_model_flags(p):
+    """Which model, decoder and settings."""
     p.add_argument("--max-new-tokens", type=int, default=None, help=f"--prompt (default "
                    f"{PROMPT_TOKENS}), --demo (default and at most {DEMO_TOKENS})")
     p.add_argument("--decoder", default="bpd", help="decoder for --prompt: greedy, " + ", ".join(decoders.DECODERS))
@@ -118,21 +130,26 @@ def parse_args(argv=None):
     p.add_argument("--reference", action="store_true", help="run the readable implementations "
                    "(each head through BPDHead.forward, lattice.best_paths, the plain neural "
                    "rescoring loop): the same tokens and steps, slower")
-    p.add_argument("--json", action="store_true", help="--bench: print one JSON object only")
+    p.add_argument("--k", type=int, default=None, help="lattice width (default: tuned)")
+    p.add_argument("--p", type=int, default=None, help="drafts verified per call by p-best")
+    p.add_argument("--alpha", type=float, default=None, help="LM interpolation weight in [0, 1]")
+
+
+def add_run_flags(p):
+    """How much to run and what to print."""
+    p.add_argument("--json", action="store_true", help="--bench, --tasks, --scale: print one JSON "
+                   "object only")
     p.add_argument("--text", help="--bench: take prompts from this UTF-8 file, not the test split")
     p.add_argument("--prompts", type=int, default=None, help="--bench, --tune: number of prompts "
                    f"(default 16); --tasks: test examples per task (default {TASK_EXAMPLES})")
     p.add_argument("--new-tokens", type=int, default=128, help="--bench, --tune: tokens per prompt")
-    p.add_argument("--k", type=int, default=None, help="lattice width (default: tuned)")
-    p.add_argument("--p", type=int, default=None, help="drafts verified per call by p-best")
-    p.add_argument("--alpha", type=float, default=None, help="LM interpolation weight in [0, 1]")
     p.add_argument("--objective", default="block_efficiency", choices=analysis.OBJECTIVES,
                    help="--tune: what to maximise; tokens_per_s times every setting (machine-"
                    "specific: needs --tuned FILE)")
     p.add_argument("--sweep", action="store_true", help="--bench: sweep k, p, alpha, heads (tune split)")
-    p.add_argument("--plot", metavar="DIR", help="--bench: also write PNG figures (needs matplotlib)")
+    p.add_argument("--plot", metavar="DIR", help="--bench, --tasks, --scale: also write PNG "
+                   "figures (needs matplotlib)")
     p.add_argument("--no-color", action="store_true")
-    return p.parse_args(argv)
 
 
 # ----------------------------------------------------------------------------- checks and loading
