@@ -108,12 +108,14 @@ def repetition(drafts):
 
 def repetition_table(runs_by_name, items):
     """Each drafter's own drafts (p-best: its best-scoring path), and the greedy text itself over
-    the same windows as BPD's drafts, so natural repetition ('ll', '  ') is not blamed on heads."""
+    the same windows as BPD's drafts, so natural repetition ('ll', '  ') is not blamed on heads;
+    for the greedy text also phrase_repeat, the share of it inside a repeated 12-token phrase."""
     out = {name: repetition([s["drafts"][0] for r in runs for s in r["steps"]])
            for name, runs in runs_by_name.items()}
     windows = [answer[s["context"] - 1:s["context"] - 1 + len(s["drafts"][0])]
                for (_, answer, _), r in zip(items, runs_by_name["bpd"]) for s in r["steps"]]
-    out["greedy_text"] = repetition(windows)
+    out["greedy_text"] = {**repetition(windows),      # and loops, which adjacent repeats miss:
+                          "phrase_repeat": phrase_repetition_all([a[p:] for p, a, _ in items])}
     return out
 
 
@@ -271,6 +273,41 @@ def tune(model, items, n, res, log=print, objective="block_efficiency", speed=No
                 best = (score, dict(zip(keys, values)))
         chosen[name] = best[1]
     return chosen, scores
+
+
+# ----------------------------------------------------------------------------- phrase loops
+
+def repeated_positions(tokens, span=12):
+    """Which tokens of one output lie inside a repeated phrase: [len(tokens)] bools, True at i
+    when some span-long window containing i equals a window that starts earlier in the same
+    `tokens` (the earlier one may overlap it, so a run 'aaaa...' or a short cycle counts from its
+    second period on; the first occurrence never counts). Pass the generated tokens only: a
+    phrase copied once from the prompt is ordinary text (a name, a keyword), a loop repeats
+    within the model's own output."""
+    if isinstance(span, bool) or not isinstance(span, int) or span < 1:
+        raise ValueError(f"span must be an int >= 1, got {span!r}")
+    seen, out = set(), [False] * len(tokens)
+    for s in range(len(tokens) - span + 1):
+        key = tuple(tokens[s:s + span])
+        if key in seen:                      # seen holds only windows that start before s
+            out[s:s + span] = [True] * span
+        seen.add(key)
+    return out
+
+
+def phrase_repetition(tokens, span=12):
+    """Our guard for loops (not in Kim et al.: §6.1's adjacent repetition sees 'll' and runs of
+    one token, not a repeated phrase like '"__del__()", "__del__()", '): the share of one
+    output's generated tokens that lie inside a repeated span-long phrase (repeated_positions).
+    0.0 for an empty output."""
+    return sum(repeated_positions(tokens, span)) / max(1, len(tokens))
+
+
+def phrase_repetition_all(outputs, span=12):
+    """phrase_repetition over several outputs (lists of generated tokens), weighted by length:
+    every generated token counts once, as in the adjacent measure. 0.0 for no tokens."""
+    marked = [m for out in outputs for m in repeated_positions(out, span)]
+    return sum(marked) / max(1, len(marked))
 
 
 # ----------------------------------------------------------------------------- quality of the output

@@ -304,7 +304,8 @@ class TaskResult:
     head_accuracy: list             # ours: top-1 agreement with greedy
     repetition: dict                # Kim Table 3: BPD's drafts: adjacent_repeat, longest_run
     repetition_2gram: dict          # ... after 2-gram rescoring (the ngram decoder at order 2)
-    quality: dict                   # greedy output against the reference: the task's metric first
+    quality: dict                   # greedy output against the reference (the task's metric
+                                    # first), and its phrase_repeat (a loop guard)
     in_domain: dict                 # {rescoring decoder: block efficiency with in-domain rescorers}
 
 
@@ -362,7 +363,8 @@ def run_task(model, res, res_in, chosen, examples, metric, vocab, verify="auto")
             model, items, lambda a: decoders.make("ngram", res, two, a)) for s in r["steps"]]),
         quality={name: sum(fn(decode(g, vocab), decode(t, vocab)) for g, (_, t) in
                            zip(greedy, examples)) / len(examples)
-                 for name, fn in sorted(analysis.QUALITY.items(), key=lambda kv: kv[0] != metric)},
+                 for name, fn in sorted(analysis.QUALITY.items(), key=lambda kv: kv[0] != metric)}
+        | {"phrase_repeat": analysis.phrase_repetition_all(greedy)},
         in_domain={k: analysis.be_of(model, items, res_in, k, chosen[k]) for k in refined
                    if {"alpha"} <= set(chosen[k]) and chosen[k].get("alpha", 0) > 0})
 

@@ -16,7 +16,8 @@ import torch.nn.functional as F
 import tasks
 from minibpd import (CHECKPOINT, GPT, CheckpointError, build_model, decode_rows, file_sha256,
                      load_checkpoint)
-from training import as_tensors, batches, evaluate, fit, git_revision, half, head_losses, train
+from training import (anchor_kl, as_tensors, batches, evaluate, fit, git_revision, half,
+                      head_losses, train)
 
 
 # ----------------------------------------------------------------------------- self-distillation
@@ -29,7 +30,8 @@ from training import as_tensors, batches, evaluate, fit, git_revision, half, hea
 #   joint   everything trains: head 1 keeps learning the corpus (quality), heads 2..h the greedy
 #           future, regenerated every --regen-every steps from the current model.
 # --teacher base: a frozen copy of --base generates the data instead (a control: the data then
-# cannot follow the trunk). The rescorer, vocabulary and splits are copied from --base.
+# cannot follow the trunk). --anchor X (joint): X x KL(base || model) of head 1 on the greedy
+# windows, so that the model cannot buy predictability by looping (README: the honest guard). The rescorer, vocabulary and splits are copied from --base.
 
 DISTILLED = os.path.join(os.path.dirname(CHECKPOINT), "minibpd-distilled.pt")
 VARIANTS, TEACHERS = ("frozen", "joint"), ("current", "base")
@@ -60,10 +62,12 @@ def greedy_agreement(model, data, rows=64, seed=0):
         return head_losses(model, windows, mask, skip=1)[1].tolist()
 
 
-def distill_loss(model, splits, args, gen, teacher):
-    """-> loss_at(step) for fit: joint: head 1 on a corpus batch plus head_weight x heads 2..h on
-    a greedy batch (a weighted mean as joint_loss); frozen: heads 2..h only."""
-    T, h, w, pool = model.config.block_size, model.config.n_bpd_heads, args.head_weight, {}
+def distill_loss(model, splits, args, gen, teacher, base=None):
+    """-> loss_at(step) for fit: joint: head 1 on a corpus batch plus head_weight x heads 2..h and
+    anchor x head 1's KL from `base` (training.anchor_kl) on a greedy batch, a weighted mean as
+    joint_loss; frozen: heads 2..h only."""
+    T, h, w, a, pool = (model.config.block_size, model.config.n_bpd_heads, args.head_weight,
+                        args.anchor, {})
 
     def loss_at(step):
         if step % args.regen_every == 0:
@@ -71,16 +75,20 @@ def distill_loss(model, splits, args, gen, teacher):
             pool["windows"], pool["mask"] = greedy_windows(teacher, splits["train"], args.gen_rows, gen)
             pool["gen_s"] = pool.get("gen_s", 0.0) + time.time() - g0
         pick = torch.randint(args.gen_rows, (args.batch_size,), generator=gen)
-        heads = head_losses(model, pool["windows"][pick], pool["mask"][pick], skip=1)[0]
+        windows, mask = pool["windows"][pick], pool["mask"][pick]
+        logits = model.head_logits(model(windows[:, :T]))                  # [B, T, h, V]
+        heads = head_losses(model, windows, mask, skip=1, logits=logits)[0]
+        kl = anchor_kl(base, windows[:, :T], logits[:, :, 0], mask) if a else torch.zeros(())
         if args.distill == "joint":
             chunk = batches(splits["train"], args.batch_size, T + h, gen)
             first = F.cross_entropy(model.lm_head(model(chunk[:, :T])).flatten(0, 1),
                                     chunk[:, 1:T + 1].flatten())
-            loss = (first + w * heads.sum()) / (1 + w * (h - 1))
+            loss = (first + a * kl + w * heads.sum()) / (1 + a + w * (h - 1))
         else:
             first, loss = torch.tensor(float("nan")), heads.mean()
         return loss, lambda: (f"head 1 (corpus) {first.item():.2f} heads 2..{h} (greedy) "
                               + " ".join(f"{x:.2f}" for x in heads.tolist())
+                              + (f" head 1 KL from base {kl.item():.3f}" if a else "")
                               + f" | {pool['gen_s'] / 60:.1f} min generating")
     return loss_at, pool
 
@@ -104,8 +112,9 @@ def distill(args, log=print):
             p.requires_grad_(False)
         for p in model.heads.parameters():
             p.requires_grad_(True)
-    teacher = copy.deepcopy(model).eval() if args.teacher == "base" else model
-    loss_at, pool = distill_loss(model, splits, args, gen, teacher)
+    base = copy.deepcopy(model).eval() if args.teacher == "base" or args.anchor else None
+    teacher = base if args.teacher == "base" else model
+    loss_at, pool = distill_loss(model, splits, args, gen, teacher, base)
     secs = fit(model, args, loss_at, f"distill {args.distill}",
                splits["tune"] if args.distill == "joint" else None, log)
     losses, accs = evaluate(model, splits["test"])
@@ -116,6 +125,7 @@ def distill(args, log=print):
     record = {"variant": args.distill, "base": os.path.basename(args.base),
               "base_sha256": file_sha256(args.base), **{k: getattr(args, k) for k in keep},
               "head_weight": args.head_weight if args.distill == "joint" else None,
+              "anchor": args.anchor if args.distill == "joint" else None,
               "seconds": round(secs), "seconds_generating": round(pool["gen_s"]),
               "test_loss": losses, "test_acc": accs, "tune_greedy_agreement": agree,
               "base_test_loss": base_loss, "base_tune_greedy_agreement": base_agree,

@@ -3,10 +3,13 @@ trunk/head-1 weights bit-identical, the joint variant saves a loadable checkpoin
 is its own greedy output, batched greedy generation matches greedy_decode, bad flags exit 2."""
 import pytest
 import torch
+from hypothesis import given, strategies as st
 
 
 import minibpd
 import train_heads
+import training
+from conftest import examples, tiny_model
 from test_train_heads import CODE, TINY, fails, files_under
 
 DISTIL = ["--steps", "4", "--batch-size", "4", "--log-every", "1000", "--threads", "1",
@@ -104,3 +107,44 @@ def test_distill_defaults(tmp_path):
     plain = train_heads.parse_args([])
     train_heads.check_distill_args(plain)
     assert plain.steps == 5000 and plain.out == minibpd.CHECKPOINT and plain.distill is None
+
+
+# ----------------------------------------------------------------------------- --anchor
+
+@examples(0.4)
+@given(seed=st.integers(0, 10**6), plen=st.integers(1, 8))
+def test_the_anchor_by_brute_force(seed, plen):
+    """training.anchor_kl is KL(base || model) of head 1 averaged over the kept positions."""
+    model, other = tiny_model(seed, 5, 1, 3, 8), tiny_model(seed + 1, 5, 1, 3, 8)   # h 3, T 8
+    g = torch.Generator().manual_seed(seed)
+    windows = torch.randint(5, (4, 11), generator=g)
+    mask = (torch.arange(8) >= plen - 1).expand(4, 8)
+    own = model.lm_head(model(windows[:, :8]))
+    kl = training.anchor_kl(other, windows[:, :8], own, mask)
+    assert training.anchor_kl(model, windows[:, :8], own, mask).abs() < 1e-12
+    logp, ref = torch.log_softmax(own, -1), torch.log_softmax(other.lm_head(other(windows[:, :8])), -1)
+    kept = [(b, t) for b in range(4) for t in range(8) if t >= plen - 1]
+    want = sum((ref[b, t].exp() * (ref[b, t] - logp[b, t])).sum() for b, t in kept) / len(kept)
+    assert kl.item() == pytest.approx(want.item(), rel=1e-9)
+
+
+def test_joint_with_anchor_records_it(base, tmp_path):
+    out = str(tmp_path / "anchored.pt")
+    train_heads.main(DISTIL + ["--distill", "joint", "--base", base, "--out", out, "--teacher",
+                               "base", "--anchor", "1.0"])
+    model, ck = minibpd.load_checkpoint(out)
+    assert ck["distill"]["anchor"] == 1.0
+    for p in prompts_of(ck):
+        assert minibpd.bpd_decode(model, p, 40)[0] == minibpd.greedy_decode(model, p, 40)
+
+
+@pytest.mark.parametrize("bad, named", [
+    (["--distill", "joint", "--anchor", "-1"], "--anchor must be a finite number >= 0, got -1.0"),
+    (["--distill", "joint", "--anchor", "nan"], "--anchor must be a finite number >= 0, got nan"),
+    (["--distill", "frozen", "--anchor", "1"], "--anchor does not apply with --distill frozen"),
+    (["--anchor", "1"], "--anchor only applies with --distill"),
+])
+def test_bad_anchor(bad, named, base, tmp_path, capsys):
+    with_base = ["--base", base] if "--distill" in bad else []
+    err = fails(["--threads", "1", "--out", str(tmp_path / "o.pt")] + with_base + bad, capsys)
+    assert named in err

@@ -153,6 +153,8 @@ def add_distill_args(p, arg):
         type=int, default=50)
     arg("--gen-rows", "--distill: greedy continuations generated per regeneration, as the rows "
         "of one batched KV cache", type=int, default=128)
+    arg("--anchor", "--distill joint: loss weight of KL(base || model) of head 1 on the greedy "
+        "windows (next to head 1's weight 1 on the corpus)", type=float, default=0.0, metavar="X")
     arg("--teacher", "--distill: which model generates the greedy data: 'current' (the model "
         "being trained, as it trains) or 'base' (a frozen copy of --base)", default="current",
         metavar="WHO")
@@ -167,7 +169,7 @@ def explicit_flags(parser, argv):
 def check_distill_args(args):
     """--distill's and --tasks' own checks (they set their defaults first), before any work."""
     mode = "--distill" if args.distill is not None else "--tasks" if args.tasks else None
-    own = {"--distill": ("regen_every", "gen_rows", "teacher"), "--tasks": ()}
+    own = {"--distill": ("regen_every", "gen_rows", "teacher", "anchor"), "--tasks": ()}
     for flag in ("base",) * (mode is None) + sum((v for k, v in own.items() if k != mode), ()):
         if flag in args.given:
             fail(f"--{flag.replace('_', '-')} only applies with "
@@ -186,6 +188,10 @@ def check_distill_args(args):
         if flag in args.given:          # the model and its corpus come from --base
             fail(f"--{flag.replace('_', '-')} does not apply with {mode}: the model, its "
                  "corpus and its rescorer come from --base")
+    if not (math.isfinite(args.anchor) and args.anchor >= 0):
+        fail(f"--anchor must be a finite number >= 0, got {args.anchor}")
+    if args.distill == "frozen" and "anchor" in args.given:
+        fail("--anchor does not apply with --distill frozen: head 1 is frozen")
     for name in ("regen_every", "gen_rows"):
         if getattr(args, name) < 1:
             fail(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")

@@ -47,12 +47,14 @@ def as_tensors(texts, vocab):
 
 # ----------------------------------------------------------------------------- losses and the fit loop
 
-def head_losses(model, chunk, mask=None, skip=0):
+def head_losses(model, chunk, mask=None, skip=0, logits=None):
     """Cross entropy and top-1 accuracy of heads skip+1..h on chunk [B, T + h]: head i at position
-    t is scored on token t + i. mask [B, T] (optional): the positions that count. -> ([h'], [h'])"""
+    t is scored on token t + i. mask [B, T] (optional): the positions that count. logits: every
+    head's on chunk[:, :T], if already computed. -> ([h'], [h'])"""
     h = model.config.n_bpd_heads
     T = chunk.shape[1] - h
-    logits = model.head_logits(model(chunk[:, :T]))[:, :, skip:]                 # [B, T, h', V]
+    logits = model.head_logits(model(chunk[:, :T])) if logits is None else logits
+    logits = logits[:, :, skip:]                                                 # [B, T, h', V]
     targets = torch.stack([chunk[:, 1 + i:1 + i + T] for i in range(skip, h)], dim=-1)
     if mask is not None:
         logits, targets = logits[mask], targets[mask]                            # [N, h', V]
@@ -146,3 +148,14 @@ def git_revision():
                               text=True, timeout=5).stdout.strip() or "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
+
+
+# ----------------------------------------------------------------------------- quality guards
+
+def anchor_kl(base, inputs, own, mask):
+    """KL(base || model) of head 1 over the masked positions: own [B, T, V] the model's head-1
+    logits on inputs [B, T], base a frozen model. Holds the next-token distribution to the base's
+    on the model's own greedy text, so drifting into loops costs loss where it happens."""
+    with torch.no_grad():
+        ref = F.log_softmax(base.lm_head(base(inputs))[mask], dim=-1)            # [N, V]
+    return F.kl_div(F.log_softmax(own[mask], dim=-1), ref, log_target=True, reduction="batchmean")
