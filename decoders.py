@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import lattice
+import smollm
 from minibpd import (ArgmaxDrafter, HeadSampler, bpd_decode, build_model, check_cache_budget,
                      encode, file_sha256, retrain, sample_decode)
 from ngram import NgramLM
@@ -275,6 +276,7 @@ class Resources:
     def __init__(self, model, ck=None, small=None, lms=None, reference=False, text=None):
         self.model, self.ck, self._small, self.reference = model, ck or {}, small, reference
         self.lms, self.tables, self.text = dict(lms or {}), {}, text
+        self._train_ids = None            # train_text() as token ids, once
 
     def train_text(self):
         """What the n-gram LMs are fitted on: `text` (an in-domain control) or the checkpoint's
@@ -282,6 +284,11 @@ class Resources:
         return self.text if self.text is not None else split_text(self.ck, "train")
 
     def small_lm(self):
+        """The rescorer of 'neural' (Kim §7.1): the checkpoint's small GPT, or for SmolLM2's
+        heads checkpoint an early exit of the base model itself (smollm.EarlyExit)."""
+        if self._small is None and self.ck.get("kind") == smollm.KIND and "rescorer" in self.ck:
+            self._small = smollm.EarlyExit(self.model, self.ck["rescorer_config"]["layers"],
+                                           self.ck["rescorer"]).eval()
         if self._small is None:
             if "rescorer" not in self.ck:
                 raise ValueError("this checkpoint has no rescorer LM for 'neural'; "
@@ -292,10 +299,12 @@ class Resources:
         return self._small
 
     def ngram(self, order):
-        """The NgramLM of this order, fitted on train_text()."""
+        """The NgramLM of this order, fitted on train_text() (tokenized once: SmolLM2's BPE
+        takes a second for its train split)."""
         if order not in self.lms:
-            train = encode(self.train_text(), self.ck["vocab"])
-            self.lms[order] = NgramLM(order, self.model.config.vocab_size).fit(train)
+            if self._train_ids is None:
+                self._train_ids = encode(self.train_text(), self.ck["vocab"])
+            self.lms[order] = NgramLM(order, self.model.config.vocab_size).fit(self._train_ids)
         return self.lms[order]
 
     def table(self, order):

