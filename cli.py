@@ -280,8 +280,9 @@ def demo(args):
     if len(text) < 160:
         raise ValueError(f"checkpoint {args.checkpoint} holds no test text for the demo; use --prompt")
     prompt = random.Random(args.seed).choice(make_prompts(text, vocab, 8, 80))
+    what = "SmolLM2-135M-Instruct" if ck.get("kind") == "smollm2-heads" else "character GPT"
     print(f"minibpd demo: {model.config.n_bpd_heads} BPD heads on a "
-          f"{sum(p.numel() for p in model.parameters()):,}-parameter character GPT "
+          f"{sum(p.numel() for p in model.parameters()):,}-parameter {what} "
           f"({ck.get('corpus', {}).get('name', 'unknown corpus')}), "
           f"{next(model.parameters()).device}, {torch.get_num_threads()} thread(s)"
           + (f"; sampling at temperature {T} (seed {args.seed}): every decoder samples exactly "
