@@ -22,6 +22,7 @@ import decoders
 import figures
 import lattice
 import scale
+import smollm
 import tasks
 from bench import make_prompts
 from checkpoint import to_vocab
@@ -273,26 +274,58 @@ def generate(args):
 # ----------------------------------------------------------------------------- --demo
 
 def demo(args):
-    """Every decoder on one test prompt, the first BPD steps drawn, and greedy vs BPD timed."""
+    """Every decoder on one test prompt (SmolLM2: an English and a Python request), the first BPD
+    steps drawn, and greedy vs BPD timed."""
     model, ck, chosen, res = load(args)
-    vocab, n, T = ck["vocab"], min(args.max_new_tokens, DEMO_TOKENS), args.temperature
-    text = split_text(ck, "test")
-    if len(text) < 160:
-        raise ValueError(f"checkpoint {args.checkpoint} holds no test text for the demo; use --prompt")
-    prompt = random.Random(args.seed).choice(make_prompts(text, vocab, 8, 80))
-    what = "SmolLM2-135M-Instruct" if ck.get("kind") == "smollm2-heads" else "character GPT"
+    vocab, T = ck["vocab"], args.temperature
+    real = ck.get("kind") == smollm.KIND
+    n = min(args.max_new_tokens, smollm.DEMO_TOKENS if real else DEMO_TOKENS)
+    prompts = demo_prompts(args, ck, vocab, real)
     print(f"minibpd demo: {model.config.n_bpd_heads} BPD heads on a "
-          f"{sum(p.numel() for p in model.parameters()):,}-parameter {what} "
+          f"{sum(p.numel() for p in model.parameters()):,}-parameter "
+          f"{'SmolLM2-135M-Instruct' if real else 'character GPT'} "
           f"({ck.get('corpus', {}).get('name', 'unknown corpus')}), "
           f"{next(model.parameters()).device}, {torch.get_num_threads()} thread(s)"
           + (f"; sampling at temperature {T} (seed {args.seed}): every decoder samples exactly "
              "the base model's distribution, block efficiency is what drafting buys" if T else "")
-          + "\n")
-    print(f"prompt (test split): '{show(prompt, vocab)}'")
+          + (f"; {n} new tokens a prompt (`--prompt` for longer)" if real else "") + "\n")
+    gen, all_same = torch.Generator().manual_seed(args.seed), True
+    for i, (label, prompt) in enumerate(prompts):
+        greedy, plain, same = demo_decoders(model, res, chosen, label, prompt, n, gen, args)
+        all_same &= same
+        if i == 0:
+            (draw_tries if T else draw_steps)(model, res, chosen, plain, prompt + greedy,
+                                              len(prompt), vocab)
+    base, prompt = baseline_name(T), prompts[0][1]
+    methods = [decoders.Method(base), decoders.method(decoders.PLAIN, res, {})]
+    tps = bench.tokens_per_s(bench.timings(model, methods, [prompt], n, T, gen, args.verify, 3), n)
+    print(f"\nwall-clock on this machine (median of 3{', first prompt' if len(prompts) > 1 else ''}): "
+          f"{base} {tps[base]:.0f} tok/s, BPD {tps[decoders.PLAIN]:.0f} tok/s: "
+          f"{tps[decoders.PLAIN] / tps[base]:.2f}x (`--bench` times every decoder)")
+    return 0 if all_same else 1
+
+
+def demo_prompts(args, ck, vocab, real):
+    """-> [(label, token ids)]: SmolLM2: its chat template around smollm.DEMO_QUESTIONS; a
+    character model: one prompt of the test split, chosen by --seed."""
+    if real:
+        return [(f"'{q}' (chat template)", encode(smollm.chat(q), vocab)) for q in smollm.DEMO_QUESTIONS]
+    text = split_text(ck, "test")
+    if len(text) < 160:
+        raise ValueError(f"checkpoint {args.checkpoint} holds no test text for the demo; use --prompt")
+    prompt = random.Random(args.seed).choice(make_prompts(text, vocab, 8, 80))
+    return [(f"(test split): '{show(prompt, vocab)}'", prompt)]
+
+
+def demo_decoders(model, res, chosen, label, prompt, n, gen, args):
+    """Greedy, then every decoder on one prompt, one line each. -> (greedy tokens, plain BPD's
+    stats, whether every decoder matched greedy; at T > 0, True)"""
+    T, vocab = args.temperature, res.ck["vocab"]
+    print(f"prompt {label}")
     greedy = greedy_decode(model, prompt, n)
     if T == 0:
         print(f"greedy, {n} calls: '{show(greedy, vocab)}'\n")
-    gen, all_same, plain = torch.Generator().manual_seed(args.seed), True, None
+    all_same, plain = True, None
     for name in decoders.DECODERS:
         m = decoders.method(name, res, chosen[name], prompt + greedy)
         out, stats = m.decode(model, prompt, n, T, gen, args.verify)
@@ -303,14 +336,8 @@ def demo(args):
                 f"{'identical to greedy ✓' if out == greedy else 'DIFFERENT from greedy ✗'}  {sets}")
         print(f"  {name:7s} {stats['calls']:3d} calls, block efficiency "
               f"{stats['block_efficiency']:.2f}  {what}")
-    (draw_tries if T else draw_steps)(model, res, chosen, plain, prompt + greedy, len(prompt), vocab)
-    base = baseline_name(T)
-    methods = [decoders.Method(base), decoders.method(decoders.PLAIN, res, {})]
-    tps = bench.tokens_per_s(bench.timings(model, methods, [prompt], n, T, gen, args.verify, 3), n)
-    print(f"\nwall-clock on this machine (median of 3): {base} {tps[base]:.0f} tok/s, "
-          f"BPD {tps[decoders.PLAIN]:.0f} tok/s: {tps[decoders.PLAIN] / tps[base]:.2f}x "
-          "(`--bench` times every decoder)")
-    return 0 if all_same else 1
+    print()
+    return greedy, plain, all_same
 
 
 def draw_steps(model, res, chosen, stats, answer, plen, vocab, limit=5):

@@ -452,13 +452,22 @@ class Verifier:
     """Stern §3, verify: ONE model call checks every draft. As P rows of a batch ("batch"), or as
     one row holding the drafts' token tree with a tree attention mask ("tree": each drafted token
     once; "auto": tree when a drafter returns several drafts). Both give the same z; `keep` then
-    moves the cache past the accepted tokens."""
+    moves the cache past the accepted tokens. A batch-invariant model (smollm.py) verifies as a
+    batch only: in a tree a node's visible keys sit at other cache slots than in one-token
+    decoding, so its attention adds the same terms in another grouping, and in bf16 that flipped
+    an argmax on SmolLM2 (test_smollm.py)."""
     MODES = ("auto", "batch", "tree")
 
     def __init__(self, model, n_drafts, mode="auto"):
         if mode not in self.MODES:
             raise ValueError(f"verify must be one of {', '.join(self.MODES)}, got {mode!r}")
-        self.model, self.tree = model, mode == "tree" or (mode == "auto" and n_drafts > 1)
+        invariant = getattr(model.config, "batch_invariant", False)
+        if mode == "tree" and invariant:
+            raise ValueError("verify='tree' is not exact on a batch-invariant model (its attention "
+                             "would group a node's keys unlike one-token decoding); use 'batch' "
+                             "or 'auto'")
+        self.model = model
+        self.tree = mode == "tree" or (mode == "auto" and n_drafts > 1 and not invariant)
         # A tree of n drafts of at most h - 1 tokens has at most (n - 1)(h - 1) extra nodes.
         spare = (n_drafts - 1) * (model.config.n_bpd_heads - 1)
         self.cache = KVCache(model, 1, spare) if self.tree else KVCache(model, n_drafts)

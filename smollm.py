@@ -690,6 +690,18 @@ ARCHITECTURE = ("vocab_size", "n_layer", "n_head", "n_kv_head", "n_embd", "n_hid
                 "rope_theta", "rms_eps", "n_positions")
 
 
+DEMO_TOKENS = 48   # new tokens a prompt in `python minibpd.py --demo` (two prompts, <= 60 s here)
+DEMO_QUESTIONS = ("What does a Python list comprehension do?",
+                  "Write a Python function that checks whether a number is prime.")
+
+
+def chat(question):
+    """A user turn in SmolLM2-Instruct's ChatML format (no system turn), ready for the
+    assistant's answer. The model ends an answer with token 2, <|im_end|> (token 0 ends a text);
+    minibpd decodes a fixed number of tokens, so what follows an end is still greedy's."""
+    return f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n"
+
+
 def save_heads(model, path, extra=None):
     """Write the heads-only checkpoint of a loaded model: {"format_version", "kind",
     "gguf_sha256", "config", "heads" (state dict, fp16)} plus `extra` (plain types and tensors,
