@@ -166,6 +166,7 @@ def check_args(args):
         args.checkpoint = TASKS_CHECKPOINT if args.tasks else CHECKPOINT
     if args.prompts is None:
         args.prompts = TASK_EXAMPLES if args.tasks else TUNE_SIZE[0]
+    args.tokens_given = args.max_new_tokens is not None
     if args.max_new_tokens is None:
         args.max_new_tokens = DEMO_TOKENS if demo else PROMPT_TOKENS
     for flag, value in (("--max-new-tokens", args.max_new_tokens), ("--new-tokens", args.new_tokens)):
@@ -281,6 +282,9 @@ def demo(args):
     real = ck.get("kind") == smollm.KIND
     n = min(args.max_new_tokens, smollm.DEMO_TOKENS if real else DEMO_TOKENS)
     prompts = demo_prompts(args, ck, vocab, real)
+    if getattr(args, "tokens_given", False) and args.max_new_tokens > n:
+        print(f"warning: the SmolLM2 demo shows at most {n} new tokens a prompt, not "
+              f"{args.max_new_tokens}; use --prompt TEXT for longer", file=sys.stderr)
     print(f"minibpd demo: {model.config.n_bpd_heads} BPD heads on a "
           f"{sum(p.numel() for p in model.parameters()):,}-parameter "
           f"{'SmolLM2-135M-Instruct' if real else 'character GPT'} "

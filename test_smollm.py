@@ -629,3 +629,13 @@ def test_token_ngram_is_normalised(shipped):
             got = auto.lookup(np.full(20, auto.start(ctx)), some)[0]
             assert got.tolist() == want                                    # bitwise
             np.testing.assert_allclose(logp[some], want, rtol=1e-12, atol=1e-12)
+
+
+def test_demo_on_the_real_model(shipped, capsys):
+    """`python minibpd.py --demo --checkpoint checkpoints/smollm2-heads.pt`, short: both chat
+    prompts, every decoder identical to greedy (exit 0)."""
+    import cli
+    assert cli.main(["--demo", "--checkpoint", HEADS, "--max-new-tokens", "8"]) == 0
+    out = capsys.readouterr().out
+    assert all(q in out for q in smollm.DEMO_QUESTIONS) and "DIFFERENT" not in out
+    assert out.count("identical to greedy ✓") == 2 * len(decoders.DECODERS)
