@@ -690,7 +690,7 @@ ARCHITECTURE = ("vocab_size", "n_layer", "n_head", "n_kv_head", "n_embd", "n_hid
                 "rope_theta", "rms_eps", "n_positions")
 
 
-DEMO_TOKENS = 48   # new tokens a prompt in `python minibpd.py --demo` (two prompts, <= 60 s here)
+DEMO_TOKENS = 32   # new tokens a prompt in `python minibpd.py --demo` (two prompts, <= 60 s here)
 DEMO_QUESTIONS = ("What does a Python list comprehension do?",
                   "Write a Python function that checks whether a number is prime.")
 
