@@ -1,7 +1,7 @@
 """finetune: training a trained model further, from --base: self-distillation of its heads on its
 own greedy output (--distill), and one model for the five tasks (--tasks); and BPD heads for a
-frozen pretrained LM, SmolLM2-135M (--smollm, smollm.py). train_heads.py is the command line;
-training.py the fit loop all use.
+frozen pretrained LM, SmolLM2-135M (--smollm; smollm.py and llama.py). train_heads.py is the
+command line; training.py the fit loop all use.
 """
 import argparse
 import copy
@@ -226,8 +226,8 @@ def finetune_tasks(args, log=print):
 #   3. train    the heads on those states alone: head i at state s is scored on generated token
 #               s + i - 1, the output projection (the tied embedding, frozen) in bf16, batched
 #               over all heads. The early-exit rescorer's adapter trains beside them.
-# Generation runs without the fixed-shape blocks (3x faster here); the rare argmax it flips at a
-# near-tie changes a training target, not the model.
+# Generation runs without the fixed-shape blocks (the plain, faster kernels); the rare argmax
+# it flips at a near-tie changes a training target, not the model.
 
 SMOLLM_OUT = os.path.join(os.path.dirname(CHECKPOINT), "smollm2-heads.pt")
 SMOLLM_DEFAULTS = {"steps": 3000, "lr": 1e-3, "warmup": 50, "batch_size": 160, "heads": 5,

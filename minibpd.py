@@ -452,7 +452,7 @@ class Verifier:
     """Stern §3, verify: ONE model call checks every draft. As P rows of a batch ("batch"), or as
     one row holding the drafts' token tree with a tree attention mask ("tree": each drafted token
     once; "auto": tree when a drafter returns several drafts). Both give the same z; `keep` then
-    moves the cache past the accepted tokens. A batch-invariant model (smollm.py) verifies as a
+    moves the cache past the accepted tokens. A batch-invariant model (llama.py) verifies as a
     batch only: in a tree a node's visible keys sit at other cache slots than in one-token
     decoding, so its attention adds the same terms in another grouping, and in bf16 that flipped
     an argmax on SmolLM2 (test_smollm.py)."""

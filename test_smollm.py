@@ -392,17 +392,30 @@ def test_rotary_permutation_is_undone(n_heads, half, cols):
     assert half == 1 or not torch.equal(permuted, w)          # the permutation does something
 
 
+def imported(module):
+    """(modules imported at the top of module.py, modules imported anywhere in it)"""
+    tree = ast.parse(open(os.path.join(HERE, module + ".py"), encoding="utf-8").read())
+
+    def names(nodes):
+        out = set()
+        for node in nodes:
+            if isinstance(node, ast.Import):
+                out |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                out.add(node.module.split(".")[0])
+        return out
+    return names(tree.body), names(ast.walk(tree))
+
+
 def test_layering_smollm_imports_no_project_module():
-    """smollm.py sits below minibpd: torch, numpy, the standard library, and the optional packages
-    inside functions only."""
-    tree = ast.parse(open(os.path.join(HERE, "smollm.py"), encoding="utf-8").read())
-    top = {a.name.split(".")[0] for node in tree.body if isinstance(node, ast.Import) for a in node.names}
-    top |= {node.module.split(".")[0] for node in tree.body if isinstance(node, ast.ImportFrom)}
-    everywhere = {a.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
-                  for a in node.names}
-    project = {f[:-3] for f in os.listdir(HERE) if f.endswith(".py")} - {"smollm"}
-    assert top <= set(sys.stdlib_module_names) | {"torch", "numpy"}, top
-    assert not everywhere & project
+    """smollm.py and llama.py sit below minibpd: llama.py imports torch and the standard library;
+    smollm.py llama too, numpy, and the optional packages inside functions only."""
+    project = {f[:-3] for f in os.listdir(HERE) if f.endswith(".py")}
+    top, everywhere = imported("llama")
+    assert top <= set(sys.stdlib_module_names) | {"torch"} and not everywhere & project, top
+    top, everywhere = imported("smollm")
+    assert top <= set(sys.stdlib_module_names) | {"torch", "numpy", "llama"}, top
+    assert everywhere & project == {"llama"}
     assert everywhere - top <= {"gguf", "tokenizers"}
 
 
