@@ -6,10 +6,10 @@
 
 The arguments are minibpd.py's; the registry's grids are changed for this run only (for a
 checkpoint of kind smollm2-heads; any other is tuned with the registry's grids), because:
-  * nodes (p-best's token tree, tuned for tokens/s only): smollm's batch-invariant calls run in
-    fixed blocks of row_block = 8 rows, so a call costs the same for 1 to 8 rows (the tail token
-    + up to 7 drafted), twice that for 9 to 16: a budget of 16 or 32 nodes (17 / 33 rows) pays
-    for a block it hardly fills. Here nodes is 7 or 15 (one or two blocks), or 0 (no budget).
+  * nodes (p-best's node budget, tuned for tokens/s only): on this batch-invariant model p-best's
+    paths are verified as rows (tree verification is refused: minibpd.Verifier), so a call's cost
+    grows with the paths kept. Here nodes is 7 or 15 (a few paths of up to 4 drafted tokens),
+    or 0 (no budget).
   * tokens_per_s times one decode per grid point (a 135M-parameter call is ~20x a character
     model's): alpha 0.3 / 0.5 / 0.7 / 0.9, orders 3 and 4 (order 5's table takes 14 s to build
     and the 5-gram DP is the slowest), neural's k = 8 only, its reach 0, 0.05, 0.2, 0.5 (the
