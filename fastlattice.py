@@ -91,6 +91,15 @@ def lattice_lookups(positions, k, V, order):
 DENSE_MAX = 2 ** 21   # log-prob tables up to this many entries (16 MB) are precomputed whole
 
 
+def lookup_sorted(keys, values, query, default):
+    """values at the sorted int64 keys equal to query (any shape), default where absent: the
+    sparse tables' one lookup (NgramTable, the row-free NgramAutomaton)."""
+    if len(keys) == 0:
+        return np.full(np.shape(query), default)
+    i = np.minimum(np.searchsorted(keys, query), len(keys) - 1)
+    return np.where(keys[i] == query, values[i], default)
+
+
 class NgramTable:
     """numpy twin of an NgramLM's lookup: per context length j, the keys (c_j, w) of terms[j]
     and c_j of gammas[j] as sorted int64 codes, values alongside; np.searchsorted. A context's
@@ -140,25 +149,17 @@ class NgramTable:
         Wide codes: -1 for a context the LM never saw (nor, then, any extension of it)."""
         if not self.wide:
             return code + token * self.V ** (j - 1)
-        return self._get(self.edges, code * self.V + token, -1)
+        return lookup_sorted(*self.edges, code * self.V + token, -1)
 
     @staticmethod
     def _table(codes):  # {int code: value} -> (sorted int64 codes, float64 values)
         keys = sorted(codes)
         return np.array(keys, dtype=np.int64), np.array([codes[c] for c in keys], dtype=float)
 
-    @staticmethod
-    def _get(table, codes, default):  # values at int64 codes (any shape), default if absent
-        keys, values = table
-        if len(keys) == 0:
-            return np.full(np.shape(codes), default)
-        i = np.minimum(np.searchsorted(keys, codes), len(keys) - 1)
-        return np.where(keys[i] == codes, values[i], default)
-
     def step(self, j, ctx_code, token, p):
         """One back-off step of NgramLM.logprob, broadcast: term_j(c_j, w) + gamma_j(c_j) * p."""
-        term = self._get(self.terms[j], ctx_code * self.V + token, 0.0)
-        return term + self._get(self.gammas[j], ctx_code, 1.0) * p
+        term = lookup_sorted(*self.terms[j], ctx_code * self.V + token, 0.0)
+        return term + lookup_sorted(*self.gammas[j], ctx_code, 1.0) * p
 
     def logprob(self, contexts, tokens):
         """log P(tokens[r] | contexts[r]) [N]: contexts int [N, J] (only the last order-1
@@ -428,14 +429,6 @@ class NgramAutomaton:
         states, tokens = np.broadcast_arrays(np.asarray(states), np.asarray(tokens))
         return self._sparse_logprob(states, tokens), self._sparse_next(states, tokens)
 
-    @staticmethod
-    def _find(keys, values, query, default):
-        """values at the sorted int64 keys equal to query (any shape), default where absent."""
-        if len(keys) == 0:
-            return np.full(query.shape, default)
-        i = np.minimum(np.searchsorted(keys, query), len(keys) - 1)
-        return np.where(keys[i] == query, values[i], default)
-
     def _sparse_logprob(self, states, tokens):
         """_level's recursion for single (state, token) pairs: from the root up the chain,
         p = term(q, w) + gamma(q) * p, the same float operations in the same order, then math.log."""
@@ -443,7 +436,7 @@ class NgramAutomaton:
         for c in range(self.n, -1, -1):              # root first (the last valid column)
             q = self.chain[states, c]
             at = q >= 0
-            term = self._find(self.term_keys, self.term_values, q * self.V + tokens, 0.0)
+            term = lookup_sorted(self.term_keys, self.term_values, q * self.V + tokens, 0.0)
             p = np.where(at, term + self.gamma[np.maximum(q, 0)] * p, p)
         return np.fromiter(map(math.log, p.ravel().tolist()), float, p.size).reshape(p.shape)
 
@@ -454,7 +447,7 @@ class NgramAutomaton:
         found = np.zeros(states.shape, dtype=bool)
         for c in range(self.n + 1):                  # deepest first
             q = self.chain[states, c]
-            child = self._find(self.child_keys, self.child_ids, q * self.V + tokens, -1)
+            child = lookup_sorted(self.child_keys, self.child_ids, q * self.V + tokens, -1)
             new = ~found & (q >= 0) & (child >= 0)
             out[new], found = child[new], found | new
         return out

@@ -18,8 +18,8 @@ import torch
 import torch.nn.functional as F
 
 import tasks
-from minibpd import (CHECKPOINT, GPT, CheckpointError, KVCache, build_model, decode_rows,
-                     file_sha256, load_checkpoint, uncached_from)
+from minibpd import (CHECKPOINT, GPT, CheckpointError, build_model, decode_rows, file_sha256,
+                     load_checkpoint, matched)
 from training import (anchor_kl, as_tensors, batches, evaluate, fit, git_revision, half,
                       head_losses, train)
 
@@ -294,23 +294,17 @@ def prompt_batches(text, vocab, n, gen):
 @torch.no_grad()
 def greedy_states(model, rows, n):
     """rows [P, L] -> (tokens [P, n], z [P, n, C] fp32, exit [P, n, C] bf16): P greedy
-    continuations of n tokens (one KV cache, minibpd.decode_rows' loop), and the states that
-    predicted them: z[:, s] is the final hidden state whose head 1 gave tokens[:, s], exit[:, s]
-    the residual stream after EXIT_LAYERS blocks at the same position."""
-    cache, tokens, zs, exits = KVCache(model, rows=len(rows)), [], [], []
+    continuations of n tokens (minibpd.decode_rows), and the states that predicted them:
+    z[:, s] is the final hidden state whose head 1 gave tokens[:, s], exit[:, s] the residual
+    stream after EXIT_LAYERS blocks at the same position."""
+    zs, exits = [], []
     grab = model.blocks[EXIT_LAYERS - 1].register_forward_hook(
         lambda module, args, out: exits.append(out[:, -1].to(torch.bfloat16)))
     try:
-        for _ in range(n):
-            tail = rows[:, uncached_from(model, cache, rows.shape[1]):]
-            z = model(tail, cache)[:, -1]                               # [P, C]
-            cache.advance(tail.shape[1], row=None)
-            zs.append(z.float())
-            tokens.append(model.lm_head(z).argmax(-1, keepdim=True))    # [P, 1]
-            rows = torch.cat([rows, tokens[-1]], dim=1)
+        out = decode_rows(model, rows, n, states=zs)
     finally:
         grab.remove()
-    return torch.cat(tokens, 1), torch.stack(zs, 1), torch.stack(exits, 1)
+    return out[:, rows.shape[1]:], torch.stack(zs, 1).float(), torch.stack(exits, 1)
 
 
 def generate_split(model, text, vocab, n, gen, log, label):
@@ -416,8 +410,7 @@ def replay_heads(preds, tokens, heads):
         k, calls = 1, calls + 1                           # the prompt's call gives token 0
         while k < T:
             m = min(heads - 1, T - k)
-            guess = row[k - 1][1:m + 1]
-            a = next((j for j in range(m) if guess[j] != truth[k + j]), m)
+            a = matched(row[k - 1][1:m + 1], truth[k:k + m])
             k, calls = k + a + 1, calls + 1
     return len(tokens) * T / calls
 

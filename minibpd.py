@@ -380,15 +380,18 @@ def next_token(model, z, temperature, generator=None):
 
 
 @torch.no_grad()
-def decode_rows(model, rows, n, temperature=0.0, generator=None):
+def decode_rows(model, rows, n, temperature=0.0, generator=None, states=None):
     """rows [P, L] -> [P, L + n]: P independent sequences of one length, each continued one token
     per model call with the KV cache (each row its own sequence), with the windows of
-    window_start."""
+    window_start. `states`, a list, gains each call's final hidden states z [P, C] (the states
+    that chose the new tokens: self-distillation keeps them)."""
     cache = KVCache(model, rows=len(rows))
     for _ in range(n):
         tail = rows[:, uncached_from(model, cache, rows.shape[1]):]
         z = model(tail, cache)[:, -1]                                   # [P, C]
         cache.advance(tail.shape[1], row=None)
+        if states is not None:
+            states.append(z)
         rows = torch.cat([rows, next_token(model, z, temperature, generator)], dim=1)
     return rows
 
