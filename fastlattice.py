@@ -585,13 +585,19 @@ def _viterbi(auto, first, lp0, tokens, logprobs, history, alpha):
             alive, nxt = alive[keep], nxt[keep]
         states, scores = nxt, E[alive]
         back.append(alive)                                               # flat index in E
+    return _backtrace(E.ravel(), back, tokens), lookups
+
+
+def _backtrace(E, back, tokens):
+    """The best final partial of E [N x K] (the first of equal maxima) and its ranks, followed
+    back through `back` (each position's surviving flat indices). -> (score, ranks)"""
     flat, ranks = int(E.argmax()), []
-    score = float(E.ravel()[flat])
+    score = float(E[flat])
     for i in reversed(range(len(tokens))):  # flat index in E = parent x K + rank
         parent, rank = divmod(flat, len(tokens[i]))
         ranks.append(rank)
         flat = int(back[i - 1][parent]) if i else 0
-    return (score, ranks[::-1]), lookups
+    return score, ranks[::-1]
 
 
 def _automaton(lm, automaton, history, top):
