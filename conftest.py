@@ -22,12 +22,17 @@ set_threads()  # one thread, as every command (README, "Threads")
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not torch.cuda.is_available(), reason="CUDA not available"))]
-for _name, _n in (("quick", 5), ("default", 25), ("thorough", 250)):
-    settings.register_profile(_name, max_examples=_n, deadline=None,   # quick: no shrinking
-                              phases=list(Phase)[:-2] if _name == "quick" else list(Phase),
+# Every example is bounded to seconds (sizes, the readable DP's cells), so that a failure is
+# reported in minutes: hypothesis shrinks for at most 5 minutes of its own accord, a deadline of
+# 60 s fails an example that runs away instead of letting it stall the suite, and in CI (where
+# CI is set) nothing is shrunk: the first failing example is reported as found.
+for _name, _n in (("quick", 5), ("default", 25), ("ci", 25), ("thorough", 250)):
+    settings.register_profile(_name, max_examples=_n, deadline=60_000, print_blob=True,
+                              phases=[p for p in Phase if p not in (Phase.shrink, Phase.explain)]
+                              if _name in ("quick", "ci") else list(Phase),
                               suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                      HealthCheck.too_slow])
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "default"))
 
 
 def examples(scale=1.0):

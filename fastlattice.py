@@ -237,6 +237,26 @@ def _extend(S, term, m, n):
     return E, [m, *range(m - 1), m + 1], m - 1, m  # E: [K.. (m - 1), K, K_oldest, Q]
 
 
+def unravel(flat, shape):
+    """np.unravel_index(flat, shape) by integer arithmetic. numpy 2.x's own returns wrong
+    coordinates for an (N, 1) index array of more than 8,192 entries, the shape _select's
+    columns have (numpy issue #31980): p-best then returned the right scores on the wrong
+    paths. -> one int64 array per axis, each of flat's shape."""
+    coords, flat = [], np.asarray(flat, dtype=np.int64)
+    for size in reversed(shape):
+        flat, r = np.divmod(flat, size)
+        coords.append(r)
+    return coords[::-1]
+
+
+def ravel(coords, shape):
+    """np.ravel_multi_index(coords, shape) by integer arithmetic (see unravel)."""
+    flat = np.zeros(np.shape(coords[0]), dtype=np.int64)
+    for c, size in zip(coords, shape):
+        flat = flat * size + c
+    return flat
+
+
 def _trace(back, idx):
     """Rank tuples [.., len(back)] of the partials at indices idx (any shape) of the latest S,
     following back-pointers back[i] = (parent index in the previous S, rank at position i)."""
@@ -279,8 +299,8 @@ def best_paths_fast(lattice, lm, history, p, alpha, table=None):
         g = 0 if i == lattice.h - 1 else g  # last position: one group, the global p best
 
         def locate(flat):  # E flat index -> (parent index in S, rank at position i)
-            at = np.unravel_index(flat, E.shape)
-            return np.ravel_multi_index([at[a] for a in s_axes], S.shape), at[r_axis]
+            at = unravel(flat, E.shape)
+            return ravel([at[a] for a in s_axes], S.shape), at[r_axis]
 
         def ranks(flat):  # rank tuples [.., i + 1] of E's elements (only needed for ties)
             parent, rank = locate(flat)

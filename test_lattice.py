@@ -595,3 +595,36 @@ def test_top_k_ids_is_the_stable_sort(h, vocab, k, tied, inf, rs):
     lp[rng.random(lp.shape) < 0.05] = -0.0                  # -0.0 ties 0.0
     want = np.argsort(-lp, axis=1, kind="stable")[:, :k]
     assert fastlattice.top_k_ids(lp, k).tolist() == want.tolist()
+
+
+# ----------------------------------------------------------------------------- wide lattices
+# p-best returned the right scores on the wrong paths once the DP held more than 8,192 states of
+# one candidate each: numpy 2.x's np.unravel_index misreads an (N, 1) index array past its
+# iterator's buffer (numpy issue #31980). Small lattices never reach that size, so these tests
+# build wide ones (large k, orders up to 5) and check each returned path's OWN score.
+
+def test_unravel_is_numpy_unravel_index_done_right():
+    from fastlattice import ravel, unravel
+    flat = np.arange(29_791).reshape(-1, 1)                      # the shape _select returns
+    shape = (31, 31, 31, 1, 1)
+    want = [flat // 961, flat // 31 % 31, flat % 31, 0 * flat, 0 * flat]
+    assert all((a == b).all() for a, b in zip(unravel(flat, shape), want))
+    assert (ravel(unravel(flat, shape), shape) == flat).all()
+
+
+@pytest.mark.parametrize("V_, k, order, p, h", [(31, 31, 4, 3, 6), (12, 12, 5, 4, 7),
+                                                (40, 16, 4, 4, 7), (21, 21, 4, 1, 5)])
+def test_wide_lattices_return_each_path_with_its_own_score(V_, k, order, p, h):
+    rng = random.Random(V_ * 1000 + order)
+    lm = NgramLM(order, V_).fit([rng.randrange(V_) for _ in range(400)])
+    head = np.log(np.random.default_rng(order).dirichlet(np.ones(V_), size=h))
+    lat = Lattice.from_logprobs(head, k, first=rng.randrange(V_))
+    history = [rng.randrange(V_) for _ in range(5)]
+    got = best_paths_fast(lat, lm, history, p, 0.7)
+    for s, tokens in got:
+        assert abs(path_score(lat, lm, history, tokens, 0.7) - s) <= 1e-9 * max(1, abs(s)), tokens
+    from fastlattice import best_path_viterbi                   # another algorithm: the same best
+    best = best_path_viterbi(lat, lm, history, 0.7)
+    assert got[0][1] == best[1] and abs(got[0][0] - best[0]) <= 1e-9 * max(1, abs(best[0]))
+    scores = [s for s, _ in got]
+    assert scores == sorted(scores, reverse=True) and len({tuple(t) for _, t in got}) == len(got)
