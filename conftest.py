@@ -14,10 +14,12 @@ import pytest
 import torch
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
-import cli
+from lab import cli
 import train_heads
-from minibpd import GPT, GPTConfig, set_threads
+from minibpd import GPT, GPTConfig
+from runtime.threads import set_threads
 
+ROOT = os.path.dirname(os.path.abspath(__file__))   # the repository
 set_threads()  # one thread, as every command (README, "Threads")
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(

@@ -14,11 +14,13 @@ last n-1 tokens, so a DP over (position, last n-1 tokens) finds the p best paths
 break by the rank tuple (each token's index in its position's list), lexicographically smaller
 first: the heads' own ordering wins.
 
-This module reads as the paper: the lattice, the readable DP `best_paths`, the oracle, local
-rescoring and the drafters. The fast twins the decode loop runs (`best_paths_fast` over
-`NgramTable`, and for p = 1 the exact Viterbi `ngram_draft` over `NgramAutomaton`) live in
-fastlattice.py, with the one scoring rule `interpolate` and the settings checks (re-exported
-here): the same paths, proven equal to this module's and to brute force in test_lattice.py.
+This module reads as the paper: the scoring rule `interpolate`, the settings and budgets, the
+lattice, the readable DP `best_paths`, the oracle, local rescoring and the drafters. It imports
+nothing fast. The fast twins the decode loop runs by default build on it and are checked
+against it (tests/test_lattice.py, tests/decoders/test_refine.py): decoders/fastlattice.py
+(`best_paths_fast`, p-best by whole-array numpy operations) and decoders/viterbi.py (the exact
+p = 1 Viterbi of `ngram`); `--reference` (one switch: decoders.Resources(reference=True))
+runs this module's versions instead.
 """
 import math
 import threading
@@ -28,11 +30,76 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fastlattice import (EAGER_BYTES, MAX_DP_CELLS, MAX_ORDER, NgramAutomaton,  # noqa: F401
-                         NgramTable, best_path_viterbi, best_paths_fast, check_dp_budget,
-                         check_settings, dp_cells, interpolate, lattice_lookups, ngram_draft,
-                         top_k_ids)
-from minibpd import KVCache, model_call, window_start
+from runtime.kvcache import KVCache, is_int, model_call, window_start
+
+# ============================================================================= the scoring rule and its budgets
+
+MAX_ORDER = 8            # n-gram orders above this take minutes to fit in pure Python
+MAX_DP_CELLS = 2 ** 22   # the most partial-path scores the p-best DP may hold at one position
+
+
+def interpolate(head_logprob, lm_logprob, alpha):
+    """The score of one token: the heads' log-prob interpolated with an LM's (Kim §7). Works on
+    floats, numpy arrays and torch tensors alike; every rescorer, path_score and the fast twins
+    use it, so this is the one line to change. Our reading: Kim et al. interpolate logits; we interpolate log-probs,
+    which differ per position by a constant (the log-normaliser) and so rank alike."""
+    return (1 - alpha) * head_logprob + alpha * lm_logprob
+
+
+def check_settings(k=1, p=1, alpha=0.0, order=1, nodes=0):
+    """Clear errors for impossible settings (k larger than the vocabulary is clamped to it): the
+    one check of every drafter, the registry, tuned files and the command line."""
+    for name, value in (("k", k), ("p", p), ("order", order)):
+        if not is_int(value) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    if not is_int(nodes) or nodes < 0:
+        raise ValueError(f"nodes must be an integer >= 0 (0: no budget), got {nodes!r}")
+    if order > MAX_ORDER:
+        raise ValueError(f"order must be at most {MAX_ORDER} (a higher-order n-gram LM takes "
+                         f"minutes to fit and the DP grows as k^order), got {order}")
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha must be a number in [0, 1], got {alpha!r}")
+
+
+def dp_cells(k, p, order, V):
+    """Most partial-path scores the p-best DP holds at one position: the candidates of the last
+    `order` positions (the LM's state and the new token) x p. 5-gram, k=8, p=16: 524,288."""
+    return min(k, V) ** order * p
+
+
+def check_dp_budget(k, p, order, V):
+    """Refuse, up front, a DP over MAX_DP_CELLS (README, "Limits", gives its cost)."""
+    cells = dp_cells(k, p, order, V)
+    if cells > MAX_DP_CELLS:
+        raise ValueError(f"k={k}, p={p} with an order-{order} LM would make the p-best DP hold "
+                         f"min(k, V)^order x p = {cells:,} scores a step; the budget is "
+                         f"{MAX_DP_CELLS:,} (lower k, p or the order)")
+
+
+def top_k_ids(lp, k):
+    """The k best ids of each row of lp [h, V] (float64, NaN-free), best first, exact ties to
+    the smaller id: np.argsort(-lp, axis=1, kind="stable")[:, :k], without sorting whole rows
+    (SmolLM2's V = 49,152). np.partition finds each row's k-th best value; every id above it, then
+    the smallest ids equal to it, make the k, and a stable sort of those k orders them."""
+    h, V = lp.shape
+    k = min(k, V)
+    if V <= 8 * k:
+        return np.argsort(-lp, axis=1, kind="stable")[:, :k]
+    kth = -np.partition(-lp, k - 1, axis=1)[:, k - 1]                   # [h]
+    out = np.empty((h, k), dtype=np.int64)
+    for i, row in enumerate(lp):
+        above = np.flatnonzero(row > kth[i])
+        ids = np.sort(np.concatenate([above, np.flatnonzero(row == kth[i])[:k - len(above)]]))
+        out[i] = ids[np.argsort(-row[ids], kind="stable")]
+    return out
+
+
+def lattice_lookups(positions, k, V, order):
+    """(context, token) LM evaluations the p-best DP makes on a lattice of `positions` positions
+    (the first certain): at position i, one per state x candidate."""
+    K = [1] + [min(k, V)] * (positions - 1)
+    return sum(math.prod(K[max(0, i - order + 1):i + 1]) for i in range(positions))
+
 
 # ============================================================================= Part 1: the paper
 
@@ -180,31 +247,28 @@ def check_reach(reach):
 class PBestDrafter:
     """Global rescoring (Kim §7.2): the p best lattice paths under interpolate(head log-prob,
     n-gram log-prob, alpha), all verified in one call. p = 1 is 'ngram'; lm=None is the paper's
-    '0-gram' control 'pbest0' (the p best paths by head scores alone). The DP is the numpy twin
-    best_paths_fast, or the readable best_paths with reference=True. nodes > 0 (ours, for speed)
-    keeps the drafts' token tree within that many drafted tokens (within_budget). Settings whose
-    DP exceeds MAX_DP_CELLS are refused here, before any decoding."""
+    '0-gram' control 'pbest0' (the p best paths by head scores alone). `search` is the readable
+    DP best_paths; decoders.fastlattice.FastPBestDrafter replaces only it. nodes > 0 (ours, for
+    speed) keeps the drafts' token tree within that many drafted tokens (within_budget).
+    Settings whose DP exceeds MAX_DP_CELLS are refused here, before any decoding."""
 
-    def __init__(self, k, p, alpha=0.0, lm=None, table=None, name="pbest", reference=False,
-                 nodes=0):
+    def __init__(self, k, p, alpha=0.0, lm=None, name="pbest", nodes=0):
         use_lm = lm is not None and alpha > 0
         check_settings(k, p, alpha, lm.order if use_lm else 1, nodes)
-        self.nodes = nodes
         check_dp_budget(k, p, lm.order if use_lm else 1, lm.vocab_size if lm is not None else k)
-        self.k, self.p, self.alpha, self.lm, self.name = k, p, alpha, lm, name
-        self.table = (table or NgramTable(lm)) if use_lm and not reference else None
-        self.reference, self.max_drafts, self.counts = reference, p, {"ngram_lookups": 0}
+        self.k, self.p, self.alpha, self.lm, self.name, self.nodes = k, p, alpha, lm, name, nodes
+        self.max_drafts, self.counts = p, {"ngram_lookups": 0}
+
+    def search(self, lat, history):
+        """The p best paths [(score, tokens)] of the lattice after `history`."""
+        return best_paths(lat, self.lm, history, self.p, self.alpha)
 
     def __call__(self, logprobs, context):
         lat = head_lattice(logprobs, context, self.k)
         if self.lm is not None and self.alpha > 0:
             self.counts["ngram_lookups"] += lattice_lookups(lat.h, self.k, self.lm.vocab_size,
                                                             self.lm.order)
-        if self.reference:
-            paths = best_paths(lat, self.lm, context[:-1], self.p, self.alpha)
-        else:
-            paths = best_paths_fast(lat, self.lm, context[:-1], self.p, self.alpha, self.table)
-        drafts = [tokens for _, tokens in paths]
+        drafts = [tokens for _, tokens in self.search(lat, context[:-1])]
         return within_budget(drafts, self.nodes) if self.nodes else drafts
 
 
@@ -291,28 +355,6 @@ class NeuralDrafter:
         self.counts["small_lm_calls"] += 1
         self.counts["small_lm_tokens"] += fed
         return F.log_softmax(self.lm.lm_head(z), dim=-1)
-
-
-class ViterbiDrafter:
-    """The `ngram` decoder's drafter (Kim §7.2, p = 1) on the fast path: the same drafts as
-    PBestDrafter(k, 1, alpha, lm), by ngram_draft. Build it once per LM: its automaton walks
-    the LM once; it builds all its rows up front when they take at most EAGER_BYTES (the
-    shipped 3- and 4-gram), else each on first use. Sharing it between threads is safe (a lock)."""
-    max_drafts = 1
-
-    def __init__(self, k, alpha, lm, automaton=None, name="ngram"):
-        use_lm = lm is not None and alpha > 0
-        check_settings(k, 1, alpha, lm.order if use_lm else 1)
-        self.k, self.alpha, self.lm, self.name = k, alpha, lm, name
-        if use_lm and automaton is None:
-            automaton = NgramAutomaton(lm)
-            if automaton.rows_bytes() <= EAGER_BYTES:
-                automaton.build_all()
-        self.automaton, self.counts = automaton, {"ngram_lookups": 0}
-
-    def __call__(self, logprobs, context):
-        return [ngram_draft(logprobs, context, self.k, self.alpha, self.lm, self.automaton,
-                            self.counts)]
 
 
 class OracleDrafter:

@@ -21,7 +21,7 @@ Any model with `config` (vocab_size, block_size, n_bpd_heads), `forward(idx, cac
 """
 import copy
 import dataclasses
-import os
+import importlib
 import sys
 from dataclasses import dataclass
 from operator import index
@@ -30,14 +30,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-import checkpoint
-import smollm
-from checkpoint import (CHECKPOINT, FORMAT_VERSION, CheckpointError, decode, encode,  # noqa: F401
-                        file_sha256, known_characters, retrain)
-from kvcache import (MAX_CACHE_BYTES, KVCache, KVSpec, causal_mask, check_cache_budget,  # noqa: F401
-                     device_of, draft_tree, is_int, model_call, tree_call, tree_layout,
-                     uncached_from, window_start)
-from sampling import check_proposal, check_temperature, target_probs, verify_sampled  # noqa: F401
+from runtime import checkpoint
+from runtime.checkpoint import CHECKPOINT, CheckpointError, retrain
+from runtime.kvcache import (KVCache, KVSpec, causal_mask, device_of, is_int, model_call, tree_call,
+                             uncached_from, window_start)
+from runtime.sampling import check_proposal, check_temperature, target_probs, verify_sampled
 
 
 @dataclass
@@ -96,14 +93,55 @@ class Block(nn.Module):
 
 class BPDHead(nn.Module):
     """Proposal head i >= 2 (Stern §6, Fig. 3): one hidden layer and a residual on the final
-    hidden state; the original output projection is then reapplied (GPT.head_logits)."""
+    hidden state, z + W2 act(W1 z); the original output projection is then reapplied
+    (GPT.head_logits). GPT's heads use GELU; a model family passes its own activation and linear
+    layer (llama: SiLU, bf16 weights) and may start W2 at zero (`start_as_head_1`: an untrained
+    head then predicts what head 1 does, as Medusa-style training starts). Stern shares one FFN
+    across the k outputs; h - 1 separate FFNs are our choice (closer to Kim §4 and Medusa)."""
 
-    def __init__(self, cfg):
+    def __init__(self, n_embd, act=F.gelu, linear=nn.Linear, start_as_head_1=False):
         super().__init__()
-        self.fc, self.proj = nn.Linear(cfg.n_embd, cfg.n_embd), nn.Linear(cfg.n_embd, cfg.n_embd)
+        self.fc, self.proj, self.act = linear(n_embd, n_embd), linear(n_embd, n_embd), act
+        if start_as_head_1:
+            nn.init.zeros_(self.proj.weight)
+            nn.init.zeros_(self.proj.bias)
 
     def forward(self, z):
-        return z + self.proj(F.gelu(self.fc(z)))
+        return z + self.proj(self.act(self.fc(z)))
+
+
+def head_states(heads, x):
+    """x [N, C] -> [N, h, C]: z, then every BPDHead's z + W2 act(W1 z), as one wide matmul and
+    one batched matmul over the heads' stacked weights (on a CPU, h - 1 separate small calls cost
+    about as much as the trunk). Computes in the weights' dtype, returns x's. The readable
+    version is calling each head (GPT.reference)."""
+    w1, b1, w2, b2 = stacked_weights(heads)  # [(h-1)C, C], [(h-1)C], [h-1, C, C], [h-1, 1, C]
+    N, C, H = x.shape[0], x.shape[1], len(heads)
+    hidden = heads[0].act(F.linear(x.to(w1.dtype), w1, b1).to(x.dtype))        # [N, (h-1)C]
+    hidden = hidden.view(N, H, C).transpose(0, 1).to(w2.dtype)                # [h-1, N, C]
+    y = x + torch.baddbmm(b2, hidden, w2).to(x.dtype)                         # [h-1, N, C]
+    return torch.cat([x[None], y]).transpose(0, 1)                            # [N, h, C]
+
+
+def stacked_weights(heads):
+    """The heads' weights stacked (a ModuleList of BPDHeads); cached on that list at inference,
+    re-stacked when any weight changes (in place: its _version; replaced: its data_ptr), fresh
+    under autograd. The parameter list is cached too: walking the modules costs more than the
+    heads' arithmetic. A first_heads view has its own list, hence its own cache."""
+    memo, training = heads.__dict__, heads.training or torch.is_grad_enabled()
+    ps = memo.get("_params")
+    if ps is None or training:
+        ps = memo["_params"] = [p for hd in heads for p in (hd.fc.weight, hd.fc.bias,
+                                                             hd.proj.weight, hd.proj.bias)]
+    key = tuple((p.data_ptr(), p._version) for p in ps)
+    if training or memo.get("_stack_key") != key:
+        stacked = (torch.cat(ps[0::4]), torch.cat(ps[1::4]),          # fc: one wide linear
+                   torch.stack([p.t() for p in ps[2::4]]),             # proj: [h-1, C_in, C_out]
+                   torch.stack([p[None] for p in ps[3::4]]))           # [h-1, 1, C]
+        if training:                                                    # keep autograd intact
+            return stacked
+        memo["_stack"], memo["_stack_key"] = stacked, key
+    return memo["_stack"]
 
 
 class GPT(nn.Module):
@@ -121,7 +159,7 @@ class GPT(nn.Module):
         self.blocks = nn.ModuleList([Block(cfg) for _ in range(cfg.n_layer)])
         self.ln_f = nn.LayerNorm(cfg.n_embd)
         # Built in a loop: `[BPDHead(cfg)] * n` would share one module n times.
-        self.heads = nn.ModuleList([BPDHead(cfg) for _ in range(cfg.n_bpd_heads - 1)])
+        self.heads = nn.ModuleList([BPDHead(cfg.n_embd) for _ in range(cfg.n_bpd_heads - 1)])
         self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
         self.lm_head.weight = self.tok_emb.weight
         self.apply(self._init)
@@ -154,40 +192,17 @@ class GPT(nn.Module):
         lm_head(z) for head 1, lm_head(BPDHead_i(z)) for the others (Stern §6)."""
         if self.reference or not self.heads:   # the readable version: each head, one by one
             return self.lm_head(torch.stack([z] + [head(z) for head in self.heads], dim=-2))
-        return self.lm_head(self._stacked_heads(z))
-
-    def _stacked_heads(self, z):
-        """The same maths as calling each BPDHead, as one wide matmul and one batched matmul: on a
-        CPU h - 1 separate small calls would cost about as much as the trunk. -> [..., h, C]"""
-        w1, b1, w2, b2 = self._stacked_weights()  # [(h-1)C, C], [(h-1)C], [h-1, C, C], [h-1, 1, C]
-        C, H = z.shape[-1], len(self.heads)
-        x = z.reshape(-1, C)                                                 # [N, C]
-        hidden = F.gelu(F.linear(x, w1, b1)).view(-1, H, C).transpose(0, 1)  # [h-1, N, C]
-        y = x + torch.baddbmm(b2, hidden, w2)                                # [h-1, N, C]
-        return torch.cat([x[None], y]).transpose(0, 1).reshape(*z.shape[:-1], H + 1, C)
-
-    def _stacked_weights(self):
-        """The heads' weights stacked; cached at inference, re-stacked when any weight changes
-        (in place: its _version; replaced: its data_ptr). The parameter list itself is cached
-        too: walking the modules costs more than the heads' arithmetic."""
-        ps = self.__dict__.get("_head_params")
-        if ps is None or self.training:
-            ps = [p for hd in self.heads for p in (hd.fc.weight, hd.fc.bias, hd.proj.weight, hd.proj.bias)]
-            self.__dict__["_head_params"] = ps
-        key = tuple((p.data_ptr(), p._version) for p in ps)
-        if self.training or getattr(self, "_stack_key", None) != key:
-            stacked = (torch.cat(ps[0::4]), torch.cat(ps[1::4]),          # fc: one wide linear
-                       torch.stack([p.t() for p in ps[2::4]]),             # proj: [h-1, C_in, C_out]
-                       torch.stack([p[None] for p in ps[3::4]]))           # [h-1, 1, C]
-            if self.training:                                               # keep autograd intact
-                return stacked
-            self._stack, self._stack_key = stacked, key
-        return self._stack
+        zs = head_states(self.heads, z.reshape(-1, z.shape[-1]))                 # [N, h, C]
+        return self.lm_head(zs.view(*z.shape[:-1], *zs.shape[1:]))
 
     def kv_spec(self):
         """What a KVCache for this model holds: (layers, kv heads, head dim, dtype, device)."""
         cfg, w = self.config, self.tok_emb.weight
         return KVSpec(cfg.n_layer, cfg.n_head, cfg.n_embd // cfg.n_head, w.dtype, w.device)
+
+    def flop_params(self):
+        """Parameters a token's forward pass multiplies by: all but the position table (a lookup)."""
+        return sum(p.numel() for p in self.parameters()) - self.pos_emb.weight.numel()
 
     def first_heads(self, n):
         """This model using only heads 1..n, weights shared: plain BPD with n heads (n = 1: greedy)."""
@@ -195,8 +210,6 @@ class GPT(nn.Module):
             raise ValueError(f"heads must be an integer from 1 to {self.config.n_bpd_heads}, got {n!r}")
         view = copy.copy(self)                       # shares parameters; own module table
         view._modules = dict(self._modules)
-        for cached in ("_head_params", "_stack", "_stack_key"):   # the full model's heads
-            view.__dict__.pop(cached, None)
         view.heads = nn.ModuleList(list(self.heads)[:n - 1])
         view.config = dataclasses.replace(self.config, n_bpd_heads=n)
         return view
@@ -235,16 +248,34 @@ def state_mismatch(want, got):
     return "; ".join(parts + [f"shapes {', '.join(shapes[:3])}"] * bool(shapes))
 
 
+# A checkpoint's "kind" names the module that builds its model (absent: this file's GPT). That
+# module offers from_checkpoint(ck, device, dtype) -> (model, vocab); adding a model family is
+# one module and one line here, and this file never imports one.
+MODEL_FAMILIES = {"smollm2-heads": "models.smollm"}
+
+
+def family_module(ck, path="the checkpoint"):
+    """The module of the checkpoint's model family (MODEL_FAMILIES), or None for this file's GPT."""
+    family = ck.get("kind")
+    if family is None:
+        return None
+    if family not in MODEL_FAMILIES:
+        raise CheckpointError(f"checkpoint {path} is of kind {family!r}, which this minibpd does "
+                              f"not know (known: {', '.join(MODEL_FAMILIES)})")
+    return importlib.import_module(MODEL_FAMILIES[family])
+
+
 def load_checkpoint(path=CHECKPOINT, device="cpu", dtype=None):
     """-> (model, checkpoint dict). Read with weights_only=True: a checkpoint cannot run code.
-    dtype None: the checkpoint's own (`ck["dtype"]`, else float32). A SmolLM2 heads checkpoint
-    (kind "smollm2-heads") builds smollm's Llama from its GGUF; its ck["vocab"] is then a
-    smollm.Vocab (encode/decode take either)."""
+    dtype None: the checkpoint's own (`ck["dtype"]`, else float32). A checkpoint of another
+    model family (MODEL_FAMILIES, e.g. SmolLM2's heads) is built by its module; its ck["vocab"]
+    may then be a tokenizer (encode/decode take either)."""
     ck = checkpoint.read(path, needs=("config",))
-    dtype = getattr(torch, ck.get("dtype", "float32")) if dtype is None else dtype
-    if ck.get("kind") == smollm.KIND:
+    dtype = checkpoint.dtype_of(ck, path) if dtype is None else dtype
+    family = family_module(ck, path)
+    if family is not None:
         try:
-            model, vocab = smollm.from_checkpoint(ck, device, dtype)
+            model, vocab = family.from_checkpoint(ck, device, dtype)
         except (ValueError, ImportError) as e:
             raise CheckpointError(f"checkpoint {path}: {e}") from None
         return model.eval(), {**ck, "vocab": vocab}
@@ -592,41 +623,6 @@ def bpd_decode(model, prompt, max_new_tokens, drafter=None, temperature=0.0, gen
     return seq[end - n:end], stats.result(n)
 
 
-# ----------------------------------------------------------------------------- threads
-
-def choose_threads(n=None, training=False):
-    """torch's intra-op threads, the one policy of every command (README, 'Threads', has the
-    measurements behind it): decoding uses 1 thread (torch's threads wait for each other at every
-    small op, and far longer when another process is busy); training uses every core on an idle
-    machine (1-minute load average under 0.5), else 1. n: an explicit choice, at most the
-    machine's cores. -> (n, reason)"""
-    try:
-        cores = len(os.sched_getaffinity(0))      # the cores this process may run on
-    except AttributeError:                        # macOS, Windows
-        cores = os.cpu_count() or 1
-    if n is not None:
-        if not is_int(n) or not 1 <= n <= cores:
-            raise ValueError(f"--threads must be an integer from 1 to {cores} (this machine's "
-                             f"cores), got {n!r}")
-        return n, "--threads"
-    if not training:
-        return 1, "decoding: 1 thread"
-    try:
-        load = os.getloadavg()[0]                 # processes wanting a core, last minute
-    except (AttributeError, OSError):             # Windows
-        return cores, "load average unknown"
-    if load < 0.5:
-        return cores, "machine idle"
-    return 1, f"load average {load:.2f}: another process is busy"
-
-
-def set_threads(n=None, training=False):
-    """Apply choose_threads. -> the thread count."""
-    n = choose_threads(n, training)[0]
-    torch.set_num_threads(n)
-    return n
-
-
 if __name__ == "__main__":    # the script hand-off: the command line lives in cli.py
-    from cli import main
+    from lab.cli import main
     sys.exit(main())

@@ -19,11 +19,12 @@ import torch
 from hypothesis import given, strategies as st
 
 import minibpd
-import train_heads
-from conftest import (DEVICES, examples, model_and_prompt, models, on_random_models,
-                      random_prompt, tiny_model)
-from minibpd import (GPT, ArgmaxDrafter, GPTConfig, KVCache, bpd_decode, greedy_decode,
-                     model_call, window_start)
+from conftest import (DEVICES, examples, model_and_prompt, models, on_random_models, random_prompt,
+                      tiny_model)
+from minibpd import GPT, ArgmaxDrafter, GPTConfig, bpd_decode, greedy_decode
+from runtime.kvcache import KVCache, model_call, window_start
+from runtime import kvcache
+from runtime import checkpoint
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -169,8 +170,8 @@ def test_config_validation():
 
 def test_clean_and_split():
     text = "Title\n*****\n\n\n+----+----+\n| a  |   b |\nSome    words   here.\n"
-    assert train_heads.clean_text(text) == "Title\n\n| a | b |\nSome words here.\n"
-    parts = train_heads.split_corpus("x" * 100_000)
+    assert checkpoint.clean_text(text) == "Title\n\n| a | b |\nSome words here.\n"
+    parts = checkpoint.split_corpus("x" * 100_000)
     assert sum(len(v) for v in parts.values()) == 100_000
     assert len(parts["test"]) == len(parts["tune"]) == 4000      # chunks 18, 38 and 19, 39 of 50
 
@@ -343,7 +344,7 @@ def test_contract_check_costs_little():
 def test_kv_cache_budget():
     model = tiny_model(0, 11, 2, 3, 16)
     row = 2 * 2 * 2 * 16 * 4 * 8                                  # bytes of one row
-    ok = minibpd.MAX_CACHE_BYTES // row
+    ok = kvcache.MAX_CACHE_BYTES // row
     assert KVCache(model, rows=3).rows == 3
     for rows in (0, ok + 1, 10**9, 2.0):
         with pytest.raises(ValueError, match="KV cache of"):
@@ -413,7 +414,7 @@ def test_one_head_runs_exactly_what_greedy_runs(device, m, plen, n):
     """With head 1 alone nothing is drafted: every call feeds what greedy decoding feeds (the
     prompt's window, one token a step, the whole window again when it moves), so the cost
     bookkeeping (stats['processed']) must equal analysis.greedy_processed, prefill included."""
-    import analysis
+    from lab import analysis
     model, prompt = model_and_prompt(m, plen, device)
     out, stats = bpd_decode(model.first_heads(1), prompt, n)
     assert out == greedy_decode(model, prompt, n) and stats["calls"] == n

@@ -29,11 +29,13 @@ from dataclasses import asdict
 
 import torch
 
-from checkpoint import clean_text, split_corpus  # noqa: F401 (train_heads.clean_text, ...)
-from finetune import (DISTILL_DEFAULTS, DISTILLED, SMOLLM_DEFAULTS, TASKS_DEFAULTS,  # noqa: F401
-                      TEACHERS, VARIANTS, distill, finetune_tasks, smollm_heads)
-from minibpd import CHECKPOINT, FORMAT_VERSION, GPT, GPTConfig, choose_threads
-from training import as_tensors, evaluate, git_revision, half, load_corpus, train
+from runtime.checkpoint import split_corpus
+from training.finetune import (DISTILL_DEFAULTS, SMOLLM_DEFAULTS, TASKS_DEFAULTS, TEACHERS,
+                               VARIANTS, distill, finetune_tasks, smollm_heads)
+from runtime.checkpoint import CHECKPOINT, FORMAT_VERSION
+from minibpd import GPT, GPTConfig
+from runtime.threads import choose_threads
+from training.fit import as_tensors, evaluate, git_revision, half, load_corpus, train
 
 # ----------------------------------------------------------------------------- the base model and rescorer
 
@@ -224,7 +226,7 @@ def check_smollm_args(args):
     """--smollm: heads 2..h need h >= 2, and the optional packages must be there."""
     if args.heads < 2:
         fail(f"--heads must be >= 2 with --smollm (head 1 is the base model itself), got {args.heads}")
-    import smollm
+    from models import smollm
     try:
         smollm.optional_packages()
         smollm.find_gguf()
@@ -301,7 +303,7 @@ def corpus_splits(args):
 
 
 def with_threads(args, work):
-    """Run work() on the training thread policy (minibpd.choose_threads), giving the caller's
+    """Run work() on the training thread policy (threads.choose_threads), giving the caller's
     threads back after (main() may run inside another program: the tests). -> (result, n)"""
     threads, reason = choose_threads(args.threads, training=True)
     print(f"threads: {threads} ({reason}{'' if args.threads else '; --threads overrides'})")
@@ -324,7 +326,7 @@ def main(argv=None):
 
 def run(args):
     if args.smollm:
-        import smollm
+        from models import smollm
         (model, extra), threads = with_threads(args, lambda: smollm_heads(args))
         extra["train"]["threads"] = threads
         smollm.save_heads(model, args.out, extra)

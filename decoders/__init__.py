@@ -1,0 +1,336 @@
+"""decoders: the one table of decoders, their settings, and the methods every command runs.
+
+Each entry names a drafter factory, its settings with their defaults, and the grid `--tune`
+searches. The demo, `--prompt`, the bench, `--tune`, the cost table, the sweeps and the tests all
+iterate DECODERS, so a new decoder is one drafter class plus one `register(...)` call:
+
+    import decoders
+    decoders.register("mine", lambda res, s, answer: MyDrafter(s["k"]), defaults={"k": 4},
+                      grid={"k": [2, 4, 8]}, about="my drafter")
+
+A factory gets `res` (a Resources: the base model, the small rescorer LM, n-gram LMs, and
+`res.reference`: build the readable version), the settings `s` (the defaults, updated by the
+tuned file and the command line) and `answer` (prompt + greedy continuation; only the oracle,
+which peeks at it, reads it).
+
+Settings named k (lattice width), p (drafts verified per call), alpha (LM interpolation weight)
+and order (n-gram order) are checked by lattice.check_settings for every decoder that has them;
+p-best's DP must fit lattice.MAX_DP_CELLS and its p rows kvcache.MAX_CACHE_BYTES.
+
+A Method is what the bench times and checks: the baseline (sample_decode, one token per call:
+'greedy' at temperature 0, 'sample' above) or a decoder's drafter in bpd_decode.
+"""
+import json
+import re
+import sys
+from dataclasses import dataclass, field
+from typing import Callable
+
+import lattice
+from decoders.fastlattice import FastPBestDrafter, NgramTable
+from decoders.viterbi import EAGER_BYTES, NgramAutomaton, ViterbiDrafter
+from minibpd import (ArgmaxDrafter, HeadSampler, bpd_decode, build_model, family_module,
+                     sample_decode)
+from runtime.kvcache import check_cache_budget
+from runtime.checkpoint import encode, file_sha256, retrain
+from ngram import NgramLM
+
+ALPHAS = [0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
+NODES = [0, 16, 32]          # the token tree's budget of drafted tokens (0: none), for --tune
+SPEED_SETTINGS = ("nodes", "reach")   # trade block efficiency for speed: tuned for tokens/s only
+PLAIN = "bpd"                # the decoder every refinement is compared with (Kim Table 4)
+BASELINES = ("greedy", "sample")   # the one-token-per-call reference at T = 0 and T > 0
+
+
+@dataclass
+class Decoder:
+    name: str
+    make: Callable                                # make(res, s, answer) -> drafter
+    defaults: dict = field(default_factory=dict)  # setting -> default value
+    grid: dict = field(default_factory=dict)      # setting -> values --tune tries (tune split)
+    about: str = ""                               # one line for --help
+    peeks: bool = False                           # reads the answer (oracle): analysis only
+    refines: bool = True                          # a refinement of BPD's drafts (Kim §7)
+
+
+DECODERS = {}
+
+
+def register(name, make, defaults=None, grid=None, about="", peeks=False, refines=True):
+    """Add (or replace) a decoder; it then appears in every command and in the tests. Everything
+    is checked here, with errors naming the decoder: a name (a word, not a baseline's), a
+    factory, settings {name: number}, a grid {setting: [values within the limits]}."""
+    defaults, grid = {} if defaults is None else defaults, {} if grid is None else grid
+    check_entry(name, make, defaults, grid, about)
+    DECODERS[name] = Decoder(name, make, dict(defaults), {k: list(v) for k, v in grid.items()},
+                             about, bool(peeks), bool(refines))
+    return DECODERS[name]
+
+
+def check_entry(name, make, defaults, grid, about):
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*", name):
+        raise ValueError(f"register: a decoder's name is one word (letters, digits, _ or -), got "
+                         f"{name!r}")
+    if name in BASELINES:
+        raise ValueError(f"register: {name!r} is the baseline's name (one token per call); "
+                         "choose another")
+    bad = lambda why: ValueError(f"register {name!r}: {why}")
+    if not callable(make):
+        raise bad("make must be a factory (res, s, answer) -> drafter")
+    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+    if not isinstance(defaults, dict) or not all(isinstance(k, str) and number(v)
+                                                 for k, v in defaults.items()):
+        raise bad(f"defaults must be {{setting: number}}, got {defaults!r}")
+    if not isinstance(grid, dict) or not all(isinstance(v, (list, tuple)) and v and
+                                             all(map(number, v)) for v in grid.values()):
+        raise bad(f"grid must be {{setting: [numbers]}}, got {grid!r}")
+    if not set(grid) <= set(defaults):
+        raise bad(f"grid settings {sorted(set(grid) - set(defaults))} have no default")
+    if not isinstance(about, str):
+        raise bad("about must be a string (one line for --help)")
+    check(name, defaults)
+    for key, values in grid.items():
+        for v in values:
+            check(name, {**defaults, key: v})
+
+
+def check(name, s, model=None):
+    """Clear errors for impossible settings (lattice.check_settings) and, given the model, for
+    settings over a budget (its vocabulary bounds k, its size the cache): all before any model
+    call. Errors name the decoder."""
+    known = {k: s[k] for k in ("k", "p", "alpha", "order", "nodes") if k in s}
+    try:
+        lattice.check_settings(**known)
+        if model is None:
+            return
+        if "p" in s:
+            check_cache_budget(model, s["p"])
+        if "k" in s and ("p" in s or "order" in s):
+            order = s.get("order", 1) if s.get("alpha", 0) > 0 else 1
+            lattice.check_dp_budget(s["k"], s.get("p", 1), order, model.config.vocab_size)
+    except ValueError as e:
+        raise ValueError(f"{name}: {e}") from None
+
+
+# ----------------------------------------------------------------------------- the decoders
+
+def pbest(res, k, p, alpha=0.0, order=None, name="pbest", nodes=0):
+    """A p-best drafter: the readable lattice.PBestDrafter under res.reference (--reference), else
+    its fast twin with the LM's lookup table (built once per order)."""
+    lm = None if order is None else res.ngram(order)
+    if res.reference:
+        return lattice.PBestDrafter(k, p, alpha, lm, name, nodes)
+    table = res.table(order) if lm is not None and alpha > 0 else None
+    return FastPBestDrafter(k, p, alpha, lm, table, name, nodes)
+
+
+register("bpd", lambda res, s, answer: ArgmaxDrafter(),
+         about="plain BPD: each head's most likely token (Stern §3)", refines=False)
+register("neural", lambda res, s, answer: lattice.NeuralDrafter(
+             res.small_lm(), s["k"], s["alpha"], s["reach"], reference=res.reference),
+         {"k": 8, "alpha": 0.5, "reach": 0.0}, {"k": [8, 16], "alpha": ALPHAS, "reach": [0.0, 0.05]},
+         about="local rescoring of head i's top-k with the small LM (Kim §7.1)")
+register("ngram", lambda res, s, answer: lattice.PBestDrafter(
+             s["k"], 1, s["alpha"], res.ngram(s["order"]), name="ngram")
+         if res.reference else ViterbiDrafter(s["k"], s["alpha"], res.ngram(s["order"]),
+                                              res.automaton(s["order"])),
+         {"k": 8, "alpha": 0.5, "order": 4}, {"k": [8], "order": [3, 4, 5], "alpha": ALPHAS},
+         about="the best lattice path under heads + n-gram LM (Kim §7.2, p = 1)")
+register("pbest0", lambda res, s, answer: pbest(res, s["k"], s["p"], name="pbest0", nodes=s["nodes"]),
+         {"k": 8, "p": 16, "nodes": 0}, {"k": [8], "p": [16], "nodes": NODES},
+         about="the p best lattice paths by head scores alone: the 0-gram control (Kim §7.2)")
+register("pbest", lambda res, s, answer: pbest(res, s["k"], s["p"], s["alpha"], s["order"],
+                                               nodes=s["nodes"]),
+         {"k": 8, "p": 16, "alpha": 0.5, "order": 4, "nodes": 0},
+         {"k": [8], "p": [16], "order": [3, 4, 5], "alpha": ALPHAS, "nodes": NODES},
+         about="the p best lattice paths, verified in one call (Kim §7.2)")
+register("sampled", lambda res, s, answer: HeadSampler(),
+         about="draws each draft token from its head at --temperature (at 0: bpd)", refines=False)
+register("oracle", lambda res, s, answer: lattice.OracleDrafter(answer, s["k"]), {"k": 8},
+         {"k": [8]}, about="peeks at the greedy answer: the best lattice path (Kim §6.3), "
+         "analysis only", peeks=True)
+
+
+def refined():
+    """Names of the decoders that refine BPD's drafts (not bpd itself, nor the ones that peek)."""
+    return [n for n, d in DECODERS.items() if d.refines and not d.peeks]
+
+
+def make(name, res, s, answer=None):
+    """A fresh drafter of decoder `name` with settings s (see settings()). A factory that fails or
+    returns something that cannot draft is refused, naming the decoder."""
+    if name not in DECODERS:
+        raise ValueError(f"unknown decoder {name!r}; choose from {', '.join(names())}")
+    try:
+        drafter = DECODERS[name].make(res, s, answer)
+    except ValueError as e:
+        raise ValueError(f"decoder {name}: {e}") from None
+    except Exception as e:
+        raise ValueError(f"decoder {name}: its factory failed ({type(e).__name__}: {e})") from None
+    if drafter is None or not callable(drafter):
+        raise ValueError(f"decoder {name}: its factory returned {drafter!r}, not a drafter "
+                         "(a callable: drafter(logprobs, context) -> drafts)")
+    return drafter
+
+
+# ----------------------------------------------------------------------------- methods
+
+def baseline_name(temperature):
+    """The one-token-per-call baseline: 'greedy' at temperature 0, 'sample' above."""
+    return BASELINES[0] if temperature == 0 else BASELINES[1]
+
+
+def names(temperature=0.0):
+    """Every name --decoder takes: the baseline, then the registered decoders."""
+    return [baseline_name(temperature), *DECODERS]
+
+
+class Method:
+    """Something to decode with: the baseline (drafter None: sample_decode, one token per call) or
+    a registered decoder's drafter in bpd_decode. decode() -> (tokens, stats) for both."""
+
+    def __init__(self, name, drafter=None, refines=False):
+        self.name, self.drafter = name, drafter
+        self.reps = 3 if refines else 5       # timing repetitions: the slow refined ones get fewer
+
+    def decode(self, model, prompt, n, temperature=0.0, generator=None, verify="auto"):
+        if self.drafter is None:
+            return sample_decode(model, prompt, n, temperature, generator), \
+                {"calls": n, "block_efficiency": 1.0, "steps": [], "new_tokens": n}
+        return bpd_decode(model, prompt, n, self.drafter, temperature, generator, verify)
+
+
+def method(name, res, s, answer=None, temperature=0.0):
+    """The Method called `name` ('greedy' or 'sample': the baseline) with settings s."""
+    if name == baseline_name(temperature):
+        return Method(name)
+    return Method(name, make(name, res, s, answer), DECODERS[name].refines)
+
+
+# ----------------------------------------------------------------------------- settings
+
+def settings(tuned=None, overrides=None, only=None):
+    """{name: settings}: each decoder's defaults, updated by the tuned file's settings (`tuned`,
+    from load_tuned) and then by `overrides` ({'k': 3, ...}; a decoder takes only the keys it has)."""
+    out = {}
+    for name in only or DECODERS:
+        s = dict(DECODERS[name].defaults)
+        s.update((tuned or {}).get(name, {}))
+        s.update({k: v for k, v in (overrides or {}).items() if k in s and v is not None})
+        out[name] = s
+    return out
+
+
+def tuned_path(checkpoint):
+    return checkpoint + ".tuned.json"
+
+
+def load_tuned(path, checkpoint, heads=None, all_heads=None, required=False):
+    """The settings in a tuned file, validated like command-line input. A missing file means
+    none (an error when `required`: a file the user named); a file tuned for another checkpoint
+    (its checkpoint_sha256) or with other heads than this run's (its `heads`; without one: the
+    checkpoint's `all_heads`) is ignored, with a warning."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        if required:
+            raise ValueError(f"tuned file {path} not found (run `python minibpd.py --tune --tuned "
+                             f"{path}` to write it)") from None
+        return {}
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise ValueError(f"tuned file {path} is not valid JSON ({e}); fix it, delete it, or "
+                         "run `python minibpd.py --tune`") from None
+    check_tuned(path, data)
+    ignore = lambda why: print(f"warning: ignoring {path}: {why}; using the defaults", file=sys.stderr)
+    if data.get("checkpoint_sha256") != file_sha256(checkpoint):
+        return ignore("it was tuned for another checkpoint (checkpoint_sha256 differs)") or {}
+    tuned_heads = data.get("heads", all_heads)
+    if heads is not None and tuned_heads is not None and tuned_heads != heads:
+        return ignore(f"it was tuned with {tuned_heads} heads, this run uses {heads}") or {}
+    return data["settings"]
+
+
+def check_tuned(path, data):
+    """A tuned file's structure and settings, checked like command-line input."""
+    bad = lambda what, why: ValueError(f"tuned file {path}: {what} {why}; fix it, delete it, "
+                                       "or run `python minibpd.py --tune`")
+    if not isinstance(data, dict) or not isinstance(data.get("settings"), dict):
+        raise bad("'settings'", "must be an object {decoder: {setting: value}}")
+    if "heads" in data and (not isinstance(data["heads"], int) or isinstance(data["heads"], bool)):
+        raise bad("'heads'", "must be an integer")
+    for name, s in data["settings"].items():
+        if name not in DECODERS:
+            raise bad(f"settings.{name}", f"is not a decoder (known: {', '.join(DECODERS)})")
+        if not isinstance(s, dict) or not set(s) <= set(DECODERS[name].defaults):
+            raise bad(f"settings.{name}", f"must be an object with keys from "
+                                          f"{sorted(DECODERS[name].defaults) or 'none'}")
+        try:
+            check(name, {**DECODERS[name].defaults, **s})
+        except ValueError as e:
+            raise bad(f"settings.{name}:", str(e).split(": ", 1)[-1]) from None
+
+
+# ----------------------------------------------------------------------------- resources
+
+def split_text(ck, name):
+    """A split's text from the checkpoint (saved at training time, so it never depends on which
+    Python's pydoc_data is installed here)."""
+    return ck.get("splits", {}).get(name) or ""
+
+
+class Resources:
+    """What the drafter factories need, built once: the base model, the small rescorer LM and
+    n-gram LMs of each order fitted on the train split only. Tests pass `small` and `lms`.
+    reference=True: factories build the readable versions (`--reference`)."""
+
+    def __init__(self, model, ck=None, small=None, lms=None, reference=False, text=None):
+        self.model, self.ck, self._small, self.reference = model, ck or {}, small, reference
+        self.lms, self.tables, self.text = dict(lms or {}), {}, text
+        self._train_ids = None            # train_text() as token ids, once
+
+    def train_text(self):
+        """What the n-gram LMs are fitted on: `text` (an in-domain control) or the checkpoint's
+        train split (its pretraining corpus: task-independent, as Kim's C4 n-grams)."""
+        return self.text if self.text is not None else split_text(self.ck, "train")
+
+    def small_lm(self):
+        """The rescorer of 'neural' (Kim §7.1): the checkpoint's small GPT, or what its model
+        family builds (SmolLM2: an early exit of the base model itself, llama.EarlyExit)."""
+        if self._small is None:
+            if "rescorer" not in self.ck:
+                raise ValueError("this checkpoint has no rescorer LM for 'neural'; "
+                                 f"{retrain(self.ck.get('path'))}")
+            family = family_module(self.ck)
+            if family is not None:
+                self._small = family.rescorer(self.model, self.ck).eval()
+            else:
+                w = self.model.lm_head.weight
+                self._small = build_model(self.ck["rescorer_config"], self.ck["rescorer"],
+                                          w.device, w.dtype, "the checkpoint's rescorer")
+        return self._small
+
+    def ngram(self, order):
+        """The NgramLM of this order, fitted on train_text() (tokenized once: SmolLM2's BPE
+        takes a second for its train split)."""
+        if order not in self.lms:
+            if self._train_ids is None:
+                self._train_ids = encode(self.train_text(), self.ck["vocab"])
+            self.lms[order] = NgramLM(order, self.model.config.vocab_size).fit(self._train_ids)
+        return self.lms[order]
+
+    def table(self, order):
+        """Its numpy lookup table, for p-best's DP in the decode loop."""
+        if order not in self.tables:
+            self.tables[order] = NgramTable(self.ngram(order))
+        return self.tables[order]
+
+    def automaton(self, order):
+        """Its back-off automaton, for the p = 1 Viterbi; every row built up front when they fit
+        viterbi.EAGER_BYTES (else on first use: the rows then persist across drafters)."""
+        if ("automaton", order) not in self.tables:
+            auto = NgramAutomaton(self.ngram(order))
+            if auto.rows_bytes() <= EAGER_BYTES:
+                auto.build_all()
+            self.tables["automaton", order] = auto
+        return self.tables["automaton", order]

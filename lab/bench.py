@@ -1,0 +1,413 @@
+"""bench: the benchmark and the tuner behind `python minibpd.py --bench` and `--tune`, as functions
+of a model and its resources (cli.py reads the flags; figures.py draws the report).
+
+Block efficiency (tokens per serial model call) is exact and machine-independent; wall-clock is
+measured as ratios inside one run, after a warm-up, as the median of several repetitions, with
+their spread reported. At temperature 0 every decoder must equal greedy decoding token for token;
+above it, every decoder samples the base model's distribution, so the check becomes a
+distribution check and the baseline is sample_decode.
+"""
+import math
+import statistics
+import time
+from collections import Counter
+from dataclasses import dataclass, fields
+
+import torch
+
+from lab import analysis
+import decoders
+from lab import tasks
+from decoders import Method, baseline_name, split_text
+from minibpd import bpd_decode, greedy_decode
+from runtime.checkpoint import decode, encode
+from runtime.kvcache import device_of, window_start
+from runtime.sampling import target_probs
+
+
+def make_prompts(text, vocab, n, length=64):
+    """n prompts of `length` characters, evenly spaced over `text`, each starting at a line."""
+    if len(text) < 2 * length:
+        raise ValueError(f"the prompt text has {len(text)} characters; need at least {2 * length}")
+    if n > len(text) // length:
+        raise ValueError(f"asked for {n:,} prompts of {length} characters, but the text "
+                         f"({len(text):,} characters) holds at most {len(text) // length:,}: lower "
+                         "--prompts")
+    prompts = []
+    for i in range(n):
+        pos = (len(text) - 2 * length) * i // max(1, n - 1) if n > 1 else 0
+        nl = text.find("\n", pos, pos + length)
+        pos = nl + 1 if nl >= 0 else pos
+        prompts.append(encode(text[pos:pos + length], vocab))
+    return prompts
+
+
+# ----------------------------------------------------------------------------- wall-clock
+
+def seconds(fn):
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def timings(model, methods, prompts, n, temperature=0.0, generator=None, verify="auto",
+            max_reps=None):
+    """Seconds per repetition of each Method over all prompts: one warm-up, then method.reps
+    repetitions (fewer for the slow refined decoders, to keep the bench short; at most max_reps),
+    the methods interleaved so that machine noise hits them alike."""
+    run = lambda m, p, k: m.decode(model, p, k, temperature, generator, verify)
+    reps = {m.name: min(m.reps, max_reps or m.reps) for m in methods}
+    for m in methods:
+        run(m, prompts[0], min(n, 16))
+    times = {m.name: [] for m in methods}
+    for r in range(max(reps.values())):
+        for m in methods:
+            if r < reps[m.name]:
+                times[m.name].append(seconds(lambda: [run(m, p, n) for p in prompts]))
+    return times
+
+
+def tokens_per_s(times, tokens):
+    return {name: tokens / statistics.median(t) for name, t in times.items()}
+
+
+def timing_warnings(times, base):
+    """Why the wall-clock ratios of this run may mean little: too short, or too noisy."""
+    out = []
+    if statistics.median(times[base]) < 1.0:
+        out.append(f"{base} ran {statistics.median(times[base]):.2f} s per repetition: too short "
+                   "for wall-clock ratios to mean much (the defaults take about 3.5 s)")
+    for name, t in times.items():
+        spread = (max(t) - min(t)) / statistics.median(t)
+        if spread > 0.25:
+            out.append(f"{name}'s repetitions varied by {100 * spread:.0f}% of their median: the "
+                       "machine is busy; its ratios are noisy")
+    return out
+
+
+def clock(model, res, chosen, prompts, n, temperature=0.0, generator=None, verify="auto"):
+    """The baseline and every decoder that does not peek, timed in one run -> the report's
+    tokens_per_s, speedup, timing_spread, timing_warnings and threads."""
+    base = baseline_name(temperature)
+    methods = [Method(base)] + [decoders.method(k, res, chosen[k]) for k, d in
+                                decoders.DECODERS.items() if not d.peeks]
+    times = timings(model, methods, prompts, n, temperature, generator, verify)
+    tps = tokens_per_s(times, len(prompts) * n)
+    return {"tokens_per_s": tps, "speedup": {k: v / tps[base] for k, v in tps.items()},
+            "timing_spread": {k: {"min": min(t), "median": statistics.median(t), "max": max(t)}
+                              for k, t in times.items()},
+            "timing_warnings": timing_warnings(times, base), "threads": torch.get_num_threads()}
+
+
+# ----------------------------------------------------------------------------- decoding for real
+
+def decode_all(model, res, chosen, prompts, answers, n, temperature=0.0, generator=None,
+               verify="auto"):
+    """Decode every prompt with every decoder, a fresh drafter per prompt. answers: prompt +
+    greedy per prompt (for the oracle), or None; n: new tokens, one number or one per prompt.
+    -> ({name: [stats]}, {name: [tokens]}, {name: the drafters' summed work counts})."""
+    runs, outs, work = {}, {}, {}
+    lengths = n if isinstance(n, (list, tuple)) else [n] * len(prompts)
+    for name in decoders.DECODERS:
+        runs[name], outs[name], work[name] = [], [], {}
+        for p, a, k in zip(prompts, answers or [None] * len(prompts), lengths):
+            drafter = decoders.make(name, res, chosen[name], a)
+            out, stats = bpd_decode(model, p, k, drafter, temperature, generator, verify)
+            runs[name].append(stats)
+            outs[name].append(out)
+            for key, v in getattr(drafter, "counts", {}).items():
+                work[name][key] = work[name].get(key, 0) + v
+    return runs, outs, work
+
+
+def ngram_perplexities(res, ck, orders=(1, 2, 3, 4, 5)):
+    """Held-out (test split) perplexity of the n-gram LM of each order, fitted on train."""
+    test = encode(split_text(ck, "test"), ck["vocab"])
+    return {str(o): res.ngram(o).perplexity(test) for o in orders}
+
+
+def paper_sections(model, res, chosen, prompts, greedy, n, be, runs, work, tps):
+    """Kim et al. §6-7 at small scale: repetition, head confidence, oracle headroom, relative
+    gains, win/tie/loss and cost (see analysis.py)."""
+    items = analysis.prepare(model, prompts, n, greedy)
+    by_k = analysis.oracle_by_k(model, items, res)
+    oracle_at = {name: by_k.get(str(chosen[name].get("k"))) or analysis.be_of(
+        model, items, res, "oracle", {"k": chosen[name].get("k", 1)})
+        for name in decoders.refined()}
+    return {"repetition": analysis.repetition_table(
+                {k: v for k, v in runs.items() if not decoders.DECODERS[k].peeks}, items),
+            **analysis.head_confidence(items), "oracle_by_k": by_k,
+            "relative_gain": analysis.relative_gain(be, oracle_at),
+            "win_tie_loss": analysis.win_tie_loss(items, runs[decoders.PLAIN], res, chosen),
+            "cost": analysis.cost(model, res, runs, work, prompts, n, tps)}
+
+
+# ----------------------------------------------------------------------------- T > 0: distributions
+
+@torch.no_grad()
+def second_token(model, prompt, T):
+    """Exact distribution [V] of the 2nd new token: sum_x p(x | prompt) p(y | prompt + x)."""
+    V, B, dev = model.config.vocab_size, model.config.block_size, device_of(model)
+    t = len(prompt)
+    z = model(torch.tensor([prompt[window_start(t, B):t]], device=dev))[0, -1]
+    p1 = target_probs(model.lm_head(z).double(), T).cpu()                            # [V]
+    rows = torch.tensor([prompt[window_start(t + 1, B):] + [x] for x in range(V)], device=dev)
+    return p1 @ target_probs(model.lm_head(model(rows)[:, -1]).double(), T).cpu()   # [V]
+
+
+def distribution_check(model, make, prompt, T, seed, runs=1000, top=9):
+    """The first drafted token (the 2nd new token) against its exact distribution, coarsened to
+    its `top` likeliest tokens + 'other' (a coarsening keeps a correct sampler correct). L1
+    distance of `runs` draws, and the bound it exceeds with probability < 1e-6 for a correct
+    sampler (test_sampling.py explains it)."""
+    marginal = second_token(model, prompt, T)
+    keep = marginal.argsort(descending=True)[:top].tolist()
+    cat = {tok: i for i, tok in enumerate(keep)}
+    gen, counts = torch.Generator().manual_seed(seed), Counter()
+    for _ in range(runs):
+        counts[cat.get(bpd_decode(model, prompt, 2, make(), T, gen)[0][1], top)] += 1
+    exact = marginal[keep].tolist() + [1 - float(marginal[keep].sum())]
+    l1 = sum(abs(counts[i] / runs - p) for i, p in enumerate(exact))
+    bound = math.sqrt(2 / runs * math.log((2 ** (top + 1) - 2) / 1e-6))
+    return {"l1": l1, "bound": bound, "runs": runs, "ok": l1 < bound}
+
+
+def accepted_share(steps):
+    """Share of the tried draft tokens that were accepted (what temperature takes away)."""
+    tries = [ok for s in steps for _, _, _, ok in s["tries"]]
+    return sum(tries) / max(1, len(tries))
+
+
+def sampled_sections(model, res, chosen, prompts, answers, runs, T, seed):
+    """distribution_check per decoder, on the prompt whose 2nd token is least certain (highest
+    exact entropy: where the check is most telling), and the share of draft tokens accepted."""
+    entropy = [float(-(m * m.clamp_min(1e-300).log()).sum()) for m in
+               (second_token(model, p, T) for p in prompts)]
+    at = entropy.index(max(entropy))
+    check = {name: distribution_check(model, lambda: decoders.make(name, res, chosen[name],
+                                                                   answers[at]), prompts[at], T, seed)
+             for name in decoders.DECODERS}
+    return {"distribution_check": check, "distribution_check_prompt": at,
+            "acceptance": {k: accepted_share([s for r in v for s in r["steps"]])
+                           for k, v in runs.items()}}
+
+
+# ----------------------------------------------------------------------------- the report
+
+@dataclass
+class BenchReport:
+    """What `--bench` measures: `--json` prints one key per field that is not None (`speedup` as
+    speedup_vs_greedy or speedup_vs_sample), figures.print_report draws it."""
+    temperature: float = None         # T > 0 only: sampling
+    seed: int = None                  # T > 0 only
+    block_efficiency: dict = None     # {method: new tokens / serial calls}; the baseline is 1.0
+    identical_to_greedy: dict = None  # T = 0: {method: every output equals greedy_decode's}
+    distribution_check: dict = None   # T > 0: {decoder: {l1, bound, runs, ok}}
+    distribution_check_prompt: int = None
+    acceptance: dict = None           # T > 0: {decoder: share of tried draft tokens accepted}
+    tokens_per_s: dict = None         # {method: tokens/s}, median of the repetitions
+    speedup: dict = None              # {method: tokens/s over the baseline's}
+    timing_spread: dict = None        # {method: {min, median, max} seconds per repetition}
+    timing_warnings: list = None
+    threads: int = None
+    prompts: int = None
+    new_tokens: int = None
+    checkpoint: str = None
+    heads: int = None
+    settings: dict = None             # {decoder: its settings}
+    verify: str = None                # T = 0 only: --verify
+    verify_tokens: dict = None        # {decoder: {batch, tree}: drafted tokens run per call}
+    ngram_perplexity: dict = None     # {order: held-out perplexity}
+    repetition: dict = None           # Kim §6.1 ... (analysis.py): the paper's sections, T = 0
+    head_entropy: list = None
+    hmax: int = None
+    head_accuracy: list = None
+    oracle_by_k: dict = None
+    relative_gain: dict = None
+    win_tie_loss: dict = None
+    cost: dict = None
+    sweep: dict = None                # --sweep only
+    seconds: float = None
+
+    @property
+    def baseline(self):
+        return baseline_name(self.temperature or 0.0)
+
+    def to_json(self):
+        return {f"speedup_vs_{self.baseline}" if f.name == "speedup" else f.name: getattr(self, f.name)
+                for f in fields(self) if getattr(self, f.name) is not None}
+
+
+def run_bench(model, ck, res, chosen, prompts, n, temperature=0.0, seed=0, verify="auto",
+              sweep=False):
+    """Every decoder on every prompt, for real: block efficiency, exactness (T = 0: identical to
+    greedy; T > 0: the distribution check), wall-clock, and at T = 0 the paper's analyses."""
+    t0, T, base = time.perf_counter(), temperature, baseline_name(temperature)
+    gen = torch.Generator().manual_seed(seed)
+    peeks = any(d.peeks for d in decoders.DECODERS.values())
+    greedy = [greedy_decode(model, p, n) for p in prompts] if T == 0 or peeks else None
+    answers = [p + g for p, g in zip(prompts, greedy)] if greedy else None
+    runs, outs, work = decode_all(model, res, chosen, prompts, answers, n, T, gen, verify)
+    be = {base: 1.0, **{k: analysis.block_eff(v) for k, v in runs.items()}}
+    r = BenchReport(temperature=T or None, seed=seed if T else None, block_efficiency=be,
+                    prompts=len(prompts), new_tokens=n, heads=model.config.n_bpd_heads,
+                    settings=chosen)
+    if T == 0:
+        r.identical_to_greedy = {base: True, **{k: v == greedy for k, v in outs.items()}}
+    else:
+        for key, value in sampled_sections(model, res, chosen, prompts, answers, runs, T, seed).items():
+            setattr(r, key, value)
+    for key, value in clock(model, res, chosen, prompts, n, T, gen, verify).items():
+        setattr(r, key, value)
+    if T == 0:
+        r.verify, r.ngram_perplexity = verify, ngram_perplexities(res, ck)
+        r.verify_tokens = {k: analysis.verify_tokens(v) for k, v in runs.items()}
+        for key, value in paper_sections(model, res, chosen, prompts, greedy, n, be, runs, work,
+                                         r.tokens_per_s).items():
+            setattr(r, key, value)
+    if sweep and T == 0:                # on the tune split, at most 8 prompts x 96 tokens
+        sn = min(96, n)
+        items = analysis.prepare(model, make_prompts(split_text(ck, "tune"), ck["vocab"],
+                                                     min(8, len(prompts))), sn)
+        r.sweep = analysis.sweep(model, items, sn, res, chosen)
+    r.seconds = time.perf_counter() - t0
+    return r
+
+
+# ----------------------------------------------------------------------------- --tune
+
+def tune(model, res, prompts, n, objective="block_efficiency", verify="auto", log=print):
+    """Choose each decoder's settings from its grid on the tune split's `prompts` (never the test
+    split). block_efficiency: exact, by offline replay; tokens_per_s: one timed decode of the
+    prompts per setting (machine-specific). -> (chosen settings, scores)."""
+    items = analysis.prepare(model, prompts, n)
+
+    def speed(name, s):
+        m = decoders.method(name, res, s)
+        m.decode(model, prompts[0], min(n, 16), verify=verify)             # warm-up
+        return len(prompts) * n / seconds(lambda: [m.decode(model, p, n, verify=verify)
+                                                    for p in prompts])
+    return analysis.tune(model, items, n, res, log=log, objective=objective, speed=speed)
+
+
+# ----------------------------------------------------------------------------- --tasks
+
+@dataclass
+class TaskResult:
+    """One task of `--tasks` (Kim's per-task findings, §6-7): what `--tasks --json` prints under
+    tasks.NAME."""
+    examples: int                   # test examples decoded
+    block_efficiency: dict          # {method: new tokens / calls}, each example for its target's length
+    identical_to_greedy: dict       # {method: every output equals greedy's}
+    relative_gain: dict             # {refined decoder: percent over BPD}
+    best_refined: str               # the refined decoder with the highest block efficiency
+    oracle_by_k: dict               # Kim §6.3
+    head_entropy: list              # Kim §6.2, nats per head
+    hmax: int
+    head_accuracy: list             # ours: top-1 agreement with greedy
+    repetition: dict                # Kim Table 3: BPD's drafts: adjacent_repeat, longest_run
+    repetition_2gram: dict          # ... after 2-gram rescoring (the ngram decoder at order 2)
+    quality: dict                   # greedy output against the reference (the task's metric
+                                    # first), and its phrase_repeat (a loop guard)
+    in_domain: dict                 # {rescoring decoder: block efficiency with in-domain rescorers}
+
+
+@dataclass
+class TasksReport:
+    tasks: dict                     # {task: TaskResult}
+    correlation: dict               # across tasks (see correlations)
+    checkpoint: str = None
+    settings: dict = None
+    python: str = None              # the Python whose stdlib built the stored examples
+    seconds: float = None
+
+    def to_json(self):
+        return {**{f.name: getattr(self, f.name) for f in fields(self)},
+                "tasks": {t: vars(r) for t, r in self.tasks.items()}}
+
+
+def task_examples(ck, n=None):
+    """{task: [(prompt ids, target ids)]}: the first n test examples of each task stored in the
+    checkpoint (ck["tasks"], the ones it was tuned and evaluated on, whatever Python runs)."""
+    stored = ck.get("tasks")
+    if not stored:
+        raise ValueError("this checkpoint holds no tasks (ck['tasks']): use "
+                         "checkpoints/minibpd-tasks.pt or fine-tune one with `python train_heads.py --tasks`")
+    most = min(len(s["test"]) for s in stored["tasks"].values())
+    if n is not None and n > most:
+        raise ValueError(f"asked for {n:,} examples per task, but the smallest task holds {most} "
+                         "test examples: lower --prompts")
+    out = {}
+    for name, splits in stored["tasks"].items():
+        pairs = splits["test"][:n] if n else splits["test"]
+        out[name] = [(encode(p, ck["vocab"]), encode(t, ck["vocab"])) for p, t in pairs]
+    return out
+
+
+def run_task(model, res, res_in, chosen, examples, metric, vocab, verify="auto"):
+    """Every decoder on one task's examples, for real (each for its target's length), and the
+    paper's per-task analyses by offline replay. -> TaskResult"""
+    prompts, lengths = [p for p, _ in examples], [len(t) for _, t in examples]
+    greedy = [greedy_decode(model, p, k) for p, k in zip(prompts, lengths)]
+    answers = [p + g for p, g in zip(prompts, greedy)]
+    runs, outs, _ = decode_all(model, res, chosen, prompts, answers, lengths, verify=verify)
+    be = {baseline_name(0): 1.0, **{k: analysis.block_eff(v) for k, v in runs.items()}}
+    items = analysis.prepare(model, prompts, None, greedy)
+    two = {**chosen["ngram"], "order": 2}
+    refined = {k: v for k, v in be.items() if k in decoders.refined()}
+    gains = {k: 100 * (v / be[decoders.PLAIN] - 1) for k, v in refined.items()}
+    return TaskResult(
+        examples=len(examples), block_efficiency=be,
+        identical_to_greedy={k: v == greedy for k, v in outs.items()}, relative_gain=gains,
+        best_refined=max(refined, key=refined.get), oracle_by_k=analysis.oracle_by_k(model, items, res),
+        **analysis.head_confidence(items),
+        repetition=analysis.repetition([s["drafts"][0] for r in runs[decoders.PLAIN] for s in r["steps"]]),
+        repetition_2gram=analysis.repetition([s["drafts"][0] for r in analysis.replay_all(
+            model, items, lambda a: decoders.make("ngram", res, two, a)) for s in r["steps"]]),
+        quality={name: sum(fn(decode(g, vocab), decode(t, vocab)) for g, (_, t) in
+                           zip(greedy, examples)) / len(examples)
+                 for name, fn in sorted(analysis.QUALITY.items(), key=lambda kv: kv[0] != metric)}
+        | {"phrase_repeat": analysis.phrase_repetition_all(greedy)},
+        in_domain={k: analysis.be_of(model, items, res_in, k, chosen[k]) for k in refined
+                   if {"alpha"} <= set(chosen[k]) and chosen[k].get("alpha", 0) > 0})
+
+
+def pearson(xs, ys):
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    sx = math.sqrt(sum((x - mx) ** 2 for x in xs))
+    sy = math.sqrt(sum((y - my) ** 2 for y in ys))
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / (sx * sy) if sx and sy else None
+
+
+def ranks(xs):
+    """Ranks from 0, tied values given their mean rank (Spearman's rho is Pearson's r on them)."""
+    order = sorted(xs)
+    return [sum(i for i, v in enumerate(order) if v == x) / order.count(x) for x in xs]
+
+
+def correlations(results):
+    """Kim's cross-task claims, measured: Pearson r of h_max and of mean head entropy with BPD's
+    block efficiency (Fig. 3b), Spearman's rho of each refined decoder's gain with it (Table 4:
+    gains shrink as it grows) and of the oracle's headroom (Figs. 5-6). n = the tasks."""
+    bpd = [r.block_efficiency[decoders.PLAIN] for r in results.values()]
+    n, spearman = len(bpd), lambda ys: pearson(ranks(bpd), ranks(ys))
+    refined = next(iter(results.values())).relative_gain
+    return {"hmax_vs_bpd_be": {"r": pearson([float(r.hmax) for r in results.values()], bpd), "n": n},
+            "entropy_vs_bpd_be": {"r": pearson([sum(r.head_entropy) / len(r.head_entropy)
+                                                for r in results.values()], bpd), "n": n},
+            "gain_vs_bpd_be": {k: {"rho": spearman([r.relative_gain[k] for r in results.values()]),
+                                   "n": n} for k in refined},
+            "headroom_vs_bpd_be": {"rho": spearman([r.oracle_by_k["8"] / r.block_efficiency[
+                decoders.PLAIN] - 1 for r in results.values()]), "n": n}}
+
+
+def run_tasks(model, ck, res, res_in, chosen, n=None, verify="auto", log=print):
+    """`--tasks`: run_task on every task stored in the checkpoint, then correlations."""
+    t0, examples = time.perf_counter(), task_examples(ck, n)
+    results = {}
+    for name, ex in examples.items():
+        log(f"  {name}: {len(ex)} examples ...")
+        results[name] = run_task(model, res, res_in, chosen, ex, tasks.QUALITY[name], ck["vocab"],
+                                 verify)
+    return TasksReport(results, correlations(results), settings=chosen,
+                       python=ck["tasks"].get("python"), seconds=time.perf_counter() - t0)

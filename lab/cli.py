@@ -1,0 +1,522 @@
+"""cli: the command line behind `python minibpd.py`: --demo, --prompt, --bench and --tune, at
+temperature 0 (greedy: every decoder identical to it) or T > 0 (sampling: every decoder exact in
+distribution).
+
+Every argument is checked before the first model call (`check_args`, then `check_decoders` once
+the checkpoint is loaded); every error a user can cause is one line on stderr and exit status 2.
+"""
+import argparse
+import importlib
+import importlib.util
+import json
+import os
+import random
+import sys
+import time
+
+import torch
+
+from lab import analysis
+from lab import bench
+import decoders
+from lab import figures
+import lattice
+from lab import scale
+from models import smollm
+from lab import tasks
+from lab.bench import make_prompts
+from runtime.checkpoint import to_vocab
+from decoders import Resources, baseline_name, split_text
+from runtime.checkpoint import CHECKPOINT, CheckpointError, decode, encode, file_sha256
+from minibpd import DrafterError, Verifier, build_model, greedy_decode, load_checkpoint
+from runtime.threads import set_threads
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
+MAX_NEW_TOKENS = 100_000      # more is refused: greedy alone would run for minutes
+TUNE_SIZE = (16, 128)         # the documented --tune run: prompts x new tokens
+DEMO_TOKENS = 160             # the demo's most new tokens (its text fits a terminal)
+PROMPT_TOKENS = 200           # --prompt's default
+TASK_EXAMPLES = 32            # --tasks: test examples per task (the run takes minutes)
+TASKS_CHECKPOINT = os.path.join(os.path.dirname(CHECKPOINT), "minibpd-tasks.pt")
+
+
+def import_plugin(spec):
+    """Import a student's module by name (looked up in the current directory first, then as any
+    importable module) or by file path (`my_drafter.py`, `path/to/mine.py`). -> the module."""
+    if spec.endswith(".py") or os.sep in spec:
+        name = os.path.splitext(os.path.basename(spec))[0]
+        where = importlib.util.spec_from_file_location(name, os.path.abspath(spec))
+        if where is None or not os.path.isfile(spec):
+            raise ImportError(f"no such file: {spec}")
+        module = importlib.util.module_from_spec(where)
+        sys.modules[name] = module
+        where.loader.exec_module(module)
+        return module
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())             # a student's module next to where they run
+    return importlib.import_module(spec)
+
+
+def load_plugins(argv):
+    """Import each `--plugin MODULE` first: its decoders.register(...) calls then add decoders
+    to every command, --help and --decoder included. Any failure: one line naming the module."""
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)   # --p is not --plugin
+    pre.add_argument("--plugin", action="append", default=[])
+    for spec in pre.parse_known_args(argv)[0].plugin:
+        try:
+            import_plugin(spec)
+        except Exception as e:          # ImportError, SyntaxError, a register() refusal, ...
+            print(f"error: --plugin {spec}: {type(e).__name__}: {' '.join(str(e).split())}",
+                  file=sys.stderr)
+            raise SystemExit(2) from None
+
+
+def epilog():
+    listed = "\n".join(f"  {n:8s} {d.about}" for n, d in decoders.DECODERS.items())
+    return (f"decoders (--decoder; the bench runs them all):\n  greedy   one token per call: the "
+            f"reference (sample at --temperature > 0)\n{listed}\n\nlimits: --max-new-tokens <= "
+            f"{MAX_NEW_TOKENS:,}; p-best's DP holds at most min(k, V)^order x p <= "
+            f"{lattice.MAX_DP_CELLS:,} scores; order <= {lattice.MAX_ORDER}; the KV cache (p rows) "
+            "at most 1 GiB.")
+
+
+def parse_args(argv=None):
+    load_plugins(argv)
+    p = argparse.ArgumentParser(description="Exact blockwise parallel decoding with a tiny GPT.",
+                                allow_abbrev=False, epilog=epilog(),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_modes(p)
+    add_model_flags(p)
+    add_run_flags(p)
+    return p.parse_args(argv)
+
+
+def add_modes(p):
+    """What to do: one of these (none: --demo)."""
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--demo", action="store_true", help="show greedy vs BPD vs refined drafts")
+    mode.add_argument("--prompt", help="generate a continuation of this text")
+    mode.add_argument("--bench", action="store_true", help="benchmark every decoder")
+    mode.add_argument("--tune", action="store_true", help="choose k, p, alpha, order (tune split)")
+    mode.add_argument("--scale", action="store_true", help="the scale map: projected tokens/s of "
+                      "every decoder for GPTs up to ~150x the shipped size, validated at its size")
+    mode.add_argument("--tasks", action="store_true", help="per-task block efficiency and the paper's "
+                      "analyses on the five tasks (tasks.py; default checkpoint: "
+                      "checkpoints/minibpd-tasks.pt); --prompts: examples per task")
+
+
+def add_model_flags(p):
+    """Which model, decoder and settings."""
+    p.add_argument("--max-new-tokens", type=int, default=None, help=f"--prompt (default "
+                   f"{PROMPT_TOKENS}), --demo (default and at most {DEMO_TOKENS})")
+    p.add_argument("--decoder", default="bpd", help="decoder for --prompt: greedy, " + ", ".join(decoders.DECODERS))
+    p.add_argument("--plugin", metavar="MODULE", action="append", default=[],
+                   help="import MODULE first: its decoders.register(...) calls add decoders")
+    p.add_argument("--checkpoint", default=None, help="default: checkpoints/minibpd.pt "
+                   "(--tasks: checkpoints/minibpd-tasks.pt)")
+    p.add_argument("--tuned", metavar="FILE", help="tuned settings to read (--tune: to write); "
+                   "default CHECKPOINT.tuned.json")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--dtype", default=None, choices=list(DTYPES), help="default: the "
+                   "checkpoint's (float32 for the character models)")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default 1: fastest "
+                   "for this model size, see README)")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 (default): greedy; T > 0: "
+                   "sample at T, every decoder exactly as sample_decode (--demo, --prompt, --bench)")
+    p.add_argument("--seed", type=int, default=0, help="picks the demo prompt; seeds torch and "
+                   "the sampling generator")
+    p.add_argument("--heads", type=int, default=None, help="use only heads 1..N (default: all)")
+    p.add_argument("--verify", default="auto", choices=Verifier.MODES, help="verify several "
+                   "drafts as P rows (batch) or one token tree (tree); auto: tree when a decoder "
+                   "drafts several")
+    p.add_argument("--reference", action="store_true", help="run the readable implementations "
+                   "(each head through BPDHead.forward, lattice.best_paths, the plain neural "
+                   "rescoring loop): the same tokens and steps, slower")
+    p.add_argument("--k", type=int, default=None, help="lattice width (default: tuned)")
+    p.add_argument("--p", type=int, default=None, help="drafts verified per call by p-best")
+    p.add_argument("--alpha", type=float, default=None, help="LM interpolation weight in [0, 1]")
+
+
+def add_run_flags(p):
+    """How much to run and what to print."""
+    p.add_argument("--json", action="store_true", help="--bench, --tasks, --scale: print one JSON "
+                   "object only")
+    p.add_argument("--text", help="--bench: take prompts from this UTF-8 file, not the test split")
+    p.add_argument("--prompts", type=int, default=None, help="--bench, --tune: number of prompts "
+                   f"(default 16); --tasks: test examples per task (default {TASK_EXAMPLES})")
+    p.add_argument("--new-tokens", type=int, default=128, help="--bench, --tune: tokens per prompt")
+    p.add_argument("--objective", default="block_efficiency", choices=analysis.OBJECTIVES,
+                   help="--tune: what to maximise; tokens_per_s times every setting (machine-"
+                   "specific: needs --tuned FILE)")
+    p.add_argument("--sweep", action="store_true", help="--bench: sweep k, p, alpha, heads (tune split)")
+    p.add_argument("--plot", metavar="DIR", help="--bench, --tasks, --scale: also write PNG "
+                   "figures (needs matplotlib)")
+    p.add_argument("--no-color", action="store_true")
+
+
+# ----------------------------------------------------------------------------- checks and loading
+
+def overrides(args):
+    return {"k": args.k, "p": args.p, "alpha": args.alpha}
+
+
+def check_args(args):
+    """Every check that needs no checkpoint, before anything is loaded or run."""
+    demo = not (args.prompt is not None or args.bench or args.tune or args.tasks or args.scale)
+    if args.checkpoint is None:
+        args.checkpoint = TASKS_CHECKPOINT if args.tasks else CHECKPOINT
+    if args.prompts is None:
+        args.prompts = TASK_EXAMPLES if args.tasks else TUNE_SIZE[0]
+    args.tokens_given = args.max_new_tokens is not None
+    if args.max_new_tokens is None:
+        args.max_new_tokens = DEMO_TOKENS if demo else PROMPT_TOKENS
+    for flag, value in (("--max-new-tokens", args.max_new_tokens), ("--new-tokens", args.new_tokens)):
+        if not 1 <= value <= MAX_NEW_TOKENS:
+            raise ValueError(f"{flag} must be from 1 to {MAX_NEW_TOKENS:,}, got {value}")
+    if demo and args.max_new_tokens > DEMO_TOKENS:
+        raise ValueError(f"--demo shows at most {DEMO_TOKENS} new tokens, got --max-new-tokens "
+                         f"{args.max_new_tokens}; use --prompt TEXT for longer generations")
+    if args.prompts < 1:
+        raise ValueError(f"--prompts must be >= 1, got {args.prompts}")
+    if not 0 <= args.seed < 2 ** 63:
+        raise ValueError(f"--seed must be from 0 to 2**63 - 1, got {args.seed}")
+    if args.prompt is not None and not args.prompt:
+        raise ValueError("the prompt is empty: pass some text, e.g. --prompt 'The import statement'")
+    if args.decoder not in decoders.names(args.temperature) + list(decoders.BASELINES):
+        raise ValueError(f"unknown decoder {args.decoder!r}; choose from {', '.join(decoders.names())}")
+    given = {k: v for k, v in overrides(args).items() if v is not None}
+    if not 0 <= args.temperature < float("inf"):
+        raise ValueError(f"--temperature must be a number >= 0, got {args.temperature}")
+    if (args.tune or args.scale or args.tasks) and args.temperature:
+        raise ValueError(f"--{'tune' if args.tune else 'scale' if args.scale else 'tasks'} measures "
+                         "greedy decoding: drop --temperature")
+    if args.tune and given:
+        raise ValueError(f"--tune chooses {', '.join('--' + k for k in given)} itself; drop the flag")
+    lattice.check_settings(**given)    # the one settings rule; budgets once the model is loaded
+    if args.plot:
+        check_plot_dir(args.plot)
+    if args.tune and args.objective == "tokens_per_s" and not args.tuned:
+        raise ValueError("speed-tuned settings hold for this machine only: add --tuned FILE")
+    documented = (args.prompts, args.new_tokens) == TUNE_SIZE and args.heads is None
+    if args.tune and not documented and not args.tuned:
+        raise ValueError(f"a --tune run other than the documented --prompts {TUNE_SIZE[0]} "
+                         f"--new-tokens {TUNE_SIZE[1]} (all heads) writes only to a file you name: "
+                         "add --tuned FILE")
+
+
+def check_plot_dir(folder):
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise ValueError("--plot needs matplotlib, which is not installed: pip install matplotlib") from None
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"--plot {folder}: cannot create that folder ({e.strerror})") from None
+    if not os.access(folder, os.W_OK):
+        raise ValueError(f"--plot {folder}: that folder is not writable")
+
+
+def resolve_device(name):
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda was asked for but CUDA is not available; use --device cpu")
+    return name
+
+
+def load(args, used=None):
+    """(model, checkpoint, {decoder: settings}, Resources), the settings of the decoders `used`
+    (default: all) checked against the model's budgets; no model call yet."""
+    model, ck = load_checkpoint(args.checkpoint, resolve_device(args.device),
+                                DTYPES.get(args.dtype))
+    if args.heads is not None:
+        model = model.first_heads(args.heads)
+    model.reference = args.reference
+    tuned = {} if args.tune else decoders.load_tuned(
+        args.tuned or decoders.tuned_path(args.checkpoint), args.checkpoint,
+        model.config.n_bpd_heads, ck["config"].get("n_bpd_heads"), required=args.tuned is not None)
+    chosen = decoders.settings(tuned, overrides(args))
+    res = Resources(model, ck, reference=args.reference)
+    for name in decoders.DECODERS if used is None else used:
+        decoders.check(name, chosen[name], model)       # budgets need the model
+        decoders.make(name, res, chosen[name])          # every drafter builds, before any call
+    return model, ck, chosen, res
+
+
+def show(tokens, vocab):
+    return decode(tokens, vocab).replace("\n", "⏎")
+
+
+# ----------------------------------------------------------------------------- --prompt
+
+def generate(args):
+    """One continuation of --prompt with --decoder; at T = 0 checked against greedy."""
+    T = args.temperature
+    name = baseline_name(T) if args.decoder in decoders.BASELINES else args.decoder
+    model, ck, chosen, res = load(args, [name] if name in decoders.DECODERS else [])
+    prompt, n = encode(args.prompt, ck["vocab"]), args.max_new_tokens
+    s = chosen.get(name, {})
+    unused = [f"--{k}" for k, v in overrides(args).items() if v is not None and k not in s]
+    if unused:
+        print(f"warning: {', '.join(unused)} does nothing for decoder {name} (its settings: "
+              f"{', '.join(s) or 'none'})", file=sys.stderr)
+    peeks = name in decoders.DECODERS and decoders.DECODERS[name].peeks
+    greedy = greedy_decode(model, prompt, n) if T == 0 or peeks else None
+    m = decoders.method(name, res, s, prompt + greedy if peeks else None, T)
+    out, stats = m.decode(model, prompt, n, T, torch.Generator().manual_seed(args.seed), args.verify)
+    print(args.prompt + decode(out, ck["vocab"]))
+    how = (f"identical to greedy: {'yes' if out == greedy else 'NO'}" if T == 0 else
+           f"sampled at temperature {T} (seed {args.seed})")
+    print(f"[{name}: {len(out)} tokens in {stats['calls']} calls, block efficiency "
+          f"{len(out) / stats['calls']:.2f}, {how}]", file=sys.stderr)
+    return 0 if T > 0 or out == greedy else 1
+
+
+# ----------------------------------------------------------------------------- --demo
+
+def demo(args):
+    """Every decoder on one test prompt (SmolLM2: an English and a Python request), the first BPD
+    steps drawn, and greedy vs BPD timed."""
+    model, ck, chosen, res = load(args)
+    vocab, T = ck["vocab"], args.temperature
+    real = ck.get("kind") == smollm.KIND
+    n = min(args.max_new_tokens, smollm.DEMO_TOKENS if real else DEMO_TOKENS)
+    prompts = demo_prompts(args, ck, vocab, real)
+    if getattr(args, "tokens_given", False) and args.max_new_tokens > n:
+        print(f"warning: the SmolLM2 demo shows at most {n} new tokens a prompt, not "
+              f"{args.max_new_tokens}; use --prompt TEXT for longer", file=sys.stderr)
+    print(f"minibpd demo: {model.config.n_bpd_heads} BPD heads on a "
+          f"{sum(p.numel() for p in model.parameters()):,}-parameter "
+          f"{'SmolLM2-135M-Instruct' if real else 'character GPT'} "
+          f"({ck.get('corpus', {}).get('name', 'unknown corpus')}), "
+          f"{next(model.parameters()).device}, {torch.get_num_threads()} thread(s)"
+          + (f"; sampling at temperature {T} (seed {args.seed}): every decoder samples exactly "
+             "the base model's distribution, block efficiency is what drafting buys" if T else "")
+          + (f"; {n} new tokens a prompt (`--prompt` for longer)" if real else "") + "\n")
+    gen, all_same = torch.Generator().manual_seed(args.seed), True
+    for i, (label, prompt) in enumerate(prompts):
+        greedy, plain, same = demo_decoders(model, res, chosen, label, prompt, n, gen, args)
+        all_same &= same
+        if i == 0:
+            (draw_tries if T else draw_steps)(model, res, chosen, plain, prompt + greedy,
+                                              len(prompt), vocab)
+    base, prompt = baseline_name(T), prompts[0][1]
+    methods = [decoders.Method(base), decoders.method(decoders.PLAIN, res, {})]
+    tps = bench.tokens_per_s(bench.timings(model, methods, [prompt], n, T, gen, args.verify, 3), n)
+    print(f"\nwall-clock on this machine (median of 3{', first prompt' if len(prompts) > 1 else ''}): "
+          f"{base} {tps[base]:.0f} tok/s, BPD {tps[decoders.PLAIN]:.0f} tok/s: "
+          f"{tps[decoders.PLAIN] / tps[base]:.2f}x (`--bench` times every decoder)")
+    return 0 if all_same else 1
+
+
+def demo_prompts(args, ck, vocab, real):
+    """-> [(label, token ids)]: SmolLM2: its chat template around smollm.DEMO_QUESTIONS; a
+    character model: one prompt of the test split, chosen by --seed."""
+    if real:
+        return [(f"'{q}' (chat template)", encode(smollm.chat(q), vocab)) for q in smollm.DEMO_QUESTIONS]
+    text = split_text(ck, "test")
+    if len(text) < 160:
+        raise ValueError(f"checkpoint {args.checkpoint} holds no test text for the demo; use --prompt")
+    prompt = random.Random(args.seed).choice(make_prompts(text, vocab, 8, 80))
+    return [(f"(test split): '{show(prompt, vocab)}'", prompt)]
+
+
+def demo_decoders(model, res, chosen, label, prompt, n, gen, args):
+    """Greedy, then every decoder on one prompt, one line each. -> (greedy tokens, plain BPD's
+    stats, whether every decoder matched greedy; at T > 0, True)"""
+    T, vocab = args.temperature, res.ck["vocab"]
+    print(f"prompt {label}")
+    greedy = greedy_decode(model, prompt, n)
+    if T == 0:
+        print(f"greedy, {n} calls: '{show(greedy, vocab)}'\n")
+    all_same, plain = True, None
+    for name in decoders.DECODERS:
+        m = decoders.method(name, res, chosen[name], prompt + greedy)
+        out, stats = m.decode(model, prompt, n, T, gen, args.verify)
+        all_same &= T > 0 or out == greedy
+        plain = stats if name == decoders.PLAIN else plain
+        sets = ", ".join(f"{a}={b}" for a, b in chosen[name].items())
+        what = (f"'{show(out[:40], vocab)}…'" if T else
+                f"{'identical to greedy ✓' if out == greedy else 'DIFFERENT from greedy ✗'}  {sets}")
+        print(f"  {name:7s} {stats['calls']:3d} calls, block efficiency "
+              f"{stats['block_efficiency']:.2f}  {what}")
+    print()
+    return greedy, plain, all_same
+
+
+def draw_steps(model, res, chosen, stats, answer, plen, vocab, limit=5):
+    """The first BPD calls: the heads guess (predict), the base model checks (verify), the prefix
+    equal to greedy is kept (accept; Stern §3); under each, the refined drafts from the same
+    context and head log-probs (Kim §7), with the tokens each would have gained."""
+    heads = analysis.heads_along(model, answer, plen)
+    drafters = {name: decoders.make(name, res, chosen[name])
+                for name in [decoders.PLAIN] + decoders.refined()}
+    print("\n  how the drafts are checked (• = head 1, the base model's own token; ✓ = equals "
+          "greedy, kept; ✗ = first miss, the base model's token replaces it):")
+    repeat = next((s for s in stats["steps"][limit:] if repaired(s)), None)
+    for step in stats["steps"][:limit] + ([repeat] if repeat else []):
+        known = step["context"]
+        pending, m = known - 1, len(step["drafts"][0]) - 1
+        if step is repeat:
+            print("    ... later, a repeated token in BPD's draft, replaced by the refined drafts:")
+        print(f"    after '…{show(answer[max(0, known - 24):known - 1], vocab)}':")
+        for name, drafter in drafters.items():
+            d = drafter(heads[pending][:m + 1], answer[:known])
+            best = max(d, key=lambda x: analysis.marks(x, answer, pending)[1])
+            tick, ok = analysis.marks(best, answer, pending)
+            more = f" (best of {len(d)})" if len(d) > 1 else ""
+            print(f"      {name:7s} '{show(best, vocab)}'  {tick}  +{ok}{more}")
+
+
+def draw_tries(model, res, chosen, stats, answer, plen, vocab, limit=6):
+    """At T > 0: BPD's first steps token by token: each draft token accepted with probability
+    min(1, p/q) (p(d) for a deterministic draft), then a token sampled from what is left of p."""
+    print("\n  how BPD's draft tokens are checked (✓ kept, ✗ rejected; then a token is sampled"
+          " from what is left of p):")
+    for step in stats["steps"][:limit]:
+        tries = " ".join(f"'{show([tok], vocab)}' {'✓' if ok else '✗'} p={a:.2f}"
+                         for _, tok, a, ok in step["tries"])
+        print(f"    draft '{show(step['drafts'][0], vocab)}': {tries}  -> +{step['accepted']}")
+
+
+def repaired(step):
+    """BPD's first miss was a repeat of the token before it (Kim §6.1, §7.3). Our criterion: the
+    paper counts improved drafts that repaired a repetition without defining it further."""
+    d, j = step["drafts"][0], step["accepted"]
+    return j < len(d) and d[j] == d[j - 1]
+
+
+# ----------------------------------------------------------------------------- --bench, --tune
+
+def bench_prompts(ck, args):
+    if not args.text:
+        return make_prompts(split_text(ck, "test"), ck["vocab"], args.prompts)
+    try:
+        with open(args.text, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"cannot read --text {args.text} as UTF-8: {e}") from None
+    counts = {}
+    text = to_vocab(text, ck["vocab"], counts)
+    dropped, mapped = (sum(counts.get(k, {}).values()) for k in ("dropped", "mapped"))
+    if dropped or mapped:
+        print(f"warning: --text {args.text}: dropped {dropped:,} characters the model does not "
+              f"know, mapped {mapped:,} to look-alikes it knows", file=sys.stderr)
+    return make_prompts(text, ck["vocab"], args.prompts)
+
+
+def run_bench(args):
+    model, ck, chosen, res = load(args)
+    r = bench.run_bench(model, ck, res, chosen, bench_prompts(ck, args), args.new_tokens,
+                        args.temperature, args.seed, args.verify, args.sweep)
+    r.checkpoint = args.checkpoint
+    if args.json:
+        print(json.dumps(r.to_json(), indent=1))
+    else:
+        figures.print_report(r, model, color=not args.no_color and sys.stdout.isatty())
+    if args.plot and not args.temperature:
+        print(f"wrote {', '.join(figures.plot(r, args.plot))} to {args.plot}", file=sys.stderr)
+    checks = r.identical_to_greedy.values() if r.identical_to_greedy else \
+        [c["ok"] for c in r.distribution_check.values()]
+    return 0 if all(checks) else 1
+
+
+def run_tune(args):
+    """`python minibpd.py --tune`: each decoder's settings from its grid on the tune split (never
+    the test split), written with this checkpoint's sha256 for the bench and demo."""
+    model, ck, _, res = load(args)
+    out_path = args.tuned or decoders.tuned_path(args.checkpoint)
+    prompts = make_prompts(split_text(ck, "tune"), ck["vocab"], args.prompts)
+    print(f"tuning on the tune split: {len(prompts)} prompts x {args.new_tokens} tokens, for "
+          f"{args.objective}")
+    t0 = time.perf_counter()
+    chosen, scores = bench.tune(model, res, prompts, args.new_tokens, args.objective, args.verify)
+    out = {"settings": chosen, "checkpoint_sha256": file_sha256(args.checkpoint),
+           "heads": model.config.n_bpd_heads, "objective": args.objective,
+           "tune_block_efficiency": scores,
+           "prompts": len(prompts), "new_tokens": args.new_tokens,
+           "seconds": round(time.perf_counter() - t0)}
+    with open(out_path, "w") as f:
+        json.dump(out, f, indent=1)
+    print(f"chosen: {chosen}\nwrote {out_path} ({out['seconds']} s)")
+    return 0
+
+
+def run_tasks(args):
+    """`python minibpd.py --tasks`: Kim's per-task findings on the five tasks (bench.run_tasks),
+    with the task-independent rescorers (the checkpoint's own) and an in-domain control (an
+    n-gram LM fitted on the tasks' train examples, built by the running Python; the small LM
+    fine-tuned on them, stored)."""
+    model, ck, chosen, res = load(args)
+    if "tasks" not in ck or "rescorer_tasks" not in ck:
+        raise ValueError(f"checkpoint {args.checkpoint} holds no tasks: use {TASKS_CHECKPOINT} or "
+                         "fine-tune one with `python train_heads.py --tasks`")
+    warnings = [w for name, splits in ck["tasks"]["tasks"].items()
+                if (w := tasks.compare(ck["tasks"], name, "test"))]
+    for w in warnings:
+        print(f"note: {w} (the stored examples are used)", file=sys.stderr)
+    text = "".join(p + t + "\n\n" for name in ck["tasks"]["tasks"]            # in-domain: the train
+                   for p, t in tasks.build(name, "train", ck["vocab"]))          # split, built here
+    small = build_model(ck["rescorer_config"], ck["rescorer_tasks"], model.lm_head.weight.device,
+                        model.lm_head.weight.dtype, "its in-domain rescorer")
+    res_in = Resources(model, ck, small=small, reference=args.reference, text=text)
+    log = (lambda *a: print(*a, file=sys.stderr)) if args.json else print
+    r = bench.run_tasks(model, ck, res, res_in, chosen, args.prompts, args.verify, log)
+    r.checkpoint = args.checkpoint
+    if args.json:
+        print(json.dumps(r.to_json(), indent=1))
+    else:
+        figures.print_tasks(r, color=not args.no_color and sys.stdout.isatty())
+    if args.plot:
+        print(f"wrote {', '.join(figures.plot_tasks(r, args.plot))} to {args.plot}", file=sys.stderr)
+    return 0 if all(all(t.identical_to_greedy.values()) for t in r.tasks.values()) else 1
+
+
+def run_scale(args):
+    """`python minibpd.py --scale`: the scale map (scale.py) for the bench's prompts and settings."""
+    model, ck, chosen, res = load(args)
+    log = (lambda s: print(s, file=sys.stderr)) if args.json else print
+    r = scale.run(model, ck, res, chosen, bench_prompts(ck, args), args.new_tokens,
+                  device=resolve_device(args.device), log=log)
+    r["checkpoint"] = args.checkpoint
+    if args.json:
+        print(json.dumps(r, indent=1))
+    else:
+        scale.print_scale(r)
+    if args.plot:
+        print(f"wrote {scale.plot_scale(r, args.plot)} to {args.plot}", file=sys.stderr)
+    return 0 if all(r["identical_to_greedy"].values()) else 1
+
+
+def main(argv=None):
+    """The command line: every error a user can cause is one line on stderr and exit status 2."""
+    args = parse_args(argv)
+    try:
+        check_args(args)                    # every check that needs no checkpoint, first
+        set_threads(args.threads)
+        torch.manual_seed(args.seed)
+        if args.tune:
+            return run_tune(args)
+        if args.bench:
+            return run_bench(args)
+        if args.tasks:
+            return run_tasks(args)
+        if args.scale:
+            return run_scale(args)
+        if args.prompt is not None:
+            return generate(args)
+        return demo(args)
+    except (ValueError, CheckpointError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except DrafterError as e:               # a plug-in drafter failed while decoding
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:                 # e.g. `python minibpd.py --demo | head`
+        sys.stderr.close()
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,598 @@
+"""scale: the scale map. At which model size does each refined decoder beat plain BPD?
+
+Refined drafts (Kim et al. 2024, arXiv 2404.09221v2, §7) raise block efficiency, the tokens each
+serial call gains (Stern et al. 2018, §3), but they verify more tokens per call and draft with
+work of their own. On a CPU a call of the shipped 1.45M-parameter model costs little, so the
+drafting and the extra verified tokens eat the gain; for a big model a call costs far more than
+the drafting, and block efficiency counts in full. The map measures where that happens:
+
+  1. one real run of the bench's prompts (bench.decode_all) gives each decoder's calls, draft
+     steps, whole-window calls and the tokens it verifies per step (`Profile`);
+  2. what does not grow with the base model is timed inside real decodes of the shipped model,
+     beside the bench's own timing of them (`time_decoders`, `InSitu`): the drafter's calls, the
+     rest of each call's work outside the forward pass (its input and tree mask, the heads,
+     acceptance, the cache's bookkeeping, the loop), and the forward passes, which cost more
+     there than in a tight loop (`Profile.refill_ms`: the CPU's caches refilled);
+  3. what does grow is timed at every size in SIZES, on random weights (only cost matters): the
+     forward pass of 1..64 new tokens on a KV cache and of the decoders' real draft trees
+     (`call_ms`, `tree_ms`), a whole window fed at once, and the BPD heads at one position;
+  4. `ms_per_token` combines them. At the model's own size the projection is checked against
+     the bench's measured tokens/s (`validation`); `crossover_params` reads the map.
+
+Nothing imports this module except cli.py. Measurements go to the report, never to this file.
+"""
+import dataclasses
+import itertools
+import os
+import statistics
+import textwrap
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from lab import analysis
+from lab import bench
+import decoders
+from lab import figures
+from runtime.kvcache import KVCache, device_of, draft_tree, tree_layout, window_start
+from minibpd import GPT, GPTConfig, greedy_decode, max_drafts
+
+# The shipped shape (6 layers of width 128, 4 attention heads of 32 dims, 8 BPD heads, the shipped
+# vocabulary and window), then wider and deeper ones with 32 dims per attention head: 1.45M to
+# 216M parameters. run() takes vocabulary, window and BPD heads from the model it is given.
+SIZES = [GPTConfig(103, 128, n_layer, n_embd // 32, n_embd, 8)
+         for n_layer, n_embd in ((6, 128), (8, 192), (8, 256), (12, 384), (12, 512), (16, 768),
+                                 (16, 1024))]
+TOKENS = (1, 2, 4, 8, 16, 32, 64)   # new tokens per call at which call_ms is measured
+REPS = 5                            # repetitions of a timed call (the median is kept)
+BATCH_S = 0.05                      # a timed batch repeats a short call for about this long
+GREEDY = decoders.baseline_name(0.0)
+
+
+# ----------------------------------------------------------------------------- timing a call
+
+def synchronize(device):
+    if torch.device(device).type == "cuda":      # CUDA runs asynchronously: wait before the clock
+        torch.cuda.synchronize(device)
+
+
+def timed_all(fns, reps=None, device="cpu"):
+    """{key: median wall-clock ms of one fns[key]()}. Each is warmed up, then `reps` rounds
+    (default REPS) run one batch of every fn in turn, interleaved so that machine noise hits them
+    alike; a batch repeats its fn for about BATCH_S, so that a sub-millisecond call is not lost
+    in the noise."""
+    def batch(fn, k):
+        synchronize(device)
+        t0 = time.perf_counter()
+        for _ in range(k):
+            fn()
+        synchronize(device)
+        return (time.perf_counter() - t0) / k
+
+    ks = {}
+    for key, fn in fns.items():
+        batch(fn, 1)                                          # warm-up
+        ks[key] = max(1, int(BATCH_S / max(batch(fn, 1), 1e-7)))
+    times = {key: [] for key in fns}
+    for _ in range(REPS if reps is None else reps):
+        for key, fn in fns.items():
+            times[key].append(batch(fn, ks[key]))
+    return {key: 1e3 * statistics.median(t) for key, t in times.items()}
+
+
+def timed(fn, reps=None, device="cpu"):
+    return timed_all({0: fn}, reps, device)[0]
+
+
+def filled_cache(model, cached, spare=0):
+    """A one-row KV cache holding `cached` tokens (any tokens: the cost does not depend on them)."""
+    cache = KVCache(model, 1, spare)
+    if cached:
+        ids = torch.arange(cached, device=device_of(model))[None] % model.config.vocab_size
+        model(ids, cache)
+        cache.advance(cached)
+    return cache
+
+
+def row_pass(model, tokens, cached):
+    """A forward pass feeding `tokens` new tokens as one causal row on top of a KV cache holding
+    `cached` tokens: the model's part of a call (kvcache.model_call; building its input does not
+    grow with the model and is timed in situ). It writes the cache without advancing it, so
+    every repetition sees the same state. -> a function that runs it."""
+    B = model.config.block_size
+    if not (1 <= tokens and 0 <= cached and cached + tokens <= B):
+        raise ValueError(f"call_ms: tokens ({tokens}) >= 1 and cached ({cached}) >= 0 must fit "
+                         f"the window together ({B} tokens)")
+    cache = filled_cache(model, cached)
+    ids = torch.arange(tokens, device=device_of(model))[None] % model.config.vocab_size
+    return lambda: model(ids, cache)
+
+
+def tree_pass(model, drafts, cached):
+    """The forward pass of one tree verification (kvcache.tree_call): the new token and the
+    drafts' token tree (each distinct prefix once) in one row under the tree attention mask
+    (kvcache.tree_layout), on a cache holding `cached` tokens. drafts: P lists of 1 + m tokens,
+    the first the certain token, as a run's steps record them. -> a function that runs it."""
+    h, B, dev = model.config.n_bpd_heads, model.config.block_size, device_of(model)
+    proposed = [d[1:] for d in drafts]
+    if not proposed or not 1 <= len(proposed[0]) < h or cached + 1 + len(proposed[0]) > B:
+        raise ValueError(f"tree_ms: drafts of 1 to {h - 1} tokens after the certain one, "
+                         f"fitting the window ({B}) after {cached} cached tokens")
+    tokens, parents, _ = draft_tree(proposed)
+    cache = filled_cache(model, cached, spare=(len(proposed) - 1) * (h - 1))
+    ids = torch.tensor([[drafts[0][0]] + tokens], device=dev)
+    layout = tree_layout(1, parents, cached, dev)
+    return lambda: model(ids, cache, layout)
+
+
+def heads_pass(model):
+    """The heads at one position and their log-softmax (bpd_decode's predict): h - 1 BPD heads
+    of 2 x width^2 weights each, so, unlike the rest of a step, they grow with the model."""
+    z = torch.randn(model.config.n_embd, generator=torch.Generator().manual_seed(0))
+    z = z.to(model.lm_head.weight)
+    return lambda: F.log_softmax(model.head_logits(z), dim=-1)
+
+
+@torch.no_grad()
+def call_ms(model, tokens, cached, reps=None):
+    """Median ms of row_pass(model, tokens, cached)."""
+    return timed(row_pass(model, tokens, cached), reps, device_of(model))
+
+
+@torch.no_grad()
+def tree_ms(model, drafts, cached, reps=None):
+    """Median ms of tree_pass(model, drafts, cached)."""
+    return timed(tree_pass(model, drafts, cached), reps, device_of(model))
+
+
+# ----------------------------------------------------------------------------- inside real decodes
+
+class ForwardTimer:
+    """Seconds spent in model.forward (the trunk: the base model's part of a call) while active,
+    through torch's module hooks; CUDA is synchronized around each pass."""
+
+    def __init__(self, model):
+        self.model, self.seconds, self.handles, self.t0 = model, 0.0, [], 0.0
+
+    def __enter__(self):
+        def before(module, args):
+            synchronize(device_of(self.model))
+            self.t0 = time.perf_counter()
+
+        def after(module, args, out):
+            synchronize(device_of(self.model))
+            self.seconds += time.perf_counter() - self.t0
+        self.handles = [self.model.register_forward_pre_hook(before),
+                        self.model.register_forward_hook(after)]
+        return self
+
+    def __exit__(self, *exc):
+        for h in self.handles:
+            h.remove()
+
+
+class TimedDrafter:
+    """A drafter (the contract of minibpd.ArgmaxDrafter) that times its inner drafter's calls."""
+
+    def __init__(self, drafter):
+        self.drafter, self.seconds = drafter, 0.0
+        self.max_drafts = getattr(drafter, "max_drafts", 1)
+        self.name = getattr(drafter, "name", None) or type(drafter).__name__
+
+    def __call__(self, logprobs, context):
+        t0 = time.perf_counter()
+        drafts = self.drafter(logprobs, context)
+        self.seconds += time.perf_counter() - t0
+        return drafts
+
+
+class InSitu(decoders.Method):
+    """A decoders.Method timed from inside as it decodes: per decode, the seconds of its forward
+    passes (ForwardTimer) and of its drafter's calls (TimedDrafter), its calls and draft steps."""
+
+    def __init__(self, method):
+        super().__init__(f"{method.name} in situ", method.drafter and TimedDrafter(method.drafter))
+        self.reps, self.records = method.reps, []
+
+    def decode(self, model, prompt, n, *args):
+        before = self.drafter.seconds if self.drafter else 0.0
+        with ForwardTimer(model) as fwd:
+            out, stats = super().decode(model, prompt, n, *args)
+        drafted = (self.drafter.seconds if self.drafter else 0.0) - before
+        self.records.append((fwd.seconds, drafted, stats["calls"], len(stats["steps"])))
+        return out, stats
+
+    def medians(self, times, prompts):
+        """-> medians over the repetitions of (drafter ms per draft step, forward ms per call, the
+        rest ms per call), given bench.timings' seconds per repetition. The rest is the decode
+        minus its forward passes and drafter calls: each call's input and tree mask, the heads,
+        acceptance, the cache's bookkeeping and the loop. bench.timings decodes once to warm up,
+        then every prompt per repetition: the records are grouped so."""
+        recs, parts = self.records[1:], ([], [], [])
+        for r, seconds in enumerate(times):
+            fwd, drafted, calls, steps = map(sum, zip(*recs[r * prompts:(r + 1) * prompts]))
+            for part, v in zip(parts, (drafted / max(1, steps), fwd / calls,
+                                       (seconds - fwd - drafted) / calls)):
+                part.append(v)
+        return tuple(1e3 * statistics.median(p) for p in parts)
+
+
+# ----------------------------------------------------------------------------- one real run
+
+@dataclass
+class Profile:
+    """One decoder's real run over the bench's prompts (counts are totals over all prompts), and
+    its costs that do not grow with the base model, timed in situ at the shipped size."""
+    tokens: int                 # new tokens generated
+    calls: int                  # serial model calls, the prefills included
+    steps: int                  # calls that verified drafts (the others: prefill, window edges)
+    windows: int                # calls feeding a whole window (the prefill, each window move)
+    window_tail: float          # their mean tail: the tokens each feeds on an empty cache
+    verified: float = 0.0       # drafted tokens per step as verified: m in a row, or tree nodes
+    tree: bool = False          # several drafts, verified as one token tree (verify "auto")
+    drafts: list = None         # a tree decoder's real step nearest its mean tree size
+    drafting_ms: float = 0.0    # in situ: the drafter's calls, per draft step
+    forward_ms: float = 0.0     # in situ: the forward passes, per call
+    rest_ms: float = 0.0        # in situ: the rest of the decode, per call (the heads included)
+    outside_ms: float = 0.0     # rest_ms less the heads: the work outside the call, per call
+    refill_ms: float = 0.0      # forward_ms less the same passes timed in a tight loop, per call
+
+    def to_json(self):
+        return {k: v for k, v in dataclasses.asdict(self).items() if k != "drafts"}
+
+    def split_rest(self, cost, name):
+        """outside_ms and refill_ms, from the tight-loop costs at the size timed in situ. The
+        refill: a forward pass inside a decode, after the drafter and the loop (and whatever else
+        the machine runs), finds less of the model in the CPU's caches than one right after
+        another. It is kept as a constant per call; where the weights outgrow the caches, a tight
+        loop streams them too, and the constant then overstates every call alike."""
+        self.outside_ms = self.rest_ms - cost["heads_ms"] * self.steps / self.calls
+        self.refill_ms = self.forward_ms - forward_total(self, cost, name) / self.calls
+
+
+def call_positions(plen, accepted):
+    """The position each call predicts: the prefill predicts plen, call i predicts plen + the
+    tokens gained before it (bpd_decode's Stats.accepted: one entry per call)."""
+    return list(itertools.accumulate(accepted[:-1], initial=plen))
+
+
+def window_tails(plen, accepted, B):
+    """Tails of the calls that feed a whole window: the prefill, and each call after the window
+    moved (kvcache.uncached_from empties the cache; the tail is then the new window up to t)."""
+    ts = call_positions(plen, accepted)
+    starts = [window_start(t, B) for t in ts]
+    return [t - s for i, (t, s) in enumerate(zip(ts, starts)) if i == 0 or s != starts[i - 1]]
+
+
+def tree_nodes(drafts):
+    return len(draft_tree([d[1:] for d in drafts])[0])
+
+
+def profile(runs, prompts, n, B, tree=False):
+    """The Profile of one decoder's runs (bpd_decode stats, one per prompt); greedy: runs=None,
+    one token per call. verified comes from analysis.verify_tokens (per call), made per step."""
+    accepted = [r["accepted"] for r in runs] if runs else [[1] * n for _ in prompts]
+    tails = [t for p, a in zip(prompts, accepted) for t in window_tails(len(p), a, B)]
+    steps = [s for r in runs or [] for s in r["steps"]]
+    calls = sum(map(len, accepted))
+    p = Profile(tokens=len(prompts) * n, calls=calls, steps=len(steps), windows=len(tails),
+                window_tail=statistics.mean(tails), tree=tree)
+    if steps:
+        p.verified = analysis.verify_tokens(runs)["tree" if tree else "batch"] * calls / len(steps)
+    if steps and tree:
+        p.drafts = min(steps, key=lambda s: abs(tree_nodes(s["drafts"]) - p.verified))["drafts"]
+    return p
+
+
+def measure_decoders(model, res, chosen, prompts, n):
+    """One real run of greedy and every decoder that does not peek (bench.decode_all). -> ({name:
+    Profile}, greedy first; {name: its outputs equal greedy's}; plain BPD's runs)."""
+    greedy = [greedy_decode(model, p, n) for p in prompts]
+    runs, outs, _ = bench.decode_all(model, res, chosen, prompts, [p + g for p, g in
+                                                                   zip(prompts, greedy)], n)
+    names = [k for k, d in decoders.DECODERS.items() if not d.peeks]
+    B = model.config.block_size
+    out = {GREEDY: profile(None, prompts, n, B)}
+    for name in names:
+        several = max_drafts(decoders.make(name, res, chosen[name])) > 1
+        out[name] = profile(runs[name], prompts, n, B, several)
+    return out, {k: outs[k] == greedy for k in names}, runs[decoders.PLAIN]
+
+
+def time_decoders(model, res, chosen, prompts, n, profiles):
+    """bench.timings over every profiled method, each next to its InSitu twin (interleaved, so
+    that machine noise hits both alike); fills each Profile's in-situ costs. -> the bench's
+    {tokens_per_s, timing_warnings} of the plain methods."""
+    plain = [decoders.method(k, res, chosen.get(k, {})) for k in profiles]
+    twins = [InSitu(decoders.method(k, res, chosen.get(k, {}))) for k in profiles]
+    times = bench.timings(model, [m for pair in zip(plain, twins) for m in pair], prompts, n)
+    for (name, p), twin in zip(profiles.items(), twins):
+        p.drafting_ms, p.forward_ms, p.rest_ms = twin.medians(times[twin.name], len(prompts))
+    mine = {m.name: times[m.name] for m in plain}
+    return {"tokens_per_s": bench.tokens_per_s(mine, len(prompts) * n),
+            "timing_warnings": bench.timing_warnings(mine, GREEDY)}
+
+
+# ----------------------------------------------------------------------------- the projection
+
+def interp(costs, tokens):
+    """A forward pass's ms at `tokens` new tokens, linear between the measured token counts."""
+    xs = sorted(costs, key=int)
+    return float(np.interp(tokens, [int(x) for x in xs], [costs[x] for x in xs]))
+
+
+def forward_total(p, cost, name=None):
+    """ms of a run's forward passes at one size: its draft steps verify, the other calls feed one
+    token, and each window call feeds a whole window instead of one token. verify is
+    call(1 + verified) for one draft (the new token and m drafted tokens in one row), or the
+    decoder's real tree (cost["tree_ms"][name]) for several."""
+    one = interp(cost["call_ms"], 1)
+    tree = p.tree and p.steps
+    verify = cost["tree_ms"][name] if tree else interp(cost["call_ms"], 1 + p.verified)
+    return p.steps * verify + (p.calls - p.steps) * one + p.windows * (cost["window_ms"] - one)
+
+
+def ms_per_token(p, cost, name=None, refill=True):
+    """Projected ms per generated token of a decoder with Profile p at one size, from that size's
+    tight-loop costs (call_ms {tokens: ms}, tree_ms {decoder: ms}, window_ms, heads_ms):
+
+        [ forward_total                                  the forward passes at this size
+          + calls x (outside + refill)                   the rest of each call, timed in situ
+          + steps x (drafting + heads) ] / tokens        the drafter; the heads at this size
+
+    That is calls/token x [call + the work outside it] + drafting x steps/token, with three terms
+    found by measurement: the whole-window calls, the heads' growth with the model, and the
+    refill of the CPU's caches before each forward pass (refill=False leaves it out: the
+    tight-loop prediction). Greedy (steps 0): call(1) per token, its whole-window calls and its
+    own work outside the call."""
+    outside = p.outside_ms + (p.refill_ms if refill else 0.0)
+    total = forward_total(p, cost, name) + p.calls * outside + p.steps * (p.drafting_ms +
+                                                                           cost["heads_ms"])
+    return total / p.tokens
+
+
+def crossover_params(rows, against=decoders.PLAIN, names=None):
+    """{decoder: the parameters of the smallest size in the map at which its projected tokens/s
+    beats `against`'s, or None if it never does}; names: default every refined decoder."""
+    names = names if names is not None else [n for n in decoders.refined()
+                                             if n in rows[0]["projected_tokens_per_s"]]
+    beats = lambda r, n: r["projected_tokens_per_s"][n] > r["projected_tokens_per_s"][against]
+    return {n: next((r["params"] for r in rows if beats(r, n)), None) for n in names}
+
+
+# ----------------------------------------------------------------------------- the map
+
+def params(model):
+    return sum(p.numel() for p in model.parameters())
+
+
+def sizes(model):
+    """The map's configurations: the model's own shape first (where the projection is checked),
+    then each SIZES entry with more layers x width^2, with the model's vocabulary, window and
+    BPD heads."""
+    c, weight = model.config, lambda s: s.n_layer * s.n_embd ** 2
+    fit = lambda s: dataclasses.replace(s, vocab_size=c.vocab_size, block_size=c.block_size,
+                                        n_bpd_heads=c.n_bpd_heads)
+    return [dataclasses.replace(c, dropout=0.0)] + [fit(s) for s in SIZES if weight(s) > weight(c)]
+
+
+@torch.no_grad()
+def size_costs(cfg, profiles, cached, window, device, dtype, reps=None):
+    """Every cost the projection needs at one size, timed together (timed_all) on a random model
+    of config cfg: call_ms {tokens: ms}, tree_ms {decoder: ms}, window_ms, heads_ms."""
+    with torch.random.fork_rng(devices=[]):          # its random weights leave torch's seed alone
+        model = GPT(cfg).to(device=device, dtype=dtype).eval()
+    fns = {("call_ms", str(t)): row_pass(model, t, cached) for t in TOKENS
+           if t <= cfg.block_size - cached}
+    fns.update({("tree_ms", name): tree_pass(model, p.drafts, cached)
+                for name, p in profiles.items() if p.tree and p.drafts})
+    fns.update({("window_ms", None): row_pass(model, window, 0), ("heads_ms", None): heads_pass(model)})
+    row = {"params": params(model), "n_layer": cfg.n_layer, "n_embd": cfg.n_embd,
+           "call_ms": {}, "tree_ms": {}}
+    for (key, sub), ms in timed_all(fns, reps, device).items():
+        if sub is None:
+            row[key] = ms
+        else:
+            row[key][sub] = ms
+    del model, fns
+    if torch.device(device).type == "cuda":
+        torch.cuda.empty_cache()
+    return row
+
+
+def mean_costs(a, b):
+    """The mean of two timings of one size's costs (size_costs)."""
+    avg = lambda x, y: {k: avg(x[k], y[k]) for k in x} if isinstance(x, dict) else (x + y) / 2
+    return {**a, **{k: avg(a[k], b[k]) for k in ("call_ms", "tree_ms", "window_ms", "heads_ms")}}
+
+
+def check_run(model, prompts, n, device):
+    """Clear errors for bad input to run(), before any model call."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device 'cuda' was asked for but CUDA is not available; use 'cpu'")
+    if dev.type != device_of(model).type:
+        raise ValueError(f"device {device!r}, but the model is on {device_of(model)}: both must be "
+                         "timed on one device (load the checkpoint there)")
+    if not prompts or isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"run needs at least one prompt and n >= 1 new tokens, got "
+                         f"{len(prompts)} prompts and n={n!r}")
+
+
+def mean_cached(runs, B):
+    """Mean tokens in the KV cache at plain BPD's draft steps: context - 1 - the window's start."""
+    return round(statistics.mean(s["context"] - 1 - window_start(s["context"], B)
+                                 for r in runs for s in r["steps"]))
+
+
+def run(model, ck, res, chosen, prompts, n, device="cpu", log=print):
+    """The scale map (see the module docstring): measure, project, validate at the model's own
+    size, find the crossovers. ck is unused (res holds what the drafters need); it keeps the
+    signature of bench.run_bench. -> a JSON-ready dict."""
+    check_run(model, prompts, n, device)
+    t0, B, dtype = time.perf_counter(), model.config.block_size, model.lm_head.weight.dtype
+    log("decoding the prompts with every decoder")
+    profiles, identical, bpd_runs = measure_decoders(model, res, chosen, prompts, n)
+    cached = mean_cached(bpd_runs, B) if any(r["steps"] for r in bpd_runs) else B // 2
+    cached = min(cached, B - model.config.n_bpd_heads)      # room for a draft after it
+    window = round(statistics.mean(p.window_tail for p in profiles.values()))
+
+    def timed_size(cfg):
+        log(f"  timing a random {cfg.n_layer}-layer, width-{cfg.n_embd} model")
+        return size_costs(cfg, profiles, cached, window, device, dtype)
+    own, *bigger = sizes(model)
+    before = timed_size(own)
+    log("timing every decoder as the bench does, each beside its twin timed inside")
+    measured = time_decoders(model, res, chosen, prompts, n, profiles)
+    rows = [mean_costs(before, timed_size(own))]  # the tight loop at the model's size, timed
+    for name, p in profiles.items():              # before and after the decoders: their mean
+        p.split_rest(rows[0], name)
+    rows += [timed_size(cfg) for cfg in bigger]
+    for row in rows:
+        row["projected_tokens_per_s"] = projected(profiles, row)
+    tight = [{"params": row["params"], "projected_tokens_per_s": projected(profiles, row, False)}
+             for row in rows]
+    return {"scale": rows, "drafting_ms": {k: p.drafting_ms for k, p in profiles.items()},
+            "validation": validation(profiles, rows[0], measured["tokens_per_s"]),
+            "crossover_params": crossover_params(rows),
+            "beats_greedy_params": crossover_params(rows, GREEDY, list(profiles)[1:]),
+            "crossover_params_tight_loop": crossover_params(tight),
+            "profiles": {k: p.to_json() for k, p in profiles.items()},
+            "identical_to_greedy": identical,
+            "cached": cached, "window_tail": window, "settings": chosen,
+            "timing_warnings": measured["timing_warnings"], "prompts": len(prompts),
+            "new_tokens": n, "device": str(device_of(model)), "threads": torch.get_num_threads(),
+            "seconds": time.perf_counter() - t0}
+
+
+def projected(profiles, cost, refill=True):
+    """{decoder: projected tokens/s} at the size whose costs are `cost` (ms_per_token)."""
+    return {k: 1e3 / ms_per_token(p, cost, k, refill) for k, p in profiles.items()}
+
+
+def validation(profiles, own, tps):
+    """Projected (at the model's own size, costs `own`) vs the bench's measured tokens/s `tps`:
+    error = projected / measured - 1; error_tight_loop leaves the cache refill out."""
+    full, tight = projected(profiles, own), projected(profiles, own, False)
+    return {k: {"measured": tps[k], "projected": full[k], "error": full[k] / tps[k] - 1,
+                "error_tight_loop": tight[k] / tps[k] - 1} for k in profiles}
+
+
+# ----------------------------------------------------------------------------- the report
+
+def human(count):
+    """Parameters as 32k, 1.45M, 216M, 1.2B."""
+    for unit, size in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if count >= size:
+            v = count / size
+            return f"{v:.3g}{unit}" if v < 100 else f"{v:.0f}{unit}"
+    return str(count)
+
+
+def print_costs(r):
+    """Tight-loop ms by size: forward passes of 1, 8 and 64 new tokens, each tree decoder's real
+    tree, a whole window, the heads at one position."""
+    rows, trees = r["scale"], list(r["scale"][0]["tree_ms"])
+    print(f"  ms per forward pass in a tight loop on a cache of {r['cached']} tokens: 1, 8, 32 new"
+          f"\n  tokens in one row, each tree decoder's real tree, a window of {r['window_tail']}, "
+          "the heads")
+    print(f"  {'params':>7s} {'L':>3s} {'C':>5s} {'1':>7s} {'8':>7s} {'32':>7s} "
+          + "".join(f" {t[:8]:>8s}" for t in trees) + f" {'window':>7s} {'heads':>6s}")
+    for row in rows:
+        c = row["call_ms"]
+        cell = lambda k: f"{c[k]:7.2f}" if k in c else f"{'-':>7s}"
+        print(f"  {human(row['params']):>7s} {row['n_layer']:3d} {row['n_embd']:5d} {cell('1')} "
+              f"{cell('8')} {cell('32')}" + "".join(f" {row['tree_ms'][t]:8.2f}" for t in trees)
+              + f" {row['window_ms']:7.2f} {row['heads_ms']:6.2f}")
+
+
+def print_profiles(r):
+    """Per decoder: the real run's counts and the size-independent costs timed in situ."""
+    print("\n  the real run (per token: calls, steps; per step: tokens verified, drafting ms)\n"
+          "  and the rest of a call in situ (ms: outside the forward pass, cache refill)")
+    print(f"  {'decoder':8s} {'block eff.':>10s} {'calls':>6s} {'steps':>6s} {'verified':>9s} "
+          f"{'drafting':>9s} {'outside':>8s} {'refill':>7s}")
+    for k, p in r["profiles"].items():
+        print(f"  {k:8s} {p['tokens'] / p['calls']:10.3f} {p['calls'] / p['tokens']:6.3f} "
+              f"{p['steps'] / p['tokens']:6.3f} {p['verified']:9.1f} {p['drafting_ms']:9.3f} "
+              f"{p['outside_ms']:8.3f} {p['refill_ms']:7.3f}")
+
+
+def print_projection(r):
+    rows, names = r["scale"], list(r["scale"][0]["projected_tokens_per_s"])
+    print("\n  projected tokens/s by size (the first row is checked against the bench below)")
+    print(f"  {'params':>7s} " + " ".join(f"{k[:8]:>8s}" for k in names))
+    for row in rows:
+        print(f"  {human(row['params']):>7s} " + " ".join(
+            f"{row['projected_tokens_per_s'][k]:8.1f}" for k in names))
+    print("\n  validation at the model's own size: the bench's measured tokens/s, projected,\n"
+          "  error = projected / measured - 1, and the error without refill (tight loop)")
+    for k, v in r["validation"].items():
+        print(f"  {k:8s} {v['measured']:8.1f} {v['projected']:8.1f} {100 * v['error']:+6.1f}% "
+              f"{100 * v['error_tight_loop']:+6.1f}%")
+    wrong = [k for k, same in r["identical_to_greedy"].items() if not same]
+    inexact = [f"{', '.join(wrong)} did not return greedy's tokens"] if wrong else []
+    for w in r["timing_warnings"] + inexact:
+        print(textwrap.fill(f"warning: {w}", 78, initial_indent="  ", subsequent_indent="    "))
+
+
+def print_scale(r):
+    """The map in the terminal, 80 columns: the costs by size, the real run, the projection and
+    its validation, the crossovers, and a chart at the largest size."""
+    print(f"scale map: {r['prompts']} prompts x {r['new_tokens']} new tokens, {r['device']}, "
+          f"{r['threads']} thread(s), {r['seconds']:.0f} s\n")
+    print_costs(r)
+    print_profiles(r)
+    print_projection(r)
+    where = lambda d: ", ".join(f"{k} {human(v) if v else 'never'}" for k, v in d.items())
+    print()
+    for what, key in (("beats plain BPD from", "crossover_params"),
+                      ("beats greedy from", "beats_greedy_params")):
+        print(textwrap.fill(f"{what}: {where(r[key])}", 78, initial_indent="  ",
+                            subsequent_indent="    "))
+    rows = r["scale"]
+    last = rows[-1]["projected_tokens_per_s"]
+    figures.chart(f"projected tokens/s relative to bpd at {human(rows[-1]['params'])} parameters",
+                  [(k[:9], v / last[decoders.PLAIN]) for k, v in last.items()], fmt="{:.2f}x",
+                  mark=decoders.PLAIN)
+
+
+def plot_scale(r, folder):
+    """The map as a PNG in `folder`: projected tokens/s against parameters, log axes, one line
+    per decoder, BPD and greedy drawn as references, each decoder's measured tokens/s at the
+    model's own size as a cross. matplotlib is optional: imported here. -> the file name."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise ValueError("plot_scale needs matplotlib: pip install matplotlib") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    os.makedirs(folder, exist_ok=True)
+    rows, fig = r["scale"], plt.figure(figsize=(7, 4.5))
+    x = [row["params"] for row in rows]
+    for name in rows[0]["projected_tokens_per_s"]:
+        ref = name in (GREEDY, decoders.PLAIN)
+        line, = plt.plot(x, [row["projected_tokens_per_s"][name] for row in rows],
+                         "--" if ref else "-o", label=name, linewidth=2 if ref else 1.2,
+                         color={GREEDY: "black", decoders.PLAIN: "grey"}.get(name), markersize=3)
+        plt.plot(x[0], r["validation"][name]["measured"], "x", color=line.get_color())
+    plt.plot([], [], "x", color="black", label="measured by the bench")
+    plt.xscale("log")
+    plt.yscale("log")
+    plt.xlabel("base model parameters (log scale)")
+    plt.ylabel("tokens per second (log scale)")
+    plt.title(f"Projected decoding speed by model size ({r['device']}, {r['threads']} thread(s))",
+              fontsize=10)
+    plt.legend(fontsize=8)
+    plt.grid(alpha=0.3, which="both")
+    fig.tight_layout()
+    name = "scale_map.png"
+    fig.savefig(os.path.join(folder, name), dpi=120)
+    plt.close(fig)
+    return name

@@ -1,0 +1,444 @@
+"""llama: the Llama decoder that smollm.py loads SmolLM2-135M into, with BPD heads and a
+batch-invariant mode: RMSNorm, rotary position embeddings, grouped-query attention, SwiGLU, an
+output head tied to the token embedding, plus BPD proposal heads in Stern §6's form (Stern et
+al. 2018, "Blockwise Parallel Decoding for Deep Autoregressive Models"). It offers the interface
+of minibpd.GPT (config, forward with a KV cache or a token tree, lm_head, head_logits, kv_spec,
+first_heads), so bpd_decode runs it unchanged. Only torch and the standard library.
+
+Batch invariance. BPD returns greedy's tokens only if a position's logits do not depend on how
+many positions one call computes (Stern §3: verification must reproduce the greedy choices).
+BLAS libraries pick kernels and reduction orders by matrix shape, so a row computed in a chunk of
+16 can differ in its last bits from the same row computed alone, and an argmax can flip at a
+near-tie (in bf16 often). In batch-invariant mode every operation that rounds in a
+shape-dependent way (matmuls, sums, exp, SiLU, rsqrt) runs on blocks of ONE fixed shape:
+`row_block` rows (tokens, zero-padded), each block a fresh, aligned tensor, and in attention key
+tiles of `key_block` slots whose partial results are added in a fixed order (tiles a query cannot
+see add exact zeros). Three things decide a kernel's rounding, and each is fixed: the shape, the
+memory alignment (kernels peel unaligned starts), and an element's place in SIMD loops (SiLU's
+scalar tail rounds differently from its vector body), hence row_block x every layer width is a
+multiple of 64 elements. The one assumption left, that a fixed-shape kernel treats its rows
+alike, is what test_smollm.py checks bit for bit. The other operations (embedding lookup, rotary
+products, residual adds, divisions) round each element on its own. Weights may be bf16;
+activations, attention and the KV cache stay in fp32.
+"""
+import copy
+import dataclasses
+import functools
+import math
+import numbers
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from minibpd import BPDHead, head_states
+from runtime.kvcache import KVSpec
+
+ALIGN = 16        # elements: attention's batch items start on 64-byte boundaries (batch invariance)
+VECTOR_LOOP = 64  # elements: a multiple of every SIMD loop's unrolled width, so no scalar tail
+MEMO_ROWS = 64    # TiedHead remembers the logits of its last call of at most this many rows
+DRAFT_FILL = -1e9 # head logits outside a draft vocabulary (finite: 0 * log 0 stays 0, not NaN)
+
+
+@dataclass
+class LlamaConfig:
+    vocab_size: int = 49152
+    block_size: int = 512        # context window of the decode loop (minibpd.window_start)
+    n_bpd_heads: int = 1         # h, counting head 1 (the base model's own next-token head)
+    n_layer: int = 30
+    n_head: int = 9              # query heads
+    n_kv_head: int = 3           # key/value heads (grouped-query attention)
+    n_embd: int = 576
+    n_hidden: int = 1536         # SwiGLU intermediate size
+    rope_theta: float = 100000.0
+    rms_eps: float = 1e-5
+    n_positions: int = 8192      # the most positions the model was trained for (rotary table)
+    batch_invariant: bool = True
+    row_block: int = 8           # rows per fixed-shape block in batch-invariant mode
+    key_block: int = 64          # key slots per attention tile in batch-invariant mode
+
+    def __post_init__(self):
+        for name in ("vocab_size", "block_size", "n_bpd_heads", "n_layer", "n_head", "n_kv_head",
+                     "n_embd", "n_hidden", "n_positions", "row_block", "key_block"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"LlamaConfig.{name} must be an integer >= 1, got {value!r}")
+        if self.n_embd % self.n_head or (self.n_embd // self.n_head) % 2:
+            raise ValueError(f"n_embd ({self.n_embd}) must be n_head ({self.n_head}) times an "
+                             "even head size (rotary embeddings rotate pairs)")
+        if self.n_head % self.n_kv_head:
+            raise ValueError(f"n_head ({self.n_head}) must be a multiple of n_kv_head "
+                             f"({self.n_kv_head})")
+        if self.key_block % VECTOR_LOOP:
+            raise ValueError(f"key_block must be a multiple of {VECTOR_LOOP}, got {self.key_block}")
+        if self.batch_invariant and self.row_block % self.row_multiple:
+            raise ValueError(f"row_block must be a multiple of {self.row_multiple} for these layer "
+                             f"widths (row_block x width a multiple of {VECTOR_LOOP} elements), got "
+                             f"{self.row_block}")
+        if self.block_size > self.n_positions:
+            raise ValueError(f"block_size ({self.block_size}) must be at most n_positions "
+                             f"({self.n_positions}), the positions the model knows")
+
+    @property
+    def head_dim(self):
+        return self.n_embd // self.n_head
+
+    @property
+    def row_multiple(self):
+        """The smallest row count R such that R x every row width (residual, q/k/v, SwiGLU) is a
+        multiple of VECTOR_LOOP elements: 1 for SmolLM2's widths (576, 960, 1536)."""
+        widths = (self.n_embd, (self.n_head + 2 * self.n_kv_head) * self.head_dim, self.n_hidden)
+        return max(VECTOR_LOOP // math.gcd(VECTOR_LOOP, w) for w in widths)
+
+
+# ----------------------------------------------------------------------------- fixed-shape blocks
+
+def by_rows(fn, x, rows):
+    """fn applied to x [..., K] as rows [N, K] -> [..., K']. rows=None: one call on all N rows.
+    rows=R: calls on blocks of exactly R rows, the last one zero-padded, each block a fresh
+    tensor: every operation inside fn sees one shape and one memory alignment (BLAS kernels
+    branch on both), whatever N is (batch invariance, module docstring)."""
+    flat = x.reshape(-1, x.shape[-1])
+    if rows is None:
+        out = fn(flat.contiguous())
+    else:
+        N = flat.shape[0]
+        padded = padded_copy(flat, rows, 1)                              # [ceil(N/R) R, K]
+        out = torch.cat([fn(padded[i:i + rows].clone()) for i in range(0, len(padded), rows)])[:N]
+    return out.view(*x.shape[:-1], out.shape[-1])
+
+
+def padded_copy(t, row_multiple, col_multiple, fill=0.0):
+    """A fresh contiguous copy of t [..., n, m], zero-padded (or `fill`) to multiples of the
+    given sizes in its last two dims."""
+    n, m = t.shape[-2:]
+    out = t.new_full((*t.shape[:-2], n + -n % row_multiple, m + -m % col_multiple), fill)
+    out[..., :n, :m] = t
+    return out
+
+
+def attention(q, keys, values, bias, rows=None, key_block=None):
+    """softmax(q k^T / sqrt(d) + bias) v with grouped-query attention.
+    q [P, H, L, d]; keys, values [P, Hkv, S, d]; bias [L, S] (0: visible, -inf: hidden).
+    -> [P, H, L, d]. The g = H / Hkv query heads sharing a key head are g L rows against the
+    same keys. rows=None: one product over all rows and keys. rows=R: R-row query blocks against
+    key tiles of key_block slots (a multiple of VECTOR_LOOP), each product one fixed shape, the head
+    size zero-padded to ALIGN so that every tile starts aligned; the tiles' numerators and
+    denominators are added in order, so keys past a query's reach add exact zeros."""
+    P, H, L, d = q.shape
+    Hkv, S = keys.shape[1], keys.shape[2]
+    n = H // Hkv * L                                      # query rows per key head
+    R, T, D = (n, S, 1) if rows is None else (rows, key_block, ALIGN)
+    q = padded_copy((q * d ** -0.5).reshape(P, Hkv, n, d), R, D)        # [P, Hkv, nq R, d']
+    k, v = (padded_copy(t, T, D) for t in (keys, values))               # [P, Hkv, nk T, d']
+    bias = padded_copy(bias.repeat(H // Hkv, 1), 1, T, -math.inf)       # padded keys: hidden
+    bias = padded_copy(bias, R, 1)                                      # padded rows: see all
+    nq, nk, d2 = q.shape[2] // R, k.shape[2] // T, q.shape[3]
+    qb = q.view(P, Hkv, nq, 1, R, d2)
+    kb = k.view(P, Hkv, 1, nk, T, d2).transpose(-1, -2).contiguous()    # [.., nk, d', T]
+    s = qb @ kb + bias.view(nq, R, nk, T).transpose(1, 2)              # [P, Hkv, nq, nk, R, T]
+    e = torch.exp(s - s.amax(dim=(3, 5), keepdim=True))                 # the max is exact
+    num = e @ v.view(P, Hkv, 1, nk, T, d2)                              # [P, Hkv, nq, nk, R, d']
+    den = e.sum(-1, keepdim=True)                                       # [P, Hkv, nq, nk, R, 1]
+    out, total = num[:, :, :, 0], den[:, :, :, 0]
+    for t in range(1, nk):                                              # fixed order
+        out, total = out + num[:, :, :, t], total + den[:, :, :, t]
+    y = (out / total).reshape(P, Hkv, nq * R, d2)[:, :, :n, :d]
+    return y.reshape(P, H, L, d)
+
+
+@functools.lru_cache(maxsize=4096)
+def causal_bias(L, start, dtype, device):
+    """[L, start + L]: 0 where query i (at slot start + i) sees slot j <= start + i, else -inf."""
+    mask = torch.ones(L, start + L, dtype=torch.bool, device=device).tril(start)
+    return mask_to_bias(mask, dtype)
+
+
+def mask_to_bias(mask, dtype):
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, -math.inf)
+
+
+def rope_tables(n_positions, head_dim, theta):
+    """cos, sin [n_positions, head_dim] in float64, computed once: a position's angles never
+    depend on the call. Pairs (i, i + d/2) rotate by position / theta^(2i/d) (the HF layout)."""
+    inv = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    angles = torch.outer(torch.arange(n_positions, dtype=torch.float64), inv)
+    angles = torch.cat([angles, angles], dim=-1)
+    return angles.cos(), angles.sin()
+
+
+def rotate(x, cos, sin):
+    """x [P, heads, L, d], cos/sin [L, d]: the rotary embedding, one rounding per product."""
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat([-x[..., half:], x[..., :half]], dim=-1) * sin
+
+
+# ----------------------------------------------------------------------------- the model
+
+class Linear(nn.Linear):
+    """nn.Linear computing in its weight's dtype (bf16 weights: bf16 matmul) and returning the
+    input's dtype (fp32 activations)."""
+
+    def forward(self, x):
+        return super().forward(x.to(self.weight.dtype)).to(x.dtype)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim, eps):
+        super().__init__()
+        self.weight, self.eps = nn.Parameter(torch.ones(dim)), eps
+
+    def forward(self, x):
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return x * self.weight.to(x.dtype)
+
+
+class TiedHead(Linear):
+    """The output projection, weight tied to the token embedding; logits [..., V] from z [..., C]
+    by fixed-shape row blocks when `rows` is set. In that mode a row's logits depend on that row
+    alone (batch invariance), so a row equal to one already projected, in this call or in the
+    last small one (MEMO_ROWS), is copied, not recomputed: a token tree's paths repeat their
+    shared nodes (p-best's 16 drafts of 8: 128 rows, ~46 distinct), and the next draft's head 1
+    is the row that verification has just projected. One row costs a whole block (56 MB of bf16
+    weights read), so this saves blocks, not rows."""
+    rows = None
+    memo = None      # the last small call: (weight version, distinct rows [n, C], logits [n, V])
+    memo_rows = MEMO_ROWS     # 0: no memo (tests of batch invariance itself)
+
+    def forward(self, z):
+        if self.rows is None or torch.is_grad_enabled():
+            return by_rows(super().forward, z, self.rows)
+        flat = z.reshape(-1, z.shape[-1])
+        x, where = torch.unique(flat, dim=0, return_inverse=True)         # [n, C], [N]
+        logits = self.distinct(x)                                         # [n, V]
+        return logits[where].view(*z.shape[:-1], logits.shape[-1])
+
+    def distinct(self, x):
+        """Logits of distinct rows x [n, C]: copied from the memo where it has them, by blocks
+        otherwise (the memo only holds for the weight it was made with)."""
+        out = torch.empty(len(x), self.weight.shape[0], dtype=x.dtype, device=x.device)
+        new = torch.ones(len(x), dtype=torch.bool, device=x.device)
+        version = (self.weight.data_ptr(), self.weight._version, self.weight.dtype, x.dtype)
+        if self.memo is not None and self.memo[0] == version and \
+                len(x) * len(self.memo[1]) <= self.memo_rows ** 2:
+            same = (x[:, None] == self.memo[1][None]).all(-1)             # [n, N]
+            new = ~same.any(-1)
+            out[~new] = self.memo[2][same[~new].int().argmax(-1)]
+        if new.any():
+            out[new] = by_rows(super().forward, x[new], self.rows)
+        self.memo = (version, x, out) if len(x) <= self.memo_rows else None
+        return out
+
+
+class MLP(nn.Module):
+    """The pre-norm SwiGLU feed-forward sub-layer with its residual: x + W_down(silu(g) * u)."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.norm = RMSNorm(cfg.n_embd, cfg.rms_eps)
+        self.gate_up = Linear(cfg.n_embd, 2 * cfg.n_hidden, bias=False)   # gate and up, stacked
+        self.down = Linear(cfg.n_hidden, cfg.n_embd, bias=False)
+
+    def forward(self, x):                                                 # x [N, C]
+        gate, up = self.gate_up(self.norm(x)).chunk(2, dim=-1)            # [N, hidden] each
+        return x + self.down(F.silu(gate) * up)
+
+
+class Block(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.attn_norm = RMSNorm(cfg.n_embd, cfg.rms_eps)
+        q_kv = (cfg.n_head + 2 * cfg.n_kv_head) * cfg.head_dim
+        self.qkv = Linear(cfg.n_embd, q_kv, bias=False)                   # q, k, v rows, stacked
+        self.out = Linear(cfg.n_embd, cfg.n_embd, bias=False)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x, rope, cache, layer, bias, rows):
+        """x [P, L, C] -> [P, L, C]; rope: cos, sin [L, d]; bias [L, cache.length + L]."""
+        cfg, (P, L, C) = self.cfg, x.shape
+        H, Hkv, d = cfg.n_head, cfg.n_kv_head, cfg.head_dim
+        qkv = by_rows(lambda b: self.qkv(self.attn_norm(b)), x, rows)     # [P, L, (H + 2Hkv) d]
+        q, k, v = qkv.view(P, L, H + 2 * Hkv, d).transpose(1, 2).split([H, Hkv, Hkv], dim=1)
+        q, k = rotate(q, *rope), rotate(k, *rope)                         # [P, heads, L, d]
+        if cache is not None:          # the new keys/values go in; every valid slot comes back
+            k, v = cache.write(layer, k, v)                               # [P, Hkv, length + L, d]
+        y = attention(q, k, v, bias, rows, cfg.key_block)                 # [P, H, L, d]
+        x = x + by_rows(self.out, y.transpose(1, 2).reshape(P, L, C), rows)
+        return by_rows(self.mlp, x, rows)
+
+
+def bpd_head(cfg):
+    """A proposal head in Stern §6's form (minibpd.BPDHead) for this model: SiLU as the trunk's
+    MLP, weights in the model's dtype (Linear), W2 at zero, so that an untrained head predicts
+    what head 1 does (Medusa-style training starts there)."""
+    return BPDHead(cfg.n_embd, F.silu, Linear, start_as_head_1=True)
+
+
+class Llama(nn.Module):
+    """The Llama decoder with h heads: head 1 is the base LM, heads 2..h are BPDHeads, and all of
+    them share the output projection, tied to the token embedding (Stern §6; Kim §4)."""
+    draft_vocab = None      # token ids [S] (long) heads 2..h draft among, or None: all of them
+    reference = False       # True: each head one by one (the readable version, --reference)
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.config, self.gguf_path = cfg, None
+        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.n_embd)
+        self.blocks = nn.ModuleList([Block(cfg) for _ in range(cfg.n_layer)])
+        self.norm = RMSNorm(cfg.n_embd, cfg.rms_eps)
+        # Built in a loop: `[BPDHead(cfg)] * n` would share one module n times.
+        self.heads = nn.ModuleList([bpd_head(cfg) for _ in range(cfg.n_bpd_heads - 1)])
+        self.lm_head = TiedHead(cfg.n_embd, cfg.vocab_size, bias=False)
+        self.lm_head.weight = self.tok_emb.weight
+        self.lm_head.rows = cfg.row_block if cfg.batch_invariant else None
+        with torch.device("cpu"):         # plain tensors, never on the meta device of load()
+            self.rope = rope_tables(cfg.n_positions, cfg.head_dim, cfg.rope_theta)
+
+    @property
+    def batch_invariant(self):
+        return self.config.batch_invariant
+
+    @batch_invariant.setter
+    def batch_invariant(self, on):
+        """Switch the fixed-shape blocks on or off (for this model and its first_heads views,
+        which share lm_head)."""
+        self.config = dataclasses.replace(self.config, batch_invariant=bool(on))
+        self.lm_head.rows = self.config.row_block if on else None
+
+    @property
+    def act_dtype(self):
+        """Activations, attention and the KV cache: fp32 under bf16/fp16 weights."""
+        w = self.tok_emb.weight.dtype
+        return w if w in (torch.float32, torch.float64) else torch.float32
+
+    def forward(self, idx, cache=None, tree=None):
+        """idx [P, L] token ids -> final hidden states z [P, L, C] (after the final RMSNorm). With
+        a cache the L tokens sit at window slots cache.length.. (positions = slots; the cache is
+        written, not advanced). tree: (positions [L], mask [L, length + L]) of a token tree."""
+        P, L = idx.shape
+        start, dtype, dev = 0 if cache is None else cache.length, self.act_dtype, idx.device
+        if tree is None:
+            pos, bias = torch.arange(start, start + L), causal_bias(L, start, dtype, dev)
+        else:
+            pos, bias = tree[0].cpu(), mask_to_bias(tree[1], dtype)
+        if int(pos.max()) >= self.config.n_positions:
+            raise ValueError(f"position {int(pos.max())} is past the model's "
+                             f"{self.config.n_positions} positions")
+        rope = [t[pos].to(dev, dtype) for t in self.rope]                 # cos, sin [L, d]
+        rows = self.lm_head.rows
+        x = self.tok_emb(idx).to(dtype)                                   # [P, L, C]
+        for i, block in enumerate(self.blocks):
+            x = block(x, rope, cache, i, bias, rows)
+        return by_rows(self.norm, x, rows)
+
+    def head_logits(self, z):
+        """z [..., C] -> logits of all h heads [..., h, V]; head i predicts i - 1 tokens further.
+        Heads 2..h run stacked (minibpd.head_states), or one by one with `reference` (the
+        readable version, --reference), by fixed-shape row blocks either way. With
+        `draft_vocab` (token ids; not under autograd) heads 2..h are projected onto those tokens
+        only, DRAFT_FILL elsewhere: the drafts change, never verification, and head 1 keeps
+        every token (lm_head's memo has its row from verification)."""
+        if not self.heads:
+            return self.lm_head(z).unsqueeze(-2)
+        zs = by_rows(self._head_states, z, self.lm_head.rows)             # [..., h C]
+        zs = zs.view(*z.shape[:-1], len(self.heads) + 1, z.shape[-1])     # [..., h, C]
+        if self.draft_vocab is None or torch.is_grad_enabled():
+            return self.lm_head(zs)
+        return torch.cat([self.lm_head(zs[..., :1, :]), self._draft_logits(zs[..., 1:, :])], -2)
+
+    def _draft_logits(self, zs):
+        """Heads 2..h's logits [..., h - 1, V]: over draft_vocab by fixed-shape row blocks (the
+        embedding rows of those tokens, copied once), DRAFT_FILL elsewhere."""
+        W, ids = self.lm_head.weight, self.draft_vocab
+        key = (W.data_ptr(), W._version, W.dtype, id(ids))
+        if self.__dict__.get("_draft_key") != key:
+            self.__dict__["_draft_w"], self.__dict__["_draft_key"] = W[ids].detach().contiguous(), key
+        w = self.__dict__["_draft_w"]                                     # [S, C]
+        sub = by_rows(lambda b: F.linear(b.to(w.dtype), w).to(b.dtype), zs, self.lm_head.rows)
+        out = sub.new_full((*zs.shape[:-1], self.config.vocab_size), DRAFT_FILL)
+        out[..., ids] = sub
+        return out
+
+    def _head_states(self, x):
+        """x [N, C] -> [N, h C]: z, then z + W2 silu(W1 z) for heads 2..h."""
+        if self.reference:
+            return torch.cat([x] + [head(x) for head in self.heads], dim=-1)
+        return head_states(self.heads, x).reshape(x.shape[0], -1)
+
+    def kv_spec(self):
+        """What a KVCache for this model holds: (layers, kv heads, head dim, dtype, device)."""
+        cfg = self.config
+        return KVSpec(cfg.n_layer, cfg.n_kv_head, cfg.head_dim, self.act_dtype,
+                      self.tok_emb.weight.device)
+
+    def flop_params(self):
+        """Parameters a token's forward pass multiplies by (rotary positions: no table): all."""
+        return sum(p.numel() for p in self.parameters())
+
+    def first_heads(self, n):
+        """This model using only heads 1..n, weights shared: plain BPD with n heads (n = 1: greedy)."""
+        h = self.config.n_bpd_heads
+        if not isinstance(n, numbers.Integral) or isinstance(n, bool) or not 1 <= n <= h:
+            raise ValueError(f"heads must be an integer from 1 to {h}, got {n!r}")
+        view = copy.copy(self)                       # shares parameters; own module table
+        view._modules = dict(self._modules)
+        view.heads = nn.ModuleList(list(self.heads)[:n - 1])
+        view.config = dataclasses.replace(self.config, n_bpd_heads=n)
+        return view
+
+
+class EarlyExit(Llama):
+    """The small LM of local rescoring (Kim §7.1) as an early exit of the base (ours): its first
+    `layers` blocks, the final norm, an exit head in BPDHead's form (z + W2 silu(W1 z), trained
+    to predict the base's greedy next token: finetune.py), the tied output projection. It shares
+    every weight with the base but the exit head's, so it adds 0.66M parameters and no load
+    time; a call costs layers / n_layer of the trunk plus one output projection. It keeps its own
+    KV cache (NeuralDrafter), with `layers` layers."""
+
+    def __init__(self, base, layers, exit_state=None):
+        nn.Module.__init__(self)
+        if not 1 <= layers < base.config.n_layer:
+            raise ValueError(f"an early exit needs 1 to {base.config.n_layer - 1} layers, got {layers}")
+        self.config = dataclasses.replace(base.config, n_layer=layers, n_bpd_heads=1)
+        self.gguf_path, self.rope = base.gguf_path, base.rope
+        self.tok_emb, self.norm, self.lm_head = base.tok_emb, base.norm, base.lm_head
+        self.blocks = nn.ModuleList(list(base.blocks)[:layers])     # shared, not copied
+        self.heads = nn.ModuleList()
+        self.exit = fresh_heads(dataclasses.replace(self.config, n_bpd_heads=2),
+                                None if exit_state is None else
+                                {f"0.{k}": v for k, v in exit_state.items()})[0]
+        self.exit.to(base.tok_emb.weight.device, base.tok_emb.weight.dtype)
+
+    def forward(self, idx, cache=None, tree=None):
+        """idx [P, L] -> the exit head's states [P, L, C] (lm_head gives the logits)."""
+        z = super().forward(idx, cache, tree)
+        return by_rows(self.exit, z, self.lm_head.rows)
+
+
+@torch.no_grad()
+def perplexity(model, tokens):
+    """exp(mean negative log-likelihood) of tokens[1:] given their prefixes, one causal pass."""
+    if len(tokens) < 2 or len(tokens) > model.config.n_positions:
+        raise ValueError(f"perplexity needs 2 to {model.config.n_positions} tokens, "
+                         f"got {len(tokens)}")
+    idx = torch.tensor([tokens], device=model.lm_head.weight.device)
+    logits = model.lm_head(model(idx[:, :-1]))[0].double()                # [T - 1, V]
+    return math.exp(F.cross_entropy(logits, idx[0, 1:]).item())
+
+
+
+def fresh_heads(cfg, state):
+    """Heads 2..h, untrained (seeded: every load gives the same ones) or from a state dict."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        heads = nn.ModuleList([bpd_head(cfg) for _ in range(cfg.n_bpd_heads - 1)])
+    if state is not None:
+        try:
+            heads.load_state_dict({k: v.float() for k, v in state.items()})
+        except (RuntimeError, AttributeError) as e:
+            first = str(e).strip().splitlines()[0]
+            raise ValueError(f"heads_state does not fit {cfg.n_bpd_heads - 1} heads of width "
+                             f"{cfg.n_embd} ({first})") from None
+    return heads

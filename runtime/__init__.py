@@ -1,0 +1,3 @@
+"""runtime: what the paper's code stands on: the KV cache and the model calls that fill it
+(kvcache), the lossless sampling rule (sampling), reading checkpoints and text safely
+(checkpoint), and the thread policy (threads). Imports nothing above it."""

@@ -1,0 +1,171 @@
+"""checkpoint: reading a minibpd checkpoint file safely, and its text: the default corpus and its
+split, characters <-> token ids, text mapped into a vocabulary (below the model:
+minibpd.load_checkpoint builds the model from what `read` returns, and re-exports the rest).
+
+A checkpoint is a dict saved by train_heads.py: format_version, config and model (the GPT's
+state, fp16), rescorer_config and rescorer (the small LM of Kim §7.1), vocab (its characters),
+corpus, splits (train / tune / test texts), seed, git_revision and a train record. It is read
+with torch.load(..., weights_only=True), so a checkpoint cannot run code, and every way it can be
+missing, corrupt or mismatched becomes one CheckpointError with a way out.
+"""
+import hashlib
+import os
+import re
+import string
+import unicodedata
+
+import torch
+
+# The shipped checkpoints, found in the repository whatever the working directory.
+CHECKPOINTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "checkpoints")
+CHECKPOINT = os.path.join(CHECKPOINTS, "minibpd.pt")
+FORMAT_VERSION = 1
+
+
+class CheckpointError(Exception):
+    """A checkpoint that is missing, corrupt, or does not match this code."""
+
+
+def retrain(path=None):
+    """How to make a checkpoint at `path` afresh (train_heads.py never overwrites without --force)."""
+    out = "" if path in (None, CHECKPOINT) else f" --out {path}"
+    return f"retrain it with `python train_heads.py{out} --force`"
+
+
+def read(path=CHECKPOINT, needs=("config", "model", "vocab")):
+    """The checkpoint dict at `path`, its format and keys checked (weights_only=True)."""
+    try:
+        ck = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        out = "" if path == CHECKPOINT else f" --out {path}"
+        raise CheckpointError(f"checkpoint {path} not found: run `python train_heads.py{out}` "
+                              "to create it, or pass --checkpoint PATH") from None
+    except Exception as e:  # truncated zip, not a torch file, unsafe pickle, ...
+        raise CheckpointError(f"checkpoint {path} is corrupt or not a minibpd checkpoint "
+                              f"({type(e).__name__}); {retrain(path)}") from None
+    if not isinstance(ck, dict) or ck.get("format_version") != FORMAT_VERSION:
+        found = ck.get("format_version") if isinstance(ck, dict) else None
+        raise CheckpointError(f"checkpoint {path} has format {found!r}, this code reads format "
+                              f"{FORMAT_VERSION}; {retrain(path)}")
+    return require(ck, path, needs)
+
+
+def require(ck, path, keys):
+    for key in keys:
+        if key not in ck:
+            raise CheckpointError(f"checkpoint {path} lacks '{key}'; {retrain(path)}")
+    return ck
+
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
+
+
+def dtype_of(ck, path):
+    """The torch dtype a checkpoint asks for (its "dtype" key; float32 without one)."""
+    name = ck.get("dtype", "float32")
+    if name not in DTYPES:
+        raise CheckpointError(f"checkpoint {path} has dtype {name!r}, not one of "
+                              f"{', '.join(DTYPES)}; {retrain(path)}")
+    return DTYPES[name]
+
+
+def file_sha256(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def encode(text, vocab):
+    """Characters -> token ids, with a clear error for characters the model never saw. A vocab
+    with its own encode (smollm.Vocab: byte-level BPE, nothing unknown) encodes itself."""
+    if not isinstance(vocab, (str, list, tuple)):   # a tokenizer (smollm.Vocab)
+        return vocab.encode(text)
+    stoi = {c: i for i, c in enumerate(vocab)}
+    unknown = sorted({c for c in text if c not in stoi})
+    if unknown:
+        shown = ", ".join(repr(c) for c in unknown[:10])
+        raise ValueError(f"the text contains characters the model never saw in training: {shown}; "
+                         f"it knows {known_characters(vocab)}")
+    return [stoi[c] for c in text]
+
+
+def decode(tokens, vocab):
+    if not isinstance(vocab, (str, list, tuple)):
+        return vocab.decode(tokens)
+    return "".join(vocab[t] for t in tokens)
+
+
+def known_characters(vocab):
+    """A short description of a vocabulary, e.g. "a-z, A-Z, 0-9 and ' !#(),.:' (68 in all)"."""
+    runs = [r for r in (string.ascii_lowercase, string.ascii_uppercase, string.digits)
+            if set(r) <= set(vocab)]
+    rest = "".join(c for c in vocab if not any(c in r for r in runs))
+    return ", ".join(f"{r[0]}-{r[-1]}" for r in runs) + (" and " if runs and rest else "") + \
+        (repr(rest) if rest else "") + f" ({len(vocab)} in all)"
+
+
+# ----------------------------------------------------------------------------- the text
+
+RULE = re.compile(r"^[\s*=\-+|~^#.:`'\"_]*$")   # reST underlines, table borders, blank-ish lines
+
+
+def clean_text(text):
+    """Collapse runs of spaces, drop reST underline/table-border lines and repeated blank lines."""
+    lines = []
+    for line in text.splitlines():
+        line = re.sub(r"[ \t]+", " ", line).strip()
+        if RULE.match(line) and line:
+            continue                              # '*****', '+----+----+', '====' ...
+        if line or (lines and lines[-1]):
+            lines.append(line)
+    return "\n".join(lines).strip() + "\n"
+
+
+def chunk_size(text):
+    """The split's chunk: 2,000 characters, smaller for texts under 80,000 (at least 40 chunks)."""
+    return max(1, min(2000, len(text) // 40))
+
+
+def chunk_split(j):
+    """The split of chunk j: tune if j % 20 == 18, test if j % 20 == 19, else train (90 / 5 / 5)."""
+    return {18: "tune", 19: "test"}.get(j % 20, "train")
+
+
+def split_corpus(text):
+    """Fixed split by chunks (chunk_size, chunk_split): deterministic, every split spans the text."""
+    chunk, parts = chunk_size(text), {"train": [], "tune": [], "test": []}
+    for j in range(0, len(text), chunk):
+        parts[chunk_split(j // chunk)].append(text[j:j + chunk])
+    return {k: "".join(v) for k, v in parts.items()}
+
+
+# Characters outside a vocabulary become ONE known character (a tab a space, a backquote a quote,
+# an accented letter its base letter, typographic quotes and dashes ASCII ones) or are dropped.
+# One character to at most one: lengths only shrink, a span of a text stays a span.
+ASCII_LOOKALIKES = {"\t": " ", "\u00a0": " ", "`": "'", "\u2018": "'", "\u2019": "'",
+                    "\u2032": "'", "\u201c": '"', "\u201d": '"', "\u00ab": '"', "\u00bb": '"',
+                    "\u2013": "-", "\u2014": "-", "\u2010": "-", "\u2011": "-", "\u2212": "-",
+                    "\u00d7": "x", "\u2026": "."}
+
+
+def char_map(c, known):
+    """The character standing in for c ('' to drop it), given the set of known characters."""
+    if c in known:
+        return c
+    if ASCII_LOOKALIKES.get(c) in known:
+        return ASCII_LOOKALIKES[c]
+    base = [b for b in unicodedata.normalize("NFKD", c) if not unicodedata.combining(b)]
+    return base[0] if len(base) == 1 and base[0] in known else ""
+
+
+def to_vocab(text, vocab, counts=None):
+    """`text` with every character outside `vocab` mapped (char_map) or dropped; counts (a dict,
+    optional) tallies {"mapped" | "dropped": {char: n}}."""
+    if not isinstance(vocab, (str, list, tuple)):   # a tokenizer: every text encodes
+        return text
+    known = set(vocab)
+    unknown = sorted(set(text) - known)
+    for c in unknown if counts is not None else ():
+        tally = counts.setdefault("mapped" if char_map(c, known) else "dropped", {})
+        tally[c] = tally.get(c, 0) + text.count(c)
+    table = {c: char_map(c, known) for c in unknown}
+    return "".join(table.get(c, c) for c in text) if unknown else text

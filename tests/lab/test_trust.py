@@ -1,0 +1,278 @@
+"""Every promise holds whatever a plug-in, a checkpoint or a flag hands us: bad checkpoints,
+registry entries, factories, plugins, limits and drafters are refused with one clear line, before
+any model call where the problem can be seen before (the refusals of test_cli.py, extended)."""
+import json
+import os
+import subprocess
+import sys
+import types
+
+import pytest
+import torch
+
+from lab import cli
+import decoders
+import minibpd
+import train_heads
+from conftest import ROOT
+from conftest import tiny_model
+from minibpd import ArgmaxDrafter, DrafterError, bpd_decode
+from test_cli import no_model_calls, one_line_error, run_cli, unknown_character  # noqa: F401 (a fixture)
+from runtime import kvcache
+from runtime import checkpoint
+
+HERE = ROOT  # the repository
+
+
+@pytest.fixture
+def registry(request):
+    """Restore the decoder table after a test that registers into it."""
+    saved = dict(decoders.DECODERS)
+    request.addfinalizer(lambda: (decoders.DECODERS.clear(), decoders.DECODERS.update(saved)))
+
+
+# ----------------------------------------------------------------------------- checkpoints
+
+def damaged(tiny_ckpt, tmp_path, name, change):
+    ck = torch.load(tiny_ckpt, weights_only=True)
+    change(ck)
+    path = tmp_path / name
+    torch.save(ck, path)
+    return str(path)
+
+
+def nan_weights(ck):
+    ck["model"]["blocks.0.mlp.0.weight"] = torch.full_like(ck["model"]["blocks.0.mlp.0.weight"],
+                                                           float("nan"))
+
+
+def fewer_heads(ck):
+    ck["config"] = dict(ck["config"], n_bpd_heads=4)
+
+
+@pytest.mark.parametrize("name, change, message", [
+    ("nan.pt", nan_weights, "tensor blocks.0.mlp.0.weight holds NaN or inf"),
+    ("intvocab.pt", lambda ck: ck.update(vocab=96), "its vocab must be a string"),
+    ("dupvocab.pt", lambda ck: ck.update(vocab="a" * len(ck["vocab"])), "distinct characters"),
+    ("heads.pt", fewer_heads, "unexpected heads.3.fc.bias, heads.3.fc.weight"),
+])
+def test_checkpoints_that_would_decode_garbage(tiny_ckpt, tmp_path, capsys, name, change, message):
+    path = damaged(tiny_ckpt, tmp_path, name, change)
+    code, out, err = run_cli(capsys, "--prompt", "The", "--checkpoint", path)
+    one_line_error(code, err, message)
+    code, out, err = run_cli(capsys, "--demo", "--checkpoint", path)
+    one_line_error(code, err, message)
+
+
+def test_distilling_a_nan_base_is_refused(tiny_ckpt, tmp_path, capsys):
+    path = damaged(tiny_ckpt, tmp_path, "nan.pt", nan_weights)
+    with pytest.raises(SystemExit):
+        train_heads.main(["--distill", "joint", "--base", path, "--out", str(tmp_path / "d.pt"),
+                          "--steps", "2", "--threads", "1"])
+    assert "holds NaN or inf" in capsys.readouterr().err and not (tmp_path / "d.pt").exists()
+
+
+def test_a_shape_mismatch_names_the_shapes():
+    model = minibpd.GPT(minibpd.GPTConfig(20, 8, 1, 2, 8, 3))
+    state = dict(model.state_dict(), **{"tok_emb.weight": torch.zeros(21, 8)})
+    with pytest.raises(checkpoint.CheckpointError, match=r"tok_emb.weight: \(21, 8\) for \(20, 8\)"):
+        minibpd.build_model({"vocab_size": 20, "block_size": 8, "n_layer": 1, "n_head": 2,
+                             "n_embd": 8, "n_bpd_heads": 3}, state)
+
+
+# ----------------------------------------------------------------------------- the registry
+
+make_bpd = lambda res, s, answer: ArgmaxDrafter()
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"name": 3}, "one word"), ({"name": ""}, "one word"), ({"name": "two words"}, "one word"),
+    ({"name": "greedy"}, "baseline's name"), ({"name": "sample"}, "baseline's name"),
+    ({"make": None}, "factory"),
+    ({"defaults": [1, 2]}, "defaults must be"), ({"defaults": "k=3"}, "defaults must be"),
+    ({"defaults": {"k": "3"}}, "defaults must be"), ({"defaults": {"k": [3]}}, "defaults must be"),
+    ({"defaults": {"k": 3}, "grid": {"k": 4}}, "grid must be"),
+    ({"defaults": {"k": 3}, "grid": {"k": []}}, "grid must be"),
+    ({"defaults": {"k": 3}, "grid": {"p": [1, 2]}}, "grid settings ['p'] have no default"),
+    ({"defaults": {"k": 3}, "grid": {"k": [2, 0]}}, "k must be an integer >= 1"),
+    ({"defaults": {"alpha": 0.5}, "grid": {"alpha": [0.5, 7]}}, "alpha must be a number in [0, 1]"),
+    ({"defaults": {"k": 0}}, "k must be an integer >= 1"),
+    ({"about": 5}, "about must be"),
+])
+def test_register_checks_everything(registry, kwargs, message):
+    args = {"name": "mine", "make": make_bpd, **kwargs}
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        decoders.register(args.pop("name"), args.pop("make"), **args)
+    assert "mine" not in decoders.DECODERS and "greedy" not in decoders.DECODERS
+
+
+def plugin(tmp_path, name, body):
+    (tmp_path / f"{name}.py").write_text(body)
+    return str(tmp_path / f"{name}.py")
+
+
+@pytest.mark.parametrize("body, message", [
+    ("import decoders\ndecoders.register('greedy', lambda res, s, a: None)\n", "baseline's name"),
+    ("raise RuntimeError('boom at import')\n", "RuntimeError: boom at import"),
+    ("def broken(:\n", "SyntaxError"),
+    ("import decoders\ndecoders.register(7, lambda res, s, a: None)\n", "one word"),
+])
+def test_plugin_errors_are_one_line(tiny_ckpt, tmp_path, capsys, registry, body, message):
+    path = plugin(tmp_path, "bad_plugin", body)
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--plugin", path, "--prompt", "The", "--checkpoint", tiny_ckpt])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and message in err, err
+    assert err.startswith(f"error: --plugin {path}")
+
+
+@pytest.mark.parametrize("factory, message", [
+    ("lambda res, s, a: None", "its factory returned None, not a drafter"),
+    ("lambda res, s, a: 42", "its factory returned 42, not a drafter"),
+    ("lambda res, s, a: {}['missing']", "its factory failed (KeyError"),
+])
+def test_bad_factories_are_refused_before_any_model_call(tiny_ckpt, tmp_path, capsys, registry,
+                                                         no_model_calls, factory, message):
+    path = plugin(tmp_path, "odd_factory", f"import decoders\ndecoders.register('odd', {factory})\n")
+    for argv in (["--bench"], ["--demo"], ["--prompt", "The", "--decoder", "odd"]):
+        code, out, err = run_cli(capsys, "--plugin", path, *argv, "--checkpoint", tiny_ckpt)
+        one_line_error(code, err, f"decoder odd: {message}")  # noqa
+
+
+def test_plugin_by_path_and_from_the_current_directory(tiny_ckpt, tmp_path, capsys, registry,
+                                                       monkeypatch):
+    body = ("import decoders\nfrom minibpd import ArgmaxDrafter\n"
+            "decoders.register('{0}', lambda res, s, a: ArgmaxDrafter(), about='x')\n")
+    elsewhere = tmp_path / "far" / "away"
+    elsewhere.mkdir(parents=True)
+    path = plugin(elsewhere, "by_path", body.format("bypath"))
+    code, out, err = run_cli(capsys, "--plugin", path, "--prompt", "The", "--decoder", "bypath",
+                             "--max-new-tokens", "8", "--checkpoint", tiny_ckpt)
+    assert code == 0 and "identical to greedy: yes" in err
+    plugin(tmp_path, "in_cwd", body.format("incwd"))
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(capsys, "--plugin", "in_cwd", "--prompt", "The", "--decoder", "incwd",
+                             "--max-new-tokens", "8", "--checkpoint", tiny_ckpt)
+    assert code == 0 and "identical to greedy: yes" in err
+
+
+def test_no_abbreviated_flags(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--plug", "nothing", "--demo"])
+    assert e.value.code == 2 and "unrecognized arguments: --plug" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        train_heads.parse_args(["--dist", "joint"])
+
+
+class Failing:
+    name, max_drafts = "failing", 1
+
+    def __call__(self, logprobs, context):
+        raise ValueError("my own bug")
+
+
+def test_a_drafter_that_raises_is_reported_as_its_failure(tiny_ckpt, tmp_path, capsys, registry):
+    with pytest.raises(DrafterError, match=r"drafter failing failed: ValueError: my own bug"):
+        bpd_decode(tiny_model(0, 7, 1, 3, 8), [1, 2], 6, Failing())
+    path = plugin(tmp_path, "failing_plugin", "import decoders, test_trust\n"
+                  "decoders.register('failing', lambda res, s, a: test_trust.Failing())\n")
+    code, out, err = run_cli(capsys, "--plugin", path, "--prompt", "The", "--decoder", "failing",
+                             "--checkpoint", tiny_ckpt)
+    assert code == 1 and err == "error: drafter failing failed: ValueError: my own bug\n"
+
+
+# ----------------------------------------------------------------------------- --drafter
+
+def student_run(tmp_path, source, spec):
+    (tmp_path / "student_factory.py").write_text(source)
+    env = dict(os.environ, HYPOTHESIS_PROFILE="quick", PYTHONPATH=HERE)
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           os.path.join(HERE, "test_minibpd.py"), "-k", "your_drafter and cpu",
+                           "--drafter", spec], capture_output=True, text=True, cwd=tmp_path,
+                          env=env, timeout=300)
+
+
+@pytest.mark.parametrize("signature", ["self, n=3", "self, *, n=3", "self, model", "self, model, n=1"])
+def test_drafter_option_calls_factories_as_they_ask(tmp_path, signature):
+    source = ("from minibpd import ArgmaxDrafter\n"
+              f"class Mine(ArgmaxDrafter):\n    def __init__({signature}):\n"
+              "        assert 'model' not in locals() or hasattr(model, 'config')\n")
+    r = student_run(tmp_path, source, "student_factory:Mine")
+    assert r.returncode == 0 and "2 passed" in r.stdout, r.stdout[-1500:] + r.stderr[-1500:]
+
+
+def test_drafter_option_with_a_missing_module_fails_the_run(tmp_path):
+    r = student_run(tmp_path, "x = 1\n", "no_such_module:Mine")
+    assert r.returncode != 0 and "passed" not in r.stdout
+    assert "--drafter no_such_module:Mine: ModuleNotFoundError" in r.stderr + r.stdout
+
+
+# ----------------------------------------------------------------------------- limits
+
+@pytest.mark.parametrize("argv, message", [
+    (["--prompt", "The", "--threads", "100000"], "--threads must be an integer from 1 to"),
+    (["--bench", "--prompts", "1000000000"], "holds at most"),
+    (["--tune", "--prompts", "1000000", "--tuned", "x.json"], "holds at most"),
+    (["--demo", "--max-new-tokens", "200"], "--demo shows at most 160 new tokens"),
+    (["--tune", "--heads", "1"], "add --tuned FILE"),
+    (["--prompt", "The", "--tuned", "/nonexistent/tuned.json"], "tuned file /nonexistent/tuned.json not found"),
+])
+def test_limits_are_refused(tiny_ckpt, capsys, no_model_calls, argv, message):
+    code, out, err = run_cli(capsys, *argv, "--checkpoint", tiny_ckpt)
+    one_line_error(code, err, message)
+
+
+def test_out_that_cannot_be_written_fails_before_training(capsys, monkeypatch):
+    monkeypatch.setattr(train_heads, "train", lambda *a, **k: pytest.fail("training started"))
+    with pytest.raises(SystemExit):
+        train_heads.main(["--out", "/proc/minibpd_cannot_write_here.pt", "--steps", "1"])
+    assert "not writable" in capsys.readouterr().err
+
+
+def test_a_file_tuned_with_other_heads_is_not_applied(tiny_ckpt, tmp_path, capsys):
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"settings": {"pbest": {"k": 3}}, "heads": 1,
+                                "checkpoint_sha256": checkpoint.file_sha256(tiny_ckpt)}))
+    code, out, err = run_cli(capsys, "--prompt", "The", "--decoder", "pbest", "--max-new-tokens",
+                             "6", "--tuned", str(path), "--checkpoint", tiny_ckpt)
+    assert code == 0 and "tuned with 1 heads, this run uses 8" in err
+    code, out, err = run_cli(capsys, "--prompt", "The", "--decoder", "pbest", "--max-new-tokens",
+                             "6", "--tuned", str(path), "--heads", "1", "--checkpoint", tiny_ckpt)
+    assert code == 0 and "warning" not in err
+
+
+def test_tune_records_its_heads(tiny_ckpt, tmp_path, capsys, monkeypatch):
+    for d in decoders.DECODERS.values():
+        monkeypatch.setattr(d, "grid", {k: v[:1] for k, v in d.grid.items()})
+    out = tmp_path / "h2.json"
+    code, _, _ = run_cli(capsys, "--tune", "--heads", "2", "--prompts", "2", "--new-tokens", "8",
+                         "--tuned", str(out), "--checkpoint", tiny_ckpt)
+    assert code == 0 and json.loads(out.read_text())["heads"] == 2
+
+
+def test_small_refusals():
+    model = tiny_model(0, 7, 1, 3, 8)
+    for prompt in ([True, 2], [1, False]):
+        with pytest.raises(ValueError, match="integer token ids"):
+            bpd_decode(model, prompt, 3)
+
+    class BoolDraft(ArgmaxDrafter):
+        def __call__(self, logprobs, context):
+            return [[context[-1]] + [True] * (len(logprobs) - 1)]
+    with pytest.raises(ValueError, match=r"broke the drafter contract \(lists of ints\)"):
+        bpd_decode(model, [1, 2], 5, BoolDraft())
+    big = types.SimpleNamespace(config=minibpd.GPTConfig(7, 2 ** 22, 1, 2, 128, 3),  # not built:
+                                kv_spec=lambda: kvcache.KVSpec(1, 2, 64, torch.float64, "cpu"))
+    with pytest.raises(ValueError, match="even one KV cache row would need"):   # 4 GiB a row
+        kvcache.KVCache(big)
+    with pytest.raises(ValueError, match="neural: k must be an integer >= 1"):
+        decoders.check("neural", {"k": 0, "alpha": 0.5})
+
+
+def test_unknown_character_comes_from_the_checkpoint_vocab(tiny_ckpt, capsys, no_model_calls):
+    """Which characters a corpus holds depends on the Python that ships it: build the unknown one
+    from the checkpoint's own vocabulary, never assume it (3.13's pydoc has '$')."""
+    unknown = unknown_character(torch.load(tiny_ckpt, weights_only=True)["vocab"])
+    code, out, err = run_cli(capsys, "--prompt", f"cost {unknown}5", "--checkpoint", tiny_ckpt)
+    one_line_error(code, err, "never saw")
+    assert "it knows a-z, A-Z, 0-9" in err

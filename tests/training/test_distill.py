@@ -1,0 +1,152 @@
+"""Tests for train_heads.py --distill (self-distillation): the frozen variant leaves greedy output and the
+trunk/head-1 weights bit-identical, the joint variant saves a loadable checkpoint whose BPD output
+is its own greedy output, batched greedy generation matches greedy_decode, bad flags exit 2."""
+import pytest
+import torch
+from hypothesis import given, strategies as st
+
+
+import minibpd
+import train_heads
+from training import fit as training
+from conftest import examples, tiny_model
+from test_train_heads import CODE, TINY, fails, files_under
+from training import finetune
+from runtime import checkpoint
+
+DISTIL = ["--steps", "4", "--batch-size", "4", "--log-every", "1000", "--threads", "1",
+          "--gen-rows", "6", "--regen-every", "2"]
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    """A tiny trained checkpoint (1 layer, width 16, block 16, 4 heads) to distil."""
+    folder = tmp_path_factory.mktemp("base")
+    data = folder / "code.py"
+    data.write_text(CODE, encoding="utf-8")
+    out = str(folder / "base.pt")
+    train_heads.main(TINY + ["--heads", "4", "--steps", "20", "--data", str(data), "--out", out])
+    return out
+
+
+def prompts_of(ck, n=3, length=5):
+    text = ck["splits"]["test"]
+    return [checkpoint.encode(text[i * 40:i * 40 + length], ck["vocab"]) for i in range(n)]
+
+
+def test_frozen_keeps_greedy_and_trunk_bit_identical(base, tmp_path):
+    out = str(tmp_path / "frozen.pt")
+    train_heads.main(DISTIL + ["--distill", "frozen", "--base", base, "--out", out])
+    (m0, ck0), (m1, ck1) = minibpd.load_checkpoint(base), minibpd.load_checkpoint(out)
+    heads = {k for k in ck0["model"] if k.startswith("heads.")}
+    assert heads and any(not torch.equal(ck0["model"][k], ck1["model"][k]) for k in heads)
+    for k in ck0["model"]:
+        if k not in heads:                           # trunk, embedding = head 1's projection
+            assert torch.equal(ck0["model"][k], ck1["model"][k]), k
+    for p in prompts_of(ck0):
+        assert minibpd.greedy_decode(m0, p, 40) == minibpd.greedy_decode(m1, p, 40)
+    assert ck1["distill"]["variant"] == "frozen" and ck1["distill"]["steps"] == 4
+    assert ck1["rescorer"].keys() == ck0["rescorer"].keys()
+    assert ck1["splits"] == ck0["splits"] and ck1["vocab"] == ck0["vocab"]
+
+
+@pytest.mark.parametrize("teacher", ["current", "base"])
+def test_joint_saves_a_checkpoint_whose_bpd_is_its_greedy(teacher, base, tmp_path):
+    out = str(tmp_path / "joint.pt")
+    train_heads.main(DISTIL + ["--distill", "joint", "--base", base, "--out", out,
+                               "--teacher", teacher])
+    ck0, (m1, ck1) = minibpd.load_checkpoint(base)[1], minibpd.load_checkpoint(out)
+    assert not torch.equal(ck0["model"]["blocks.0.mlp.0.weight"], ck1["model"]["blocks.0.mlp.0.weight"])
+    d = ck1["distill"]
+    assert d["variant"] == "joint" and d["teacher"] == teacher and 0 <= d["seconds_generating"] <= d["seconds"] + 1
+    assert len(d["tune_greedy_agreement"]) == 3 and all(w.dtype == torch.float16
+                                                        for w in ck1["model"].values())
+    for p in prompts_of(ck1):
+        greedy = minibpd.greedy_decode(m1, p, 40)    # 40 > block 16: the window moves too
+        assert minibpd.bpd_decode(m1, p, 40)[0] == greedy
+
+
+def test_batched_greedy_matches_greedy_decode(base):
+    model, ck = minibpd.load_checkpoint(base)
+    prompts = prompts_of(ck, n=4)
+    rows = minibpd.decode_rows(model, torch.tensor(prompts), 30)    # window moves at 16, 24
+    for p, row in zip(prompts, rows.tolist()):
+        assert row[len(p):] == minibpd.greedy_decode(model, p, 30)
+
+
+@pytest.mark.parametrize("bad, named", [
+    (["--distill", "both"], "--distill must be one of frozen, joint"),
+    (["--distill", "joint", "--base", "{tmp}/missing.pt"], "no such checkpoint"),
+    (["--distill", "joint", "--out", "{base}"], "is --base"),
+    (["--distill", "joint", "--regen-every", "0"], "--regen-every"),
+    (["--distill", "joint", "--gen-rows", "0"], "--gen-rows"),
+    (["--distill", "joint", "--n-layer", "2"], "--n-layer does not apply with --distill"),
+    (["--distill", "frozen", "--data", "x.txt"], "--data does not apply"),
+    (["--regen-every", "5"], "only applies with --distill"),
+    (["--distill", "joint", "--steps", "0"], "--steps"),
+    (["--distill", "joint", "--teacher", "old"], "--teacher must be one of current, base"),
+    (["--teacher", "base"], "only applies with --distill"),
+    (["--distill", "joint", "--base", "{tmp}/junk.pt"], "corrupt or not a minibpd checkpoint"),
+])
+def test_bad_distill_arguments_exit_2(bad, named, base, tmp_path, capsys):
+    out = str(tmp_path / "out.pt")
+    (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
+    argv = [a.format(tmp=tmp_path, base=base) for a in bad]
+    argv += [] if "--base" in argv else ["--base", base]
+    argv += [] if "--out" in argv else ["--out", out]
+    before = files_under(tmp_path)
+    err = fails(["--threads", "1"] + argv, capsys)
+    assert named in err
+    assert files_under(tmp_path) == before
+
+
+def test_distill_defaults(tmp_path):
+    args = train_heads.parse_args(["--distill", "joint", "--steps", "7"])
+    train_heads.check_distill_args(args)
+    assert (args.steps, args.lr, args.warmup, args.out) == \
+        (7, finetune.DISTILL_DEFAULTS["lr"], finetune.DISTILL_DEFAULTS["warmup"], finetune.DISTILLED)
+    assert args.base == checkpoint.CHECKPOINT
+    plain = train_heads.parse_args([])
+    train_heads.check_distill_args(plain)
+    assert plain.steps == 5000 and plain.out == checkpoint.CHECKPOINT and plain.distill is None
+
+
+# ----------------------------------------------------------------------------- --anchor
+
+@examples(0.4)
+@given(seed=st.integers(0, 10**6), plen=st.integers(1, 8))
+def test_the_anchor_by_brute_force(seed, plen):
+    """training.anchor_kl is KL(base || model) of head 1 averaged over the kept positions."""
+    model, other = tiny_model(seed, 5, 1, 3, 8), tiny_model(seed + 1, 5, 1, 3, 8)   # h 3, T 8
+    g = torch.Generator().manual_seed(seed)
+    windows = torch.randint(5, (4, 11), generator=g)
+    mask = (torch.arange(8) >= plen - 1).expand(4, 8)
+    own = model.lm_head(model(windows[:, :8]))
+    kl = training.anchor_kl(other, windows[:, :8], own, mask)
+    assert training.anchor_kl(model, windows[:, :8], own, mask).abs() < 1e-12
+    logp, ref = torch.log_softmax(own, -1), torch.log_softmax(other.lm_head(other(windows[:, :8])), -1)
+    kept = [(b, t) for b in range(4) for t in range(8) if t >= plen - 1]
+    want = sum((ref[b, t].exp() * (ref[b, t] - logp[b, t])).sum() for b, t in kept) / len(kept)
+    assert kl.item() == pytest.approx(want.item(), rel=1e-9)
+
+
+def test_joint_with_anchor_records_it(base, tmp_path):
+    out = str(tmp_path / "anchored.pt")
+    train_heads.main(DISTIL + ["--distill", "joint", "--base", base, "--out", out, "--teacher",
+                               "base", "--anchor", "1.0"])
+    model, ck = minibpd.load_checkpoint(out)
+    assert ck["distill"]["anchor"] == 1.0
+    for p in prompts_of(ck):
+        assert minibpd.bpd_decode(model, p, 40)[0] == minibpd.greedy_decode(model, p, 40)
+
+
+@pytest.mark.parametrize("bad, named", [
+    (["--distill", "joint", "--anchor", "-1"], "--anchor must be a finite number >= 0, got -1.0"),
+    (["--distill", "joint", "--anchor", "nan"], "--anchor must be a finite number >= 0, got nan"),
+    (["--distill", "frozen", "--anchor", "1"], "--anchor does not apply with --distill frozen"),
+    (["--anchor", "1"], "--anchor only applies with --distill"),
+])
+def test_bad_anchor(bad, named, base, tmp_path, capsys):
+    with_base = ["--base", base] if "--distill" in bad else []
+    err = fails(["--threads", "1", "--out", str(tmp_path / "o.pt")] + with_base + bad, capsys)
+    assert named in err

@@ -1,0 +1,485 @@
+"""finetune: training a trained model further, from --base: self-distillation of its heads on its
+own greedy output (--distill), and one model for the five tasks (--tasks); and BPD heads for a
+frozen pretrained LM, SmolLM2-135M (--smollm; smollm.py and llama.py). train_heads.py is the
+command line; training.py the fit loop all use.
+"""
+import argparse
+import copy
+import dataclasses
+import hashlib
+import math
+import os
+import random
+import sys
+import textwrap
+import time
+
+import torch
+import torch.nn.functional as F
+
+from lab import tasks
+from runtime.checkpoint import CHECKPOINT, CheckpointError, file_sha256
+from minibpd import GPT, build_model, decode_rows, load_checkpoint, matched
+from training.fit import (anchor_kl, as_tensors, batches, evaluate, fit, git_revision, half,
+                          head_losses, train)
+from models import llama
+
+
+# ----------------------------------------------------------------------------- self-distillation
+# Verification accepts draft token t + i only when it equals the base model's greedy token, but
+# trained heads learn the corpus's next tokens. A greedily generated sequence is its own target:
+# inside its generated part, the model's greedy continuation of any prefix IS the sequence's next
+# tokens. So "head i predicts token t + i" on greedy windows trains heads 2..h on what
+# verification checks. Variants (--distill, starting from a trained --base):
+#   frozen  trunk and head 1 frozen (greedy output provably unchanged); heads 2..h learn.
+#   joint   everything trains: head 1 keeps learning the corpus (quality), heads 2..h the greedy
+#           future, regenerated every --regen-every steps from the current model.
+# --teacher base: a frozen copy of --base generates the data instead (a control: the data then
+# cannot follow the trunk). --anchor X (joint): X x KL(base || model) of head 1 on the greedy
+# windows, so that the model cannot buy predictability by looping (README: the honest guard). The rescorer, vocabulary and splits are copied from --base.
+
+DISTILLED = os.path.join(os.path.dirname(CHECKPOINT), "minibpd-distilled.pt")
+VARIANTS, TEACHERS = ("frozen", "joint"), ("current", "base")
+# Fine-tuning, not training from scratch: fewer steps and a gentler peak than the base run.
+# Applied to every one of these flags that is not given on the command line.
+DISTILL_DEFAULTS = {"steps": 600, "lr": 1e-3, "warmup": 30, "out": DISTILLED}
+
+
+def greedy_windows(model, data, rows, gen):
+    """-> (windows [rows, T + h], mask [rows, T]): train-split prompts of one random length, each
+    continued greedily to a full training window (minibpd.decode_rows, greedy_decode's windows);
+    the mask keeps the positions whose targets are all generated (t >= prompt length - 1)."""
+    T, h = model.config.block_size, model.config.n_bpd_heads
+    plen = int(torch.randint(max(1, T // 8), max(2, 3 * T // 4) + 1, (1,), generator=gen))
+    ix = torch.randint(len(data) - plen, (rows,), generator=gen)
+    was_training = model.training
+    model.eval()
+    windows = decode_rows(model, torch.stack([data[i:i + plen] for i in ix]), T + h - plen)
+    model.train(was_training)
+    return windows, (torch.arange(T) >= plen - 1).expand(rows, T)
+
+
+def greedy_agreement(model, data, rows=64, seed=0):
+    """Per-head top-1 agreement with the model's own greedy tokens on continuations of `data`
+    prompts (heads 2..h; head 1 is greedy by definition): what BPD's verification checks."""
+    windows, mask = greedy_windows(model, data, rows, torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        return head_losses(model, windows, mask, skip=1)[1].tolist()
+
+
+def distill_loss(model, splits, args, gen, teacher, base=None):
+    """-> loss_at(step) for fit: joint: head 1 on a corpus batch plus head_weight x heads 2..h and
+    anchor x head 1's KL from `base` (training.anchor_kl) on a greedy batch, a weighted mean as
+    joint_loss; frozen: heads 2..h only."""
+    T, h, w, a, pool = (model.config.block_size, model.config.n_bpd_heads, args.head_weight,
+                        args.anchor, {})
+
+    def loss_at(step):
+        if step % args.regen_every == 0:
+            g0 = time.time()
+            pool["windows"], pool["mask"] = greedy_windows(teacher, splits["train"], args.gen_rows, gen)
+            pool["gen_s"] = pool.get("gen_s", 0.0) + time.time() - g0
+        pick = torch.randint(args.gen_rows, (args.batch_size,), generator=gen)
+        windows, mask = pool["windows"][pick], pool["mask"][pick]
+        logits = model.head_logits(model(windows[:, :T]))                  # [B, T, h, V]
+        heads = head_losses(model, windows, mask, skip=1, logits=logits)[0]
+        kl = anchor_kl(base, windows[:, :T], logits[:, :, 0], mask) if a else torch.zeros(())
+        if args.distill == "joint":
+            chunk = batches(splits["train"], args.batch_size, T + h, gen)
+            first = F.cross_entropy(model.lm_head(model(chunk[:, :T])).flatten(0, 1),
+                                    chunk[:, 1:T + 1].flatten())
+            loss = (first + a * kl + w * heads.sum()) / (1 + a + w * (h - 1))
+        else:
+            first, loss = torch.tensor(float("nan")), heads.mean()
+        return loss, lambda: (f"head 1 (corpus) {first.item():.2f} heads 2..{h} (greedy) "
+                              + " ".join(f"{x:.2f}" for x in heads.tolist())
+                              + (f" head 1 KL from base {kl.item():.3f}" if a else "")
+                              + f" | {pool['gen_s'] / 60:.1f} min generating")
+    return loss_at, pool
+
+
+def distill(args, log=print):
+    """Distil --base into a checkpoint dict (written by main)."""
+    try:
+        model, ck = load_checkpoint(args.base)
+    except CheckpointError as e:
+        raise ValueError(f"--base: {e}") from None
+    if model.config.n_bpd_heads < 2 or "splits" not in ck:
+        raise ValueError(f"--base {args.base} has one head or no stored splits: nothing to distil")
+    splits = as_tensors(ck["splits"], ck["vocab"])
+    torch.manual_seed(args.seed)
+    gen = torch.Generator().manual_seed(args.seed)
+    base_loss, base_agree = evaluate(model, splits["test"])[0][0], greedy_agreement(model, splits["tune"])
+    log(f"base {args.base}: test loss head 1 {base_loss:.3f}; tune agreement with greedy, heads "
+        f"2..{model.config.n_bpd_heads}: " + " ".join(f"{a:.0%}" for a in base_agree))
+    if args.distill == "frozen":       # only heads 2..h learn; lm_head is the tied embedding
+        for p in model.parameters():
+            p.requires_grad_(False)
+        for p in model.heads.parameters():
+            p.requires_grad_(True)
+    base = copy.deepcopy(model).eval() if args.teacher == "base" or args.anchor else None
+    teacher = base if args.teacher == "base" else model
+    loss_at, pool = distill_loss(model, splits, args, gen, teacher, base)
+    secs = fit(model, args, loss_at, f"distill {args.distill}",
+               splits["tune"] if args.distill == "joint" else None, log)
+    losses, accs = evaluate(model, splits["test"])
+    agree = greedy_agreement(model, splits["tune"])
+    log(f"distilled: test loss head 1 {losses[0]:.3f} (base {base_loss:.3f}); tune agreement "
+        "with greedy: " + " ".join(f"{a:.0%}" for a in agree))
+    keep = ("steps", "lr", "warmup", "batch_size", "regen_every", "teacher", "gen_rows", "seed")
+    record = {"variant": args.distill, "base": os.path.basename(args.base),
+              "base_sha256": file_sha256(args.base), **{k: getattr(args, k) for k in keep},
+              "head_weight": args.head_weight if args.distill == "joint" else None,
+              "anchor": args.anchor if args.distill == "joint" else None,
+              "seconds": round(secs), "seconds_generating": round(pool["gen_s"]),
+              "test_loss": losses, "test_acc": accs, "tune_greedy_agreement": agree,
+              "base_test_loss": base_loss, "base_tune_greedy_agreement": base_agree,
+              "torch": str(torch.__version__), "git_revision": git_revision()}
+    return {**ck, "model": half(model), "distill": record}
+
+
+# ----------------------------------------------------------------------------- fine-tuning on the tasks
+# Kim et al. fine-tune the BPD model per task; we fine-tune ONE model on the mixture of the five
+# tasks' train splits (tasks.py), trunk and heads jointly (joint_loss), keeping the vocabulary
+# (our choice: one checkpoint to ship). The window grows to --block-size (512: a task's prompt
+# and target), the new learned positions starting as copies of the last (widen). The loss covers
+# whole examples, prompt and target: the targets are short (a median of 41-124 characters) and the
+# prompts are the same kinds of text (code, docstrings, prose), so they triple the signal;
+# quality is measured on targets only. The rescorers stay the base's, task-independent (as
+# Kim's C4 rescorers); an in-domain control small LM is fine-tuned on the same examples.
+
+TASKS_OUT = os.path.join(os.path.dirname(CHECKPOINT), "minibpd-tasks.pt")
+TASKS_DEFAULTS = {"steps": 2000, "lr": 1e-3, "warmup": 50, "batch_size": 8, "block_size": 512,
+                  "out": TASKS_OUT, "rescorer_steps": 600}
+
+
+def widen(model, block_size):
+    """The model with a context window of block_size: its learned positions [B0, C] kept, the new
+    ones started as copies of the last (our choice: of four starts measured on the tasks' tune
+    text before fine-tuning, head-1 loss 5.11 nats; linear interpolation 5.51, tiling 5.72; the
+    base at its own 128-character window 3.29; README, "Tasks")."""
+    old = model.pos_emb.weight.detach()[:block_size]
+    new = torch.cat([old, old[-1:].expand(block_size - len(old), -1)])
+    wide = GPT(dataclasses.replace(model.config, block_size=block_size))
+    wide.load_state_dict({**model.state_dict(), "pos_emb.weight": new.contiguous()})
+    return wide
+
+
+def task_stream(pairs_by_task, chars, seed):
+    """One training text of about `chars` characters: examples (prompt + target, then a blank
+    line) drawn with task probability proportional to the square root of its size (small tasks
+    are not drowned, large ones not repeated beyond need), uniformly within a task."""
+    rng, names = random.Random(seed), sorted(pairs_by_task)
+    weights = [math.sqrt(len(pairs_by_task[t])) for t in names]
+    parts, total = [], 0
+    while total < chars:
+        prompt, target = rng.choice(pairs_by_task[rng.choices(names, weights)[0]])
+        parts.append(prompt + target + "\n\n")
+        total += len(parts[-1])
+    return "".join(parts)
+
+
+def finetune_tasks(args, log=print):
+    """Fine-tune --base on the tasks (see above). -> the checkpoint dict: the base's, with the
+    widened model, the examples it is tuned and evaluated on (ck["tasks"]: tasks.build_all's
+    tune and test splits) and the in-domain control rescorer (ck["rescorer_tasks"])."""
+    try:
+        base, ck = load_checkpoint(args.base)
+    except CheckpointError as e:
+        raise ValueError(f"--base: {e}") from None
+    data = tasks.build_all(ck["vocab"])
+    pairs = {t: s["train"] for t, s in data["tasks"].items()}
+    span, gen = args.block_size + base.config.n_bpd_heads, torch.Generator().manual_seed(args.seed)
+    torch.manual_seed(args.seed)
+    stream = task_stream(pairs, args.steps * args.batch_size * span, args.seed)
+    tune = task_stream({t: s["tune"] for t, s in data["tasks"].items()}, 40 * span, args.seed)
+    ids = as_tensors({"train": stream, "tune": tune}, ck["vocab"])
+    model = widen(base, args.block_size)
+    log(f"tasks: {sum(map(len, pairs.values())):,} train examples, a stream of {len(stream):,} "
+        f"characters; window {base.config.block_size} -> {args.block_size}; tune loss head 1 "
+        f"{evaluate(model, ids['tune'], 16)[0][0]:.3f} before")
+    secs = train(model, ids["train"], args, gen, "tasks", ids["tune"])
+    rescorer = build_model(ck["rescorer_config"], ck["rescorer"])
+    rargs = argparse.Namespace(**{**vars(args), "steps": args.rescorer_steps})
+    rsecs = train(rescorer, ids["train"], rargs, gen, "tasks rescorer", ids["tune"])
+    losses, accs = evaluate(model, ids["tune"])
+    record = {"base": os.path.basename(args.base), "base_sha256": file_sha256(args.base),
+              **{k: getattr(args, k) for k in ("steps", "lr", "warmup", "batch_size", "block_size",
+                                                "head_weight", "seed", "rescorer_steps")},
+              "seconds": round(secs + rsecs), "stream_chars": len(stream), "tune_loss": losses,
+              "tune_acc": accs, "torch": str(torch.__version__), "git_revision": git_revision()}
+    stored = {**data, "train_counts": {t: len(p) for t, p in pairs.items()},   # tune and test only:
+              "tasks": {t: {s: v for s, v in d.items() if s != "train"}          # the train examples
+                        for t, d in data["tasks"].items()}}                      # are 80% of the MB
+    return {**ck, "config": dataclasses.asdict(model.config), "model": half(model), "tasks": stored,
+            "rescorer_tasks": half(rescorer), "finetune": record}
+
+
+# ----------------------------------------------------------------------------- SmolLM2's heads
+# Medusa-1 on a frozen pretrained LM (smollm.py): heads 2..h in Stern §6's form learn the frozen
+# base's own greedy future (self-distillation: the base, hence greedy output, never changes).
+#   1. corpus   text that ships offline: pydoc_data.topics, stdlib function sources (code and
+#               docstrings), the tasks' prompts (tasks.py); tune and test splits held out.
+#   2. generate greedy continuations of train-split prompts, P rows of one KV cache, keeping
+#               the trunk's final hidden state z at every generated position (the states that
+#               predicted each token: the "hidden states precomputed once" come for free) and
+#               the residual stream after EXIT_LAYERS blocks (for the early-exit rescorer).
+#   3. train    the heads on those states alone: head i at state s is scored on generated token
+#               s + i - 1, the output projection (the tied embedding, frozen) in bf16, batched
+#               over all heads. The early-exit rescorer's adapter trains beside them.
+# Generation runs without the fixed-shape blocks (the plain, faster kernels); the rare argmax
+# it flips at a near-tie changes a training target, not the model.
+
+SMOLLM_OUT = os.path.join(os.path.dirname(CHECKPOINT), "smollm2-heads.pt")
+SMOLLM_DEFAULTS = {"steps": 3000, "lr": 1e-3, "warmup": 50, "batch_size": 160, "heads": 5,
+                   "out": SMOLLM_OUT}
+SMOLLM_TEXT = {"topics": None, "functions": (400_000, 20_000), "task prompts": (400_000, 20_000)}
+CONTINUATIONS = {"train": 2304, "tune": 64}   # greedy continuations generated per split
+GEN_TOKENS, GEN_ROWS, GEN_WINDOW = 128, 64, 256   # tokens each, rows per batch, cache window
+PROMPT_TOKENS = (12, 48)                      # each batch's prompt length, drawn in this range
+EXIT_LAYERS = 6                               # the early-exit rescorer: the base's first blocks
+
+
+def capped(pieces, budget):
+    """The pieces in order of a stable hash of their text, as long as they fit `budget` chars."""
+    out, total = [], 0
+    for piece in sorted(pieces, key=tasks.digest):
+        if total + len(piece) <= budget:
+            out.append(piece)
+            total += len(piece)
+    return out
+
+
+def smollm_corpus():
+    """-> ({split: text}, description). pydoc_data.topics split as the character model's corpus
+    (checkpoint.split_corpus); stdlib functions and the tasks' prompts split by their key's hash
+    (tasks.split_of, the tasks' own split), so no function's text is in two splits. Each source
+    is capped (SMOLLM_TEXT: train, tune/test characters), pieces joined by blank lines."""
+    from runtime.checkpoint import split_corpus
+    topics = split_corpus(tasks.topics_text()[0])
+    funcs = {s: [] for s in tasks.SPLITS}
+    for fn in tasks.functions():
+        funcs[tasks.split_of(fn.key)].append(textwrap.dedent("".join(tasks.source_lines(fn))))
+    prompts = {s: [p for name in tasks.TASKS if name != "lm" for p, _ in tasks.build(name, s)]
+               for s in tasks.SPLITS}
+    texts, sizes = {}, {}
+    for split in tasks.SPLITS:
+        parts = [topics[split]]
+        for source, pool in (("functions", funcs), ("task prompts", prompts)):
+            budget = SMOLLM_TEXT[source][0 if split == "train" else 1]
+            parts.append("\n\n".join(capped(pool[split], budget)))
+        texts[split] = "\n\n".join(parts)
+        sizes[split] = [len(p) for p in parts]
+    return texts, {"name": "pydoc_data.topics + stdlib function sources + task prompts",
+                   "python": sys.version.split()[0], "chars": sizes,
+                   "sha256": {s: hashlib.sha256(t.encode()).hexdigest() for s, t in texts.items()}}
+
+
+def prompt_batches(text, vocab, n, gen):
+    """n prompts from `text` in batches of GEN_ROWS: each starts at a random line and is cut to
+    one token length per batch (drawn from PROMPT_TOKENS). -> [tensor [rows, L]]"""
+    starts = [i + 1 for i, c in enumerate(text) if c == "\n" and i + 800 < len(text)]
+    out = []
+    for b in range(0, n, GEN_ROWS):
+        L = int(torch.randint(PROMPT_TOKENS[0], PROMPT_TOKENS[1] + 1, (1,), generator=gen))
+        rows = []
+        while len(rows) < min(GEN_ROWS, n - b):
+            at = starts[int(torch.randint(len(starts), (1,), generator=gen))]
+            ids = vocab.encode(text[at:at + 800])
+            if len(ids) >= L:                  # (800 characters of spaces could be fewer)
+                rows.append(ids[:L])
+        out.append(torch.tensor(rows))
+    return out
+
+
+@torch.no_grad()
+def greedy_states(model, rows, n):
+    """rows [P, L] -> (tokens [P, n], z [P, n, C] fp32, exit [P, n, C] bf16): P greedy
+    continuations of n tokens (minibpd.decode_rows), and the states that predicted them:
+    z[:, s] is the final hidden state whose head 1 gave tokens[:, s], exit[:, s] the residual
+    stream after EXIT_LAYERS blocks at the same position."""
+    zs, exits = [], []
+    grab = model.blocks[EXIT_LAYERS - 1].register_forward_hook(
+        lambda module, args, out: exits.append(out[:, -1].to(torch.bfloat16)))
+    try:
+        out = decode_rows(model, rows, n, states=zs)
+    finally:
+        grab.remove()
+    return out[:, rows.shape[1]:], torch.stack(zs, 1).float(), torch.stack(exits, 1)
+
+
+def generate_split(model, text, vocab, n, gen, log, label):
+    """greedy_states over prompt_batches(text): -> (tokens [n, T], z [n, T, C], exit [n, T, C]),
+    fast: the fixed-shape blocks off and a GEN_WINDOW-slot cache (prompt + continuation fit)."""
+    model.batch_invariant = False
+    fast = model.first_heads(1)
+    fast.config = dataclasses.replace(fast.config, block_size=GEN_WINDOW)
+    out, t0 = [], time.time()
+    try:
+        for b, rows in enumerate(prompt_batches(text, vocab, n, gen)):
+            out.append(greedy_states(fast, rows, GEN_TOKENS))
+            done = sum(len(o[0]) for o in out)
+            log(f"[generate {label}] {done}/{n} continuations, "
+                f"{done * GEN_TOKENS / (time.time() - t0):.0f} tok/s")
+    finally:
+        model.batch_invariant = True
+    return tuple(torch.cat(parts) for parts in zip(*out))
+
+
+def head_targets(tokens, h):
+    """tokens [N, T] -> targets [N, T, h]: head i (1-based) at state s is scored on token
+    s + i - 1; -1 past the continuation's end (no target)."""
+    N, T = tokens.shape
+    padded = torch.cat([tokens, tokens.new_full((N, h), -1)], dim=1)
+    return torch.stack([padded[:, i:i + T] for i in range(h)], dim=-1)
+
+
+def projected_loss(states, targets, weight):
+    """Cross entropy of states [B, H, C] under the tied output projection (weight [V, C], frozen,
+    bf16: one matmul for all heads), targets [B, H] (-1: none). -> (mean loss, per head [H],
+    top-1 hits per head [H], counted per head [H])"""
+    logits = F.linear(states.to(weight.dtype), weight).float()              # [B, H, V]
+    ce = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-1,
+                         reduction="none").view(targets.shape)
+    valid = (targets >= 0).float()
+    counted = valid.sum(0)
+    per_head = (ce * valid).sum(0) / counted.clamp_min(1)
+    hits = ((logits.argmax(-1) == targets).float() * valid).sum(0)
+    return per_head.mean(), per_head, hits, counted
+
+
+class SmolHeads(torch.nn.Module):
+    """What trains: heads 2..h (model.heads) and the early-exit adapter (llama.BPDHead form on
+    the base's final norm of the residual stream after EXIT_LAYERS blocks)."""
+
+    def __init__(self, model, exit_head):
+        super().__init__()
+        self.heads, self.exit, self.norm = model.heads, exit_head, model.norm
+
+    def forward(self, z, exit_states):
+        """z [B, C], exit_states [B, C] -> heads 2..h's states [B, h - 1, C], exit's [B, 1, C]."""
+        ys = torch.stack([head(z) for head in self.heads], dim=1)
+        return ys, self.exit(self.norm(exit_states.float()))[:, None]
+
+
+def smollm_loss(trainee, weight, data, args, gen):
+    """-> loss_at(step) for fit: a random batch of generated positions, heads 2..h on their
+    future tokens and the exit adapter on the next token, the two losses added."""
+    z, exits, targets = data["z"].flatten(0, 1), data["exit"].flatten(0, 1), data["targets"].flatten(0, 1)
+    keep = torch.nonzero(targets[:, 1] >= 0).flatten()       # positions with a head-2 target
+
+    def loss_at(step):
+        pick = keep[torch.randint(len(keep), (args.batch_size,), generator=gen)]
+        ys, ex = trainee(z[pick], exits[pick])
+        heads, per_head, _, _ = projected_loss(ys, targets[pick, 1:], weight)
+        exit_loss, _, _, _ = projected_loss(ex, targets[pick, :1], weight)
+        return heads + exit_loss, lambda: ("heads 2..h " + " ".join(f"{x:.2f}" for x in per_head.tolist())
+                                           + f" | exit {exit_loss.item():.2f}")
+    return loss_at
+
+
+@torch.no_grad()
+def held_out(trainee, weight, data, chunk=256):
+    """On held-out continuations: each state's argmax of heads 1..h and of the exit adapter
+    -> (preds [N, T, h], exit preds [N, T]; each scored against targets [N, T, h] (head 1 and the
+    exit: the next token)."""
+    z, exits, (N, T, h) = data["z"].flatten(0, 1), data["exit"].flatten(0, 1), data["targets"].shape
+    preds = []
+    for i in range(0, len(z), chunk):
+        ys, ex = trainee(z[i:i + chunk], exits[i:i + chunk])
+        states = torch.cat([z[i:i + chunk, None], ys, ex], dim=1)            # [b, h + 1, C]
+        preds.append(F.linear(states.to(weight.dtype), weight).argmax(-1))   # [b, h + 1]
+    preds = torch.cat(preds).view(N, T, h + 1)
+    return preds[..., :h], preds[..., h]
+
+
+def agreement(preds, targets):
+    """Share of positions where preds [N, T, (h)] equal targets of the same shape (-1: none)."""
+    valid = targets >= 0
+    dims = (0, 1) if targets.dim() == 3 else None
+    hits = ((preds == targets) & valid).float()
+    return (hits.sum(dims) / valid.float().sum(dims)).tolist()
+
+
+def replay_heads(preds, tokens, heads):
+    """Block efficiency of plain BPD with heads 1..`heads` on greedy continuations, replayed from
+    the heads' argmaxes (preds [N, T, h]; analysis.replay's rule): with k tokens known, the
+    drafts come from state k - 1 (whose head 1 gave token k - 1), draft j guessing token
+    k - 1 + j; the accepted prefix, plus the base model's own next token, is kept."""
+    calls, T = 0, tokens.shape[1]
+    for row, truth in zip(preds.tolist(), tokens.tolist()):
+        k, calls = 1, calls + 1                           # the prompt's call gives token 0
+        while k < T:
+            m = min(heads - 1, T - k)
+            a = matched(row[k - 1][1:m + 1], truth[k:k + m])
+            k, calls = k + a + 1, calls + 1
+    return len(tokens) * T / calls
+
+
+def load_average():
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def smollm_data(model, vocab, texts, gen, log):
+    """Greedy continuations of train and tune prompts with their states and targets."""
+    data = {}
+    for split, n in CONTINUATIONS.items():
+        tokens, z, exits = generate_split(model, texts[split], vocab, n, gen, log, split)
+        data[split] = {"tokens": tokens, "z": z, "exit": exits,
+                       "targets": head_targets(tokens, model.config.n_bpd_heads)}
+    return data
+
+
+def smollm_heads(args, log=print):
+    """Train SmolLM2's heads (see above). -> (model with trained heads, the checkpoint's extra
+    keys for smollm.save_heads)."""
+    from models import smollm
+    t0, cpu0, load0 = time.time(), time.process_time(), load_average()
+    torch.manual_seed(args.seed)
+    gen = torch.Generator().manual_seed(args.seed)
+    model, vocab = smollm.load(dtype=torch.bfloat16, n_bpd_heads=args.heads)
+    exit_head = llama.BPDHead(model.config)
+    texts, corpus = smollm_corpus()
+    log(f"corpus: {corpus['name']}, characters train/tune/test " +
+        " / ".join(f"{sum(corpus['chars'][s]):,}" for s in tasks.SPLITS))
+    data = smollm_data(model, vocab, texts, gen, log)
+    gen_s = time.time() - t0
+    model.heads.float()                            # fp32 heads train on the bf16 trunk's states
+    trainee = SmolHeads(model, exit_head)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for p in [*trainee.heads.parameters(), *trainee.exit.parameters()]:
+        p.requires_grad_(True)
+    weight = model.lm_head.weight.detach()         # [V, C] bf16, the tied embedding
+    secs = fit(trainee, args, smollm_loss(trainee, weight, data["train"], args, gen),
+               "smollm heads", None, log)
+    record = smollm_record(trainee, weight, data["tune"], args, log)
+    record.update(seconds=round(time.time() - t0), cpu_seconds=round(time.process_time() - cpu0),
+                  seconds_generating=round(gen_s), seconds_training=round(secs),
+                  load_average_before=load0, load_average_after=load_average(),
+                  tokens_generated={s: d["tokens"].numel() for s, d in data.items()})
+    extra = {"dtype": "bfloat16", "splits": texts, "corpus": corpus, "seed": args.seed,
+             "rescorer_config": {"kind": "early-exit", "layers": EXIT_LAYERS},
+             "rescorer": {k: v.half() for k, v in exit_head.state_dict().items()},
+             "train": record, "git_revision": git_revision()}
+    return model.eval(), extra
+
+
+def smollm_record(trainee, weight, tune, args, log):
+    """The training record: held-out agreement with greedy per head and plain BPD's replayed
+    block efficiency with 1..h heads (on the tune continuations)."""
+    preds, exit_preds = held_out(trainee, weight, tune)
+    agree = agreement(preds, tune["targets"])
+    exit_agree = agreement(exit_preds, tune["targets"][..., 0])
+    h = tune["targets"].shape[-1]
+    be = {n: replay_heads(preds, tune["tokens"], n) for n in range(1, h + 1)}
+    log("tune agreement with greedy, heads 1..h: " + " ".join(f"{a:.0%}" for a in agree)
+        + f"; early exit after {EXIT_LAYERS} blocks: {exit_agree:.0%}")
+    log("tune block efficiency (replayed BPD) with 1..h heads: "
+        + " ".join(f"{b:.2f}" for b in be.values()))
+    keep = ("steps", "lr", "warmup", "batch_size", "heads", "seed")
+    return {**{k: getattr(args, k) for k in keep}, "continuations": CONTINUATIONS,
+            "gen_tokens": GEN_TOKENS, "exit_layers": EXIT_LAYERS,
+            "tune_greedy_agreement": agree, "tune_exit_agreement": exit_agree,
+            "tune_block_efficiency_by_heads": {str(n): b for n, b in be.items()},
+            "torch": str(torch.__version__)}
