@@ -1,13 +1,13 @@
-"""minibpd: exact blockwise parallel decoding (BPD): the model, its checkpoint, the KV cache and
-the one decode loop.
+"""minibpd: exact blockwise parallel decoding (BPD): the model, the reference decoder, the drafter
+contract and the one decode loop (Stern et al. 2018, "Blockwise Parallel Decoding for Deep
+Autoregressive Models"; Kim et al. 2024, arXiv 2404.09221v2).
 
-A tiny character-level GPT with h prediction heads (Stern et al. 2018, "Blockwise Parallel
-Decoding for Deep Autoregressive Models"), a preallocated KV cache, the reference decoder
+A tiny character-level GPT with h prediction heads (Stern §6), the reference decoder
 (`sample_decode`; `greedy_decode` is it at temperature 0), and `bpd_decode`: Stern's predict,
-verify and accept, merged so that each step is one model call (Stern §4). Every drafter
-(Kim et al. 2024, §7; `lattice.py`) plugs into that one loop; `sampling.py` holds the rule that
-keeps it exact when sampling. The command line is `cli.py` (`python minibpd.py --demo` hands
-over to it).
+verify and accept, merged so that each step is one model call (Stern §4). Every drafter (Kim §7;
+lattice.py) plugs into that one loop; runtime/sampling.py holds the rule that keeps it exact when
+sampling, runtime/kvcache.py the cache. Any model with runtime/protocol.py's interface runs in
+the loop (GPT below; models/llama.py). `python minibpd.py --demo` hands over to lab/cli.py.
 
 Exactness: BPD returns exactly the tokens of `greedy_decode`. In float64 this holds bit for bit
 in practice: the batched verification pass and the one-token pass sum in different orders, and
@@ -15,16 +15,12 @@ the rounding differences (~1e-16) cannot flip an argmax unless two logits tie th
 float32 (~1e-7) or bf16 (~1e-2) such near-ties do happen now and then, so an argmax can flip and
 the two decoders can diverge: this is rounding, not a bug, and it is why the tests run in float64.
 The same holds for sampling: the distribution is exact up to the rounding of the probabilities.
-
-Any model with `config` (vocab_size, block_size, n_bpd_heads), `forward(idx, cache, tree)`,
-`lm_head`, `head_logits`, `first_heads` and `kv_spec` runs in the decode loop (GPT below is one).
 """
 import copy
 import dataclasses
 import importlib
 import sys
 from dataclasses import dataclass
-from operator import index
 
 import torch
 import torch.nn as nn
@@ -32,8 +28,8 @@ import torch.nn.functional as F
 
 from runtime import checkpoint
 from runtime.checkpoint import CHECKPOINT, CheckpointError, retrain
-from runtime.kvcache import (KVCache, KVSpec, causal_mask, device_of, is_int, model_call, tree_call,
-                             uncached_from, window_start)
+from runtime.kvcache import (KVCache, KVSpec, causal_mask, device_of, is_int, model_call, token_ids,
+                             tree_call, uncached_from, window_start)
 from runtime.sampling import check_proposal, check_temperature, target_probs, verify_sampled
 
 
@@ -216,7 +212,7 @@ class GPT(nn.Module):
 
 
 # ----------------------------------------------------------------------------- the checkpoint
-# Reading the file and text <-> ids live in checkpoint.py (below this module); the model is built here.
+# Reading the file and text <-> ids live in runtime/checkpoint.py; the model is built here.
 
 def build_model(config, state, device="cpu", dtype=torch.float32, where="checkpoint", path=None):
     """GPT from a saved config dict and state dict, with a clear error on any mismatch (which
@@ -226,26 +222,9 @@ def build_model(config, state, device="cpu", dtype=torch.float32, where="checkpo
     except (TypeError, ValueError) as e:
         raise CheckpointError(f"{where}: its config does not fit this minibpd.py ({e}); "
                               f"{retrain(path)}") from None
-    if not isinstance(state, dict) or not all(torch.is_tensor(v) for v in state.values()):
-        raise CheckpointError(f"{where}: its weights are not a dict of tensors; {retrain(path)}")
-    wrong = state_mismatch(model.state_dict(), state)
-    if wrong:
-        raise CheckpointError(f"{where} does not match its config ({wrong}); {retrain(path)}")
-    bad = next((k for k, v in state.items() if not torch.isfinite(v.float()).all()), None)
-    if bad is not None:
-        raise CheckpointError(f"{where}: tensor {bad} holds NaN or inf; {retrain(path)}")
+    checkpoint.check_state(model.state_dict(), state, where, path)
     model.load_state_dict({k: v.float() for k, v in state.items()})
     return model.to(device=device, dtype=dtype).eval()
-
-
-def state_mismatch(want, got):
-    """'' if the state dict `got` fits the model's `want`, else which tensors disagree."""
-    missing, extra = sorted(set(want) - set(got)), sorted(set(got) - set(want))
-    shapes = [f"{k}: {tuple(got[k].shape)} for {tuple(want[k].shape)}" for k in want
-              if k in got and got[k].shape != want[k].shape]
-    parts = [f"missing {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}"] if missing else []
-    parts += [f"unexpected {', '.join(extra[:3])}{' ...' if len(extra) > 3 else ''}"] if extra else []
-    return "; ".join(parts + [f"shapes {', '.join(shapes[:3])}"] * bool(shapes))
 
 
 # A checkpoint's "kind" names the module that builds its model (absent: this file's GPT). That
@@ -326,17 +305,6 @@ class HeadSampler(ArgmaxDrafter):
         q = F.softmax(logprobs.double().cpu() / temperature, dim=-1)       # [m, V]
         drawn = torch.multinomial(q[1:], 1, generator=generator).view(-1).tolist() if len(q) > 1 else []
         return [[context[-1]] + drawn], q
-
-
-def token_ids(items):
-    """A sequence of integer token ids as a new list of ints; TypeError otherwise (bools too:
-    True is not a token)."""
-    if isinstance(items, (str, bytes)):
-        raise TypeError("not token ids")
-    items = list(items)
-    if any(isinstance(t, bool) for t in items):
-        raise TypeError("a bool is not a token id")
-    return [index(t) for t in items]
 
 
 def max_drafts(drafter):

@@ -20,6 +20,7 @@ p-best's DP must fit lattice.MAX_DP_CELLS and its p rows kvcache.MAX_CACHE_BYTES
 A Method is what the bench times and checks: the baseline (sample_decode, one token per call:
 'greedy' at temperature 0, 'sample' above) or a decoder's drafter in bpd_decode.
 """
+import copy
 import json
 import re
 import sys
@@ -282,9 +283,14 @@ def split_text(ck, name):
 class Resources:
     """What the drafter factories need, built once: the base model, the small rescorer LM and
     n-gram LMs of each order fitted on the train split only. Tests pass `small` and `lms`.
-    reference=True: factories build the readable versions (`--reference`)."""
+    reference=True (`--reference`, the one switch of the readable path): self.model is a view of
+    the model whose head_logits runs each head one by one, and the factories build the readable
+    drafters (best_paths, the plain neural loop)."""
 
     def __init__(self, model, ck=None, small=None, lms=None, reference=False, text=None):
+        if reference:      # the one switch: the model's heads one by one, every drafter readable
+            model = copy.copy(model)
+            model.reference = True
         self.model, self.ck, self._small, self.reference = model, ck or {}, small, reference
         self.lms, self.tables, self.text = dict(lms or {}), {}, text
         self._train_ids = None            # train_text() as token ids, once

@@ -22,13 +22,13 @@ import decoders
 from lab import figures
 import lattice
 from lab import scale
-from models import smollm
 from lab import tasks
 from lab.bench import make_prompts
 from runtime.checkpoint import to_vocab
 from decoders import Resources, baseline_name, split_text
 from runtime.checkpoint import CHECKPOINT, CheckpointError, decode, encode, file_sha256
-from minibpd import DrafterError, Verifier, build_model, greedy_decode, load_checkpoint
+from minibpd import (DrafterError, Verifier, build_model, family_module, greedy_decode,
+                     load_checkpoint)
 from runtime.threads import set_threads
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
@@ -232,12 +232,12 @@ def load(args, used=None):
                                 DTYPES.get(args.dtype))
     if args.heads is not None:
         model = model.first_heads(args.heads)
-    model.reference = args.reference
     tuned = {} if args.tune else decoders.load_tuned(
         args.tuned or decoders.tuned_path(args.checkpoint), args.checkpoint,
         model.config.n_bpd_heads, ck["config"].get("n_bpd_heads"), required=args.tuned is not None)
     chosen = decoders.settings(tuned, overrides(args))
-    res = Resources(model, ck, reference=args.reference)
+    res = Resources(model, ck, reference=args.reference)    # --reference: the one switch
+    model = res.model
     for name in decoders.DECODERS if used is None else used:
         decoders.check(name, chosen[name], model)       # budgets need the model
         decoders.make(name, res, chosen[name])          # every drafter builds, before any call
@@ -280,15 +280,16 @@ def demo(args):
     steps drawn, and greedy vs BPD timed."""
     model, ck, chosen, res = load(args)
     vocab, T = ck["vocab"], args.temperature
-    real = ck.get("kind") == smollm.KIND
-    n = min(args.max_new_tokens, smollm.DEMO_TOKENS if real else DEMO_TOKENS)
-    prompts = demo_prompts(args, ck, vocab, real)
+    family = family_module(ck)
+    real = family is not None
+    n = min(args.max_new_tokens, family.DEMO_TOKENS if real else DEMO_TOKENS)
+    prompts = family.demo_prompts(vocab) if real else demo_prompts(args, ck, vocab)
     if getattr(args, "tokens_given", False) and args.max_new_tokens > n:
         print(f"warning: the SmolLM2 demo shows at most {n} new tokens a prompt, not "
               f"{args.max_new_tokens}; use --prompt TEXT for longer", file=sys.stderr)
     print(f"minibpd demo: {model.config.n_bpd_heads} BPD heads on a "
           f"{sum(p.numel() for p in model.parameters()):,}-parameter "
-          f"{'SmolLM2-135M-Instruct' if real else 'character GPT'} "
+          f"{family.NAME if real else 'character GPT'} "
           f"({ck.get('corpus', {}).get('name', 'unknown corpus')}), "
           f"{next(model.parameters()).device}, {torch.get_num_threads()} thread(s)"
           + (f"; sampling at temperature {T} (seed {args.seed}): every decoder samples exactly "
@@ -310,11 +311,9 @@ def demo(args):
     return 0 if all_same else 1
 
 
-def demo_prompts(args, ck, vocab, real):
-    """-> [(label, token ids)]: SmolLM2: its chat template around smollm.DEMO_QUESTIONS; a
-    character model: one prompt of the test split, chosen by --seed."""
-    if real:
-        return [(f"'{q}' (chat template)", encode(smollm.chat(q), vocab)) for q in smollm.DEMO_QUESTIONS]
+def demo_prompts(args, ck, vocab):
+    """-> [(label, token ids)]: one prompt of the test split, chosen by --seed (a model family
+    brings its own: its module's demo_prompts)."""
     text = split_text(ck, "test")
     if len(text) < 160:
         raise ValueError(f"checkpoint {args.checkpoint} holds no test text for the demo; use --prompt")

@@ -228,6 +228,7 @@ ARCHITECTURE = ("vocab_size", "n_layer", "n_head", "n_kv_head", "n_embd", "n_hid
                 "rope_theta", "rms_eps", "n_positions")
 
 
+NAME = "SmolLM2-135M-Instruct"
 DEMO_TOKENS = 32   # new tokens a prompt in `python minibpd.py --demo` (two prompts, <= 60 s here)
 DEMO_QUESTIONS = ("What does a Python list comprehension do?",
                   "Write a Python function that checks whether a number is prime.")
@@ -238,6 +239,11 @@ def chat(question):
     assistant's answer. The model ends an answer with token 2, <|im_end|> (token 0 ends a text);
     minibpd decodes a fixed number of tokens, so what follows an end is still greedy's."""
     return f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n"
+
+
+def demo_prompts(vocab):
+    """The demo's prompts: [(label, token ids)], DEMO_QUESTIONS in the chat template."""
+    return [(f"'{q}' (chat template)", vocab.encode(chat(q))) for q in DEMO_QUESTIONS]
 
 
 def save_heads(model, path, extra=None):

@@ -69,6 +69,30 @@ def dtype_of(ck, path):
     return DTYPES[name]
 
 
+def check_state(want, state, where, path=None):
+    """A checkpoint's state dict against the model's own (`want`): a dict of tensors with the
+    same names and shapes, every value finite (NaN or inf would decode garbage). Raises one
+    CheckpointError naming the tensors, with the way out; every model family uses it."""
+    if not isinstance(state, dict) or not all(torch.is_tensor(v) for v in state.values()):
+        raise CheckpointError(f"{where}: its weights are not a dict of tensors; {retrain(path)}")
+    wrong = state_mismatch(want, state)
+    if wrong:
+        raise CheckpointError(f"{where} does not match its config ({wrong}); {retrain(path)}")
+    bad = next((k for k, v in state.items() if not torch.isfinite(v.float()).all()), None)
+    if bad is not None:
+        raise CheckpointError(f"{where}: tensor {bad} holds NaN or inf; {retrain(path)}")
+
+
+def state_mismatch(want, got):
+    """'' if the state dict `got` fits the model's `want`, else which tensors disagree."""
+    missing, extra = sorted(set(want) - set(got)), sorted(set(got) - set(want))
+    shapes = [f"{k}: {tuple(got[k].shape)} for {tuple(want[k].shape)}" for k in want
+              if k in got and got[k].shape != want[k].shape]
+    parts = [f"missing {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}"] if missing else []
+    parts += [f"unexpected {', '.join(extra[:3])}{' ...' if len(extra) > 3 else ''}"] if extra else []
+    return "; ".join(parts + [f"shapes {', '.join(shapes[:3])}"] * bool(shapes))
+
+
 def file_sha256(path):
     with open(path, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()

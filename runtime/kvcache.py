@@ -9,6 +9,7 @@ one after a rejection is the classic bug).
 """
 import functools
 import numbers
+from operator import index
 from typing import NamedTuple
 
 import torch
@@ -36,6 +37,17 @@ def device_of(model):
 
 def is_int(x):
     return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+def token_ids(items):
+    """A sequence of integer token ids as a new list of ints; TypeError otherwise (bools too:
+    True is not a token)."""
+    if isinstance(items, (str, bytes)):
+        raise TypeError("not token ids")
+    items = list(items)
+    if any(isinstance(t, bool) for t in items):
+        raise TypeError("a bool is not a token id")
+    return [index(t) for t in items]
 
 
 def window_start(t, block_size):

@@ -17,7 +17,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from lab import tasks
+from lab import stdlib, tasks
 from runtime.checkpoint import CHECKPOINT, CheckpointError, file_sha256
 from minibpd import GPT, build_model, decode_rows, load_checkpoint, matched
 from training.fit import (anchor_kl, as_tensors, batches, evaluate, fit, git_revision, half,
@@ -258,8 +258,8 @@ def smollm_corpus():
     from runtime.checkpoint import split_corpus
     topics = split_corpus(tasks.topics_text()[0])
     funcs = {s: [] for s in tasks.SPLITS}
-    for fn in tasks.functions():
-        funcs[tasks.split_of(fn.key)].append(textwrap.dedent("".join(tasks.source_lines(fn))))
+    for fn in stdlib.functions():
+        funcs[tasks.split_of(fn.key)].append(textwrap.dedent("".join(stdlib.source_lines(fn))))
     prompts = {s: [p for name in tasks.TASKS if name != "lm" for p, _ in tasks.build(name, s)]
                for s in tasks.SPLITS}
     texts, sizes = {}, {}

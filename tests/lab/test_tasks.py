@@ -1,5 +1,6 @@
 """Tests of tasks.py: determinism (also in a fresh process), disjoint splits, sizes, lengths, the
 vocabulary mapping, each task's own guarantee, compare/fingerprint, and the quality metrics."""
+import textwrap
 import ast
 import functools
 import hashlib
@@ -12,7 +13,7 @@ import pytest
 import torch
 from hypothesis import given, strategies as st
 
-from lab import tasks
+from lab import stdlib, tasks
 from lab import analysis
 from runtime import checkpoint
 from runtime.checkpoint import CHECKPOINT
@@ -37,7 +38,8 @@ def ck():
 def fresh():
     """A build in a fresh process with another hash seed (set or dict order would show), started
     before this process builds, so that the two builds run side by side: its fingerprints."""
-    code = "import json, tasks; print(json.dumps([tasks.fingerprint(p) for t in tasks.build_all()" \
+    code = "import json; from lab import tasks; print(json.dumps([tasks.fingerprint(p) for t in " \
+           "tasks.build_all()" \
            "['tasks'].values() for p in t.values()]))"
     env = dict(os.environ, PYTHONHASHSEED="12345", PYTHONPATH=HERE)
     return subprocess.Popen([sys.executable, "-c", code], cwd=HERE, env=env, text=True,
@@ -84,7 +86,7 @@ def test_split_hash_is_stable_and_80_10_10():
     # Hand-recorded values: a change to the hash or the key format moves examples between splits.
     assert [tasks.split_of(k) for k in ("json.dumps", "os.path.join", "d", "k20")] \
         == ["train", "test", "test", "tune"]
-    keys = [fn.key for fn in tasks.functions()]
+    keys = [fn.key for fn in stdlib.functions()]
     share = {s: sum(tasks.split_of(k) == s for k in keys) / len(keys) for s in tasks.SPLITS}
     assert 0.78 < share["train"] < 0.82 and 0.09 < share["tune"] < 0.11
     assert 0.09 < share["test"] < 0.11
@@ -167,8 +169,8 @@ def test_keep_tail_cuts_at_a_boundary(text, limit, words):
 
 
 def test_each_function_text_once():
-    texts = [tasks.textwrap.dedent("".join(tasks.source_lines(f))) for f in tasks.functions()]
-    keys = [f.key for f in tasks.functions()]
+    texts = [textwrap.dedent("".join(stdlib.source_lines(f))) for f in stdlib.functions()]
+    keys = [f.key for f in stdlib.functions()]
     assert len(set(texts)) == len(texts) and keys == sorted(set(keys))
 
 

@@ -396,31 +396,40 @@ def test_rotary_permutation_is_undone(n_heads, half, cols):
     assert half == 1 or not torch.equal(permuted, w)          # the permutation does something
 
 
-def imported(module):
-    """(modules imported at the top of module.py, modules imported anywhere in it)"""
-    tree = ast.parse(open(os.path.join(HERE, module + ".py"), encoding="utf-8").read())
+def imported(path):
+    """(modules imported at the top of a file, modules imported anywhere in it), dotted names."""
+    tree = ast.parse(open(os.path.join(HERE, path), encoding="utf-8").read())
 
     def names(nodes):
         out = set()
         for node in nodes:
             if isinstance(node, ast.Import):
-                out |= {a.name.split(".")[0] for a in node.names}
+                out |= {a.name for a in node.names}
             elif isinstance(node, ast.ImportFrom) and node.module:
-                out.add(node.module.split(".")[0])
+                out.add(node.module)
         return out
     return names(tree.body), names(ast.walk(tree))
 
 
-def test_layering_smollm_imports_no_project_module():
-    """smollm.py and llama.py sit below minibpd: llama.py imports torch and the standard library;
-    smollm.py llama too, numpy, and the optional packages inside functions only."""
-    project = {f[:-3] for f in os.listdir(HERE) if f.endswith(".py")}
-    top, everywhere = imported("llama")
-    assert top <= set(sys.stdlib_module_names) | {"torch"} and not everywhere & project, top
-    top, everywhere = imported("smollm")
-    assert top <= set(sys.stdlib_module_names) | {"torch", "numpy", "llama"}, top
-    assert everywhere & project == {"llama"}
-    assert everywhere - top <= {"gguf", "tokenizers"}
+def test_layering_a_model_family_is_one_module_and_the_core_imports_none():
+    """llama.py stands on the paper's heads (minibpd) and the cache's KVSpec, nothing else of the
+    project; smollm.py on llama, numpy and, inside functions only, the optional packages. The
+    core (minibpd, lattice, runtime/, decoders/) imports no model family: minibpd.MODEL_FAMILIES
+    names the module of each checkpoint kind."""
+    stdlib = set(sys.stdlib_module_names)
+    top, everywhere = imported("models/llama.py")
+    assert {m.split(".")[0] for m in everywhere} <= stdlib | {"torch", "minibpd", "runtime"}, everywhere
+    assert everywhere & {"minibpd", "runtime.kvcache"} == {"minibpd", "runtime.kvcache"}
+    top, everywhere = imported("models/smollm.py")
+    assert {m.split(".")[0] for m in top} <= stdlib | {"torch", "numpy", "models"}, top
+    assert {m for m in everywhere if m.split(".")[0] in ("models", "minibpd", "runtime", "lab",
+                                                         "decoders", "training")} == {"models.llama"}
+    assert {m.split(".")[0] for m in everywhere - top} <= {"gguf", "tokenizers"}
+    core = ["minibpd.py", "lattice.py"] + [os.path.join(d, f) for d in ("runtime", "decoders")
+                                          for f in os.listdir(os.path.join(HERE, d)) if f.endswith(".py")]
+    for path in core:
+        assert not any(m.split(".")[0] == "models" for m in imported(path)[1]), path
+    assert minibpd.MODEL_FAMILIES[smollm.KIND] == "models.smollm"
 
 
 def test_missing_package_names_the_install_command(monkeypatch):
