@@ -212,7 +212,6 @@ class GPT(nn.Module):
 
 
 # ----------------------------------------------------------------------------- the checkpoint
-# Reading the file and text <-> ids live in runtime/checkpoint.py; the model is built here.
 
 def build_model(config, state, device="cpu", dtype=torch.float32, where="checkpoint", path=None):
     """GPT from a saved config dict and state dict, with a clear error on any mismatch (which
@@ -512,14 +511,19 @@ def matched(proposed, truth):
                 min(len(proposed), len(truth)))
 
 
-def accept_greedy(model, z, drafts):
-    """Stern §3, accept: the longest draft prefix equal to the base model's greedy choices.
-    z [P, m + 1, C] from the Verifier. -> (winning row, accepted drafted tokens a, the base
-    model's token after them: the one the call adds beyond the draft)."""
-    g = model.lm_head(z).argmax(-1).tolist()                          # P lists of m + 1
-    ok = [matched(d[1:], gr) for d, gr in zip(drafts, g)]             # longest matching prefixes
+def accept(drafts, choices):
+    """Stern §3, accept, for P drafts at once: the first draft with the longest prefix equal to
+    the greedy choices (choices[j]: after each prefix of draft j's drafted tokens); the accept
+    step of the decode loop and of every offline replay (lab/analysis.py). -> (row, accepted
+    drafted tokens a, the token after them; None where choices stop at the draft's end)."""
+    ok = [matched(d[1:], c) for d, c in zip(drafts, choices)]         # longest matching prefixes
     row = ok.index(max(ok))                                           # the first of the best
-    return row, ok[row], g[row][ok[row]]
+    return row, ok[row], choices[row][ok[row]] if ok[row] < len(choices[row]) else None
+
+
+def accept_greedy(model, z, drafts):
+    """accept on the verification call's z [P, m + 1, C]: its greedy choices, P lists of m + 1."""
+    return accept(drafts, model.lm_head(z).argmax(-1).tolist())
 
 
 def acceptance_rule(model, temperature, generator):

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 import decoders
-from minibpd import ArgmaxDrafter, draft_budget, greedy_decode, matched
+from minibpd import ArgmaxDrafter, accept, draft_budget, greedy_decode
 from runtime.kvcache import device_of, draft_tree, window_start
 
 
@@ -36,16 +36,17 @@ def heads_along(model, seq, first):
 
 def replay(drafter, heads, answer, plen, n, h, B):
     """Replays bpd_decode's steps against the known greedy continuation answer = prompt + greedy:
-    the same drafts and accepted lengths, with no verification calls. -> stats like bpd_decode
-    (steps also record 'pending', the position of each draft's first, certain token)."""
+    the same drafts and accepted lengths, with no verification calls (the decode loop's own
+    draft_budget and accept). heads: {position t: the heads' outputs there} (heads_along's
+    log-probs; anything the drafter reads). -> stats like bpd_decode (steps also record
+    'pending', the position of each draft's first, certain token)."""
     known, stats = plen + 1, {"calls": 1, "accepted": [1], "steps": []}
     while known - plen < n:
         m, pending, gained = draft_budget(known, plen + n, h, B), known - 1, 1
         if m > 0:
             drafts = drafter(heads[pending][:m + 1], answer[:known])
-            gains = [gain(d, answer, pending) for d in drafts]
-            row = gains.index(max(gains))                       # the first of the longest
-            gained = gains[row]
+            row, drafted, _ = accept(drafts, [answer[pending + 1:pending + 2 + m]] * len(drafts))
+            gained = drafted + 1
             stats["steps"].append({"context": known, "pending": pending, "drafts": drafts,
                                    "winner": row, "accepted": gained})
         known += gained
@@ -58,7 +59,7 @@ def replay(drafter, heads, answer, plen, n, h, B):
 def gain(draft, answer, pending):
     """Tokens one verification call gains with this draft: its first token (certain) and then
     every token equal to greedy up to the first miss, whose place the base model's token takes."""
-    return 1 + matched(draft[1:], answer[pending + 1:pending + len(draft)])
+    return 1 + accept([draft], [answer[pending + 1:pending + len(draft)]])[1]
 
 
 def marks(draft, answer, pending):

@@ -18,8 +18,9 @@ import torch
 import torch.nn.functional as F
 
 from lab import stdlib, tasks
+from lab.analysis import replay
 from runtime.checkpoint import CHECKPOINT, CheckpointError, file_sha256
-from minibpd import GPT, build_model, decode_rows, load_checkpoint, matched
+from minibpd import GPT, build_model, decode_rows, load_checkpoint
 from training.fit import (anchor_kl, as_tensors, batches, evaluate, fit, git_revision, half,
                           head_losses, train)
 from models import llama
@@ -403,17 +404,14 @@ def agreement(preds, targets):
 
 def replay_heads(preds, tokens, heads):
     """Block efficiency of plain BPD with heads 1..`heads` on greedy continuations, replayed from
-    the heads' argmaxes (preds [N, T, h]; analysis.replay's rule): with k tokens known, the
-    drafts come from state k - 1 (whose head 1 gave token k - 1), draft j guessing token
-    k - 1 + j; the accepted prefix, plus the base model's own next token, is kept."""
-    calls, T = 0, tokens.shape[1]
+    the heads' argmaxes (preds [N, T, h]) by the decode loop's own replay (lab.analysis.replay,
+    no window: the continuations are short): with k tokens known, the draft is state k - 1's
+    argmaxes (head 1 gave token k - 1), draft j guessing token k - 1 + j."""
+    calls, (N, T) = 0, tokens.shape
     for row, truth in zip(preds.tolist(), tokens.tolist()):
-        k, calls = 1, calls + 1                           # the prompt's call gives token 0
-        while k < T:
-            m = min(heads - 1, T - k)
-            a = matched(row[k - 1][1:m + 1], truth[k:k + m])
-            k, calls = k + a + 1, calls + 1
-    return len(tokens) * T / calls
+        states = {s: ids[:heads] for s, ids in enumerate(row)}
+        calls += replay(lambda ids, context: [ids], states, truth, 0, T, heads, T + heads)["calls"]
+    return N * T / calls
 
 
 def load_average():

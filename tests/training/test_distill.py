@@ -150,3 +150,24 @@ def test_bad_anchor(bad, named, base, tmp_path, capsys):
     with_base = ["--base", base] if "--distill" in bad else []
     err = fails(["--threads", "1", "--out", str(tmp_path / "o.pt")] + with_base + bad, capsys)
     assert named in err
+
+
+def test_replay_heads_is_the_decode_loops_rule():
+    """SmolLM2's training record replays BPD from the heads' argmaxes through lab.analysis.replay
+    (the decode loop's draft_budget and accept); the same calls as the rule written out: with k
+    tokens known, state k - 1's heads 2..n guess tokens k..; the matching prefix plus one."""
+    from training.finetune import replay_heads
+    g = torch.Generator().manual_seed(0)
+    tokens = torch.randint(5, (3, 17), generator=g)
+    right = torch.stack([torch.cat([tokens, tokens.new_full((3, 4), -1)], 1)[:, i:i + 17]
+                         for i in range(4)], -1)                           # [3, 17, 4]: all right
+    preds = torch.where(torch.rand(right.shape, generator=g) < 0.7, right, right.new_full((), 9))
+    for heads in (1, 2, 4):
+        calls = 0
+        for row, truth in zip(preds.tolist(), tokens.tolist()):
+            k, calls = 1, calls + 1
+            while k < 17:
+                m = min(heads - 1, 17 - k)
+                a = next((i for i in range(m) if row[k - 1][1 + i] != truth[k + i]), m)
+                k, calls = k + a + 1, calls + 1
+        assert replay_heads(preds, tokens, heads) == 3 * 17 / calls
