@@ -201,14 +201,20 @@ class GPT(nn.Module):
         return sum(p.numel() for p in self.parameters()) - self.pos_emb.weight.numel()
 
     def first_heads(self, n):
-        """This model using only heads 1..n, weights shared: plain BPD with n heads (n = 1: greedy)."""
-        if not is_int(n) or not 1 <= n <= self.config.n_bpd_heads:
-            raise ValueError(f"heads must be an integer from 1 to {self.config.n_bpd_heads}, got {n!r}")
-        view = copy.copy(self)                       # shares parameters; own module table
-        view._modules = dict(self._modules)
-        view.heads = nn.ModuleList(list(self.heads)[:n - 1])
-        view.config = dataclasses.replace(self.config, n_bpd_heads=n)
-        return view
+        return heads_view(self, n)
+
+
+def heads_view(model, n):
+    """The model using only heads 1..n, weights shared: plain BPD with n heads (n = 1: greedy);
+    every model family's first_heads. Its own module table and head list (hence its own stacked
+    heads, stacked_weights), the config saying n heads."""
+    if not is_int(n) or not 1 <= n <= model.config.n_bpd_heads:
+        raise ValueError(f"heads must be an integer from 1 to {model.config.n_bpd_heads}, got {n!r}")
+    view = copy.copy(model)                       # shares parameters; own module table
+    view._modules = dict(model._modules)
+    view.heads = nn.ModuleList(list(model.heads)[:n - 1])
+    view.config = dataclasses.replace(model.config, n_bpd_heads=n)
+    return view
 
 
 # ----------------------------------------------------------------------------- the checkpoint
@@ -290,20 +296,6 @@ class ArgmaxDrafter:
     def __call__(self, logprobs, context):
         # Under greedy decoding head 1's argmax is context[-1]; when sampling it need not be.
         return [[context[-1]] + logprobs[1:].argmax(-1).tolist()]
-
-
-class HeadSampler(ArgmaxDrafter):
-    """Samples each draft token from its head's own distribution q_i = softmax(head_i / T) and
-    declares q, so verification uses the textbook rule min(1, p/q) with residual max(0, p - q)
-    (sampling.py). Beside the deterministic drafters (q = one-hot) it shows both halves of the
-    rule. At temperature 0 it drafts each head's argmax: plain BPD."""
-    name = "sampled"
-
-    def sample(self, logprobs, context, temperature, generator=None):
-        """-> ([draft], q [m, V]): q[i] is the distribution draft token i was drawn from."""
-        q = F.softmax(logprobs.double().cpu() / temperature, dim=-1)       # [m, V]
-        drawn = torch.multinomial(q[1:], 1, generator=generator).view(-1).tolist() if len(q) > 1 else []
-        return [[context[-1]] + drawn], q
 
 
 def max_drafts(drafter):

@@ -27,11 +27,13 @@ import sys
 from dataclasses import dataclass, field
 from typing import Callable
 
+import torch
+import torch.nn.functional as F
+
 import lattice
 from decoders.fastlattice import FastPBestDrafter, NgramTable
 from decoders.viterbi import EAGER_BYTES, NgramAutomaton, ViterbiDrafter
-from minibpd import (ArgmaxDrafter, HeadSampler, bpd_decode, build_model, family_module,
-                     sample_decode)
+from minibpd import ArgmaxDrafter, bpd_decode, build_model, family_module, sample_decode
 from runtime.kvcache import check_cache_budget
 from runtime.checkpoint import encode, file_sha256, retrain
 from ngram import NgramLM
@@ -114,6 +116,21 @@ def check(name, s, model=None):
 
 
 # ----------------------------------------------------------------------------- the decoders
+
+class HeadSampler(ArgmaxDrafter):
+    """Samples each draft token from its head's own distribution q_i = softmax(head_i / T) and
+    declares q, so verification uses the textbook rule min(1, p/q) with residual max(0, p - q)
+    (sampling.py). Beside the deterministic drafters (q = one-hot) it shows both halves of the
+    rule. At temperature 0 it drafts each head's argmax: plain BPD."""
+    name = "sampled"
+
+    def sample(self, logprobs, context, temperature, generator=None):
+        """-> ([draft], q [m, V]): q[i] is the distribution draft token i was drawn from."""
+        q = F.softmax(logprobs.double().cpu() / temperature, dim=-1)       # [m, V]
+        drawn = torch.multinomial(q[1:], 1, generator=generator).view(-1).tolist() if len(q) > 1 else []
+        return [[context[-1]] + drawn], q
+
+
 
 def pbest(res, k, p, alpha=0.0, order=None, name="pbest", nodes=0):
     """A p-best drafter: the readable lattice.PBestDrafter under res.reference (--reference), else

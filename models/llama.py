@@ -21,18 +21,16 @@ alike, is what test_smollm.py checks bit for bit. The other operations (embeddin
 products, residual adds, divisions) round each element on its own. Weights may be bf16;
 activations, attention and the KV cache stay in fp32.
 """
-import copy
 import dataclasses
 import functools
 import math
-import numbers
 from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from minibpd import BPDHead, head_states
+from minibpd import BPDHead, head_states, heads_view
 from runtime.kvcache import KVSpec
 
 ALIGN = 16        # elements: attention's batch items start on 64-byte boundaries (batch invariance)
@@ -378,15 +376,7 @@ class Llama(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
     def first_heads(self, n):
-        """This model using only heads 1..n, weights shared: plain BPD with n heads (n = 1: greedy)."""
-        h = self.config.n_bpd_heads
-        if not isinstance(n, numbers.Integral) or isinstance(n, bool) or not 1 <= n <= h:
-            raise ValueError(f"heads must be an integer from 1 to {h}, got {n!r}")
-        view = copy.copy(self)                       # shares parameters; own module table
-        view._modules = dict(self._modules)
-        view.heads = nn.ModuleList(list(self.heads)[:n - 1])
-        view.config = dataclasses.replace(self.config, n_bpd_heads=n)
-        return view
+        return heads_view(self, n)
 
 
 class EarlyExit(Llama):

@@ -26,7 +26,7 @@ from r. Which children are tried (children_to_try) depends on where the drafts c
   i.i.d. draws from q[i + 1], because each position was drawn independently.
 
 Temperature 0 is greedy decoding: target_probs is then a one-hot on the argmax, and the decode
-loop takes its greedy rule (minibpd.accept_greedy) instead. minibpd.HeadSampler is the drafter
+loop takes its greedy rule (minibpd.accept_greedy) instead. decoders.HeadSampler is the drafter
 that declares a proposal q.
 """
 import torch

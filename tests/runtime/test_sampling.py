@@ -26,7 +26,8 @@ import decoders
 from runtime import sampling
 from conftest import DEVICES, on_random_models, model_and_prompt, random_prompt, tiny_model
 import minibpd
-from minibpd import HeadSampler, bpd_decode, greedy_decode, sample_decode
+from decoders import HeadSampler
+from minibpd import bpd_decode, greedy_decode, sample_decode
 from runtime.sampling import target_probs
 from runtime.kvcache import window_start
 from ngram import NgramLM
