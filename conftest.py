@@ -20,7 +20,7 @@ from minibpd import GPT, GPTConfig
 from runtime.threads import set_threads
 
 ROOT = os.path.dirname(os.path.abspath(__file__))   # the repository
-set_threads()  # one thread, as every command (README, "Threads")
+set_threads()  # one thread, as every command (docs/threads.md)
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not torch.cuda.is_available(), reason="CUDA not available"))]

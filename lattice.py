@@ -68,7 +68,7 @@ def dp_cells(k, p, order, V):
 
 
 def check_dp_budget(k, p, order, V):
-    """Refuse, up front, a DP over MAX_DP_CELLS (README, "Limits", gives its cost)."""
+    """Refuse, up front, a DP over MAX_DP_CELLS (docs/limits.md gives its cost)."""
     cells = dp_cells(k, p, order, V)
     if cells > MAX_DP_CELLS:
         raise ValueError(f"k={k}, p={p} with an order-{order} LM would make the p-best DP hold "

@@ -5,7 +5,7 @@ set -o pipefail
 OUT=${OUT:-/tmp/gpu_out}; mkdir -p "$OUT"
 nvidia-smi -L 2>&1 | tee "$OUT/env.txt"
 python3 -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.cuda.is_available())" 2>&1 | tee -a "$OUT/env.txt"
-timeout 300 python3 -m pytest -q -p no:warnings -p no:cacheprovider -k cuda test_minibpd.py test_refine.py 2>&1 | tee "$OUT/pytest_cuda.txt" | tail -5
+timeout 300 python3 -m pytest -q -p no:warnings -p no:cacheprovider -k cuda test_minibpd.py tests/decoders/test_refine.py tests/runtime/test_sampling.py 2>&1 | tee "$OUT/pytest_cuda.txt" | tail -5
 timeout 200 python3 minibpd.py --bench --json --device cuda --prompts 16 --new-tokens 128 > "$OUT/bench_cuda.json" 2> "$OUT/bench_cuda.err"
 echo "bench rc=$?"; python3 -c "
 import json; r = json.load(open('$OUT/bench_cuda.json'))

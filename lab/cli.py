@@ -120,7 +120,7 @@ def add_model_flags(p):
     p.add_argument("--dtype", default=None, choices=list(DTYPES), help="default: the "
                    "checkpoint's (float32 for the character models)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default 1: fastest "
-                   "for this model size, see README)")
+                   "for this model size, see docs/threads.md)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 (default): greedy; T > 0: "
                    "sample at T, every decoder exactly as sample_decode (--demo, --prompt, --bench)")
     p.add_argument("--seed", type=int, default=0, help="picks the demo prompt; seeds torch and "

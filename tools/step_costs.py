@@ -1,6 +1,6 @@
-"""Where the time of one decode step goes on this machine (the README's per-step table).
+"""Where the time of one decode step goes on this machine (docs/results.md's per-step table).
 
-    python .ci/step_costs.py            # shipped checkpoint, CPU, ~1 minute
+    python tools/step_costs.py            # shipped checkpoint, CPU, ~1 minute
 
 Each figure is the median of 5 batches of repeated calls, all in this one run.
 """
@@ -34,7 +34,7 @@ def ms(fn, n):
 
 @torch.no_grad()
 def main():
-    set_threads()                      # 1 thread, as every command (README, "Threads")
+    set_threads()                      # 1 thread, as every command (docs/threads.md)
     model, ck = load_checkpoint()
     res = decoders.Resources(model, ck)
     seq = encode(ck["splits"]["test"][:100], ck["vocab"])

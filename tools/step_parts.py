@@ -1,7 +1,7 @@
 """Where the time of one bpd_decode step goes, part by part, inside real decodes (issue: cut any
 part outside the model call above 5% of a call).
 
-    python .ci/step_parts.py [--tuned FILE]     # shipped checkpoint, CPU, 1 thread, ~1 minute
+    python tools/step_parts.py [--tuned FILE]     # shipped checkpoint, CPU, 1 thread, ~1 minute
 
 Each part of the loop (minibpd.predict: heads, log-softmax, the drafter and its checks; the
 Verifier's model call; the acceptance rule; the cache bookkeeping `keep`; the statistics) is

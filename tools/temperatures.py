@@ -1,6 +1,6 @@
-"""Block efficiency of every decoder at temperatures 0, 0.5 and 1 (the README's sampling table).
+"""Block efficiency of every decoder at temperatures 0, 0.5 and 1 (docs/exactness.md's sampling table).
 
-    python .ci/temperatures.py          # shipped checkpoint, test split, ~3 minutes on 2 cores
+    python tools/temperatures.py          # shipped checkpoint, test split, ~3 minutes on 2 cores
 
 The bench's 16 test-split prompts x 128 new tokens, the tuned settings, one generator seeded 0
 per temperature. Block efficiency is exact for a given seed; at T > 0 it varies a little with

@@ -1,7 +1,7 @@
 """1 thread against 2 (torch's default here), idle and with one competing busy process: the
-measurement behind the README's "Threads" table and the default of every command.
+measurement behind docs/threads.md's table and the default of every command.
 
-    python .ci/threads.py            # ~2 minutes on 2 cores; run it on an otherwise idle machine
+    python tools/threads.py            # ~2 minutes on 2 cores; run it on an otherwise idle machine
 
 Each configuration runs in a fresh process (torch fixes its thread pool at start-up): greedy and
 BPD tok/s over one 64-character prompt, 128 tokens, median of 5 after a warm-up; one training

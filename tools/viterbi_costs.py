@@ -1,11 +1,11 @@
 """What the `ngram` drafter (Kim §7.2, p = 1) costs per decoding step, against one BPD call.
 
-    python .ci/viterbi_costs.py [--steps 200] [--reps 5]     # shipped checkpoint, CPU, ~5 min
+    python tools/viterbi_costs.py [--steps 200] [--reps 5]     # shipped checkpoint, CPU, ~5 min
 
 The contexts are those of the first --steps steps of plain BPD (bpd_decode) on test-split
 prompts: the heads' log-probs [m, V] and the tokens so far, exactly what a drafter gets. Timed in
 this one run, 1 torch thread, interleaved: each of --reps rounds times 200 BPD calls (8 tokens,
-as .ci/step_costs.py), then every drafter once on every context. A drafter's figure is the median
+as tools/step_costs.py), then every drafter once on every context. A drafter's figure is the median
 over contexts of its median over rounds, after one warm-up pass; the BPD call's is the median
 over rounds. PBestDrafter is the current `ngram` drafter, ViterbiDrafter the new one (its
 automaton's rows all built up front for orders 3 and 4; at 5, built on first use and warm here).

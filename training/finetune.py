@@ -37,7 +37,7 @@ from models import llama
 #           future, regenerated every --regen-every steps from the current model.
 # --teacher base: a frozen copy of --base generates the data instead (a control: the data then
 # cannot follow the trunk). --anchor X (joint): X x KL(base || model) of head 1 on the greedy
-# windows, so that the model cannot buy predictability by looping (README: the honest guard). The rescorer, vocabulary and splits are copied from --base.
+# windows, so that the model cannot buy predictability by looping (docs/training.md: the honest guard). The rescorer, vocabulary and splits are copied from --base.
 
 DISTILLED = os.path.join(os.path.dirname(CHECKPOINT), "minibpd-distilled.pt")
 VARIANTS, TEACHERS = ("frozen", "joint"), ("current", "base")
@@ -158,7 +158,7 @@ def widen(model, block_size):
     """The model with a context window of block_size: its learned positions [B0, C] kept, the new
     ones started as copies of the last (our choice: of four starts measured on the tasks' tune
     text before fine-tuning, head-1 loss 5.11 nats; linear interpolation 5.51, tiling 5.72; the
-    base at its own 128-character window 3.29; README, "Tasks")."""
+    base at its own 128-character window 3.29; docs/tasks.md)."""
     old = model.pos_emb.weight.detach()[:block_size]
     new = torch.cat([old, old[-1:].expand(block_size - len(old), -1)])
     wide = GPT(dataclasses.replace(model.config, block_size=block_size))
