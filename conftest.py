@@ -8,6 +8,8 @@ Every test file takes its hypothesis settings from here (`examples(scale)`), so 
 scales them all.
 """
 import inspect
+import math
+import itertools
 import os
 
 import pytest
@@ -17,6 +19,8 @@ from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 from lab import cli
 import train_heads
 from minibpd import GPT, GPTConfig
+from runtime.kvcache import window_start
+from runtime.sampling import target_probs
 from runtime.threads import set_threads
 
 ROOT = os.path.dirname(os.path.abspath(__file__))   # the repository
@@ -76,6 +80,39 @@ def on_random_models(**more):
 
 def model_and_prompt(m, plen, device):
     return tiny_model(*m, device=device), random_prompt(m[0], m[1], plen)
+
+
+# ----------------------------------------------------------------------------- distributions
+# A sampler is checked against the exact distribution of its continuations: the L1 distance of N
+# draws stays under bound(K, N) with probability at least 1 - DELTA for a correct sampler of K
+# outcomes (Weissman et al. 2003; tests/runtime/test_sampling.py shows the check's power).
+
+DELTA = 1e-6
+
+
+def bound(K, N, delta=DELTA):
+    return math.sqrt(2 / N * math.log((2 ** K - 2) / delta))
+
+
+@torch.no_grad()
+def exact(model, prompt, n, T):
+    """{continuation: its probability} under sampling the base model at T, by enumeration (no
+    cache: every prefix recomputed from its window, the definition both decoders must meet)."""
+    V, B, dev = model.config.vocab_size, model.config.block_size, model.lm_head.weight.device
+    out = {}
+    for cont in itertools.product(range(V), repeat=n):
+        seq, prob = list(prompt), 1.0
+        for tok in cont:
+            t = len(seq)
+            z = model(torch.tensor([seq[window_start(t, B):t]], device=dev))[0, -1]
+            prob *= float(target_probs(model.lm_head(z).double(), T)[tok])
+            seq.append(tok)
+        out[cont] = prob
+    return out
+
+
+def l1(counts, probs, N):
+    return sum(abs(counts.get(c, 0) / N - p) for c, p in probs.items())
 
 
 # ----------------------------------------------------------------------------- fixtures

@@ -24,15 +24,14 @@ from hypothesis import settings
 
 import decoders
 from runtime import sampling
-from conftest import DEVICES, on_random_models, model_and_prompt, random_prompt, tiny_model
+from conftest import (DEVICES, bound, exact, l1, model_and_prompt, on_random_models,
+                      random_prompt, tiny_model)
 import minibpd
 from decoders import HeadSampler
 from minibpd import bpd_decode, greedy_decode, sample_decode
 from runtime.sampling import target_probs
-from runtime.kvcache import window_start
 from ngram import NgramLM
 
-DELTA = 1e-6
 # (model: seed, vocabulary, layers, heads, window), prompt length, new tokens, temperature
 CASES = [((11, 3, 1, 3, 4), 3, 3, 1.0), ((12, 2, 2, 4, 6), 1, 3, 1.0), ((13, 3, 1, 3, 4), 1, 2, 0.6)]
 
@@ -40,31 +39,6 @@ CASES = [((11, 3, 1, 3, 4), 3, 3, 1.0), ((12, 2, 2, 4, 6), 1, 3, 1.0), ((13, 3, 
 def runs():
     """Draws per check: 40 x the hypothesis profile's examples (1,000 by default)."""
     return 40 * settings().max_examples
-
-
-def bound(K, N, delta=DELTA):
-    return math.sqrt(2 / N * math.log((2 ** K - 2) / delta))
-
-
-@torch.no_grad()
-def exact(model, prompt, n, T):
-    """{continuation: its probability} under sampling the base model at T, by enumeration (no
-    cache: every prefix recomputed from its window, the definition both decoders must meet)."""
-    V, B, dev = model.config.vocab_size, model.config.block_size, model.lm_head.weight.device
-    out = {}
-    for cont in itertools.product(range(V), repeat=n):
-        seq, prob = list(prompt), 1.0
-        for tok in cont:
-            t = len(seq)
-            z = model(torch.tensor([seq[window_start(t, B):t]], device=dev))[0, -1]
-            prob *= float(target_probs(model.lm_head(z).double(), T)[tok])
-            seq.append(tok)
-        out[cont] = prob
-    return out
-
-
-def l1(counts, probs, N):
-    return sum(abs(counts.get(c, 0) / N - p) for c, p in probs.items())
 
 
 def setup(case, device):
