@@ -259,27 +259,33 @@ def load_tuned(path, checkpoint, heads=None, all_heads=None, required=False):
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise ValueError(f"tuned file {path} is not valid JSON ({e}); fix it, delete it, or "
                          "run `python minibpd.py --tune`") from None
-    check_tuned(path, data)
+    settings = check_tuned(path, data)
     ignore = lambda why: print(f"warning: ignoring {path}: {why}; using the defaults", file=sys.stderr)
     if data.get("checkpoint_sha256") != file_sha256(checkpoint):
         return ignore("it was tuned for another checkpoint (checkpoint_sha256 differs)") or {}
     tuned_heads = data.get("heads", all_heads)
     if heads is not None and tuned_heads is not None and tuned_heads != heads:
         return ignore(f"it was tuned with {tuned_heads} heads, this run uses {heads}") or {}
-    return data["settings"]
+    return settings
 
 
 def check_tuned(path, data):
-    """A tuned file's structure and settings, checked like command-line input."""
+    """A tuned file's structure and settings, checked like command-line input. -> the settings of
+    this run's decoders (another's, a plug-in's tuned with --plugin, are skipped with a warning
+    naming the plug-ins the file records)."""
     bad = lambda what, why: ValueError(f"tuned file {path}: {what} {why}; fix it, delete it, "
                                        "or run `python minibpd.py --tune`")
     if not isinstance(data, dict) or not isinstance(data.get("settings"), dict):
         raise bad("'settings'", "must be an object {decoder: {setting: value}}")
     if "heads" in data and (not isinstance(data["heads"], int) or isinstance(data["heads"], bool)):
         raise bad("'heads'", "must be an integer")
+    kept = {}
     for name, s in data["settings"].items():
-        if name not in DECODERS:
-            raise bad(f"settings.{name}", f"is not a decoder (known: {', '.join(DECODERS)})")
+        if name not in DECODERS:        # a plug-in's decoder, tuned with --plugin: skipped
+            plugins = " ".join(f"--plugin {p}" for p in data.get("plugins", [])) or "--plugin"
+            print(f"warning: tuned file {path}: settings.{name} is not a decoder of this run "
+                  f"(was it tuned with {plugins}?); its settings are skipped", file=sys.stderr)
+            continue
         if not isinstance(s, dict) or not set(s) <= set(DECODERS[name].defaults):
             raise bad(f"settings.{name}", f"must be an object with keys from "
                                           f"{sorted(DECODERS[name].defaults) or 'none'}")
@@ -287,6 +293,8 @@ def check_tuned(path, data):
             check(name, {**DECODERS[name].defaults, **s})
         except ValueError as e:
             raise bad(f"settings.{name}:", str(e).split(": ", 1)[-1]) from None
+        kept[name] = s
+    return kept
 
 
 # ----------------------------------------------------------------------------- resources
