@@ -29,14 +29,15 @@ def chart(title, rows, fmt="{:.2f}", width=44, color=False, mark=None):
 
 
 def decoder_table(r):
-    print(f"  {'decoder':8s} {'block eff.':>10s} {'vs bpd':>8s} {'= greedy':>9s} {'tok/s':>8s} "
+    w = decoders.label_width(r.block_efficiency)
+    print(f"  {'decoder':{w}s} {'block eff.':>10s} {'vs bpd':>8s} {'= greedy':>9s} {'tok/s':>8s} "
           f"{'speedup':>8s}  settings")
     be, tps, plain = r.block_efficiency, r.tokens_per_s, decoders.PLAIN
     for k in be:
         t = f"{tps[k]:8.0f} {r.speedup[k]:7.2f}x" if k in tps else f"{'-':>8s} {'-':>8s}"
         rel = f"{100 * (be[k] / be[plain] - 1):+7.1f}%" if k not in (r.baseline, plain) else ""
         sets = ", ".join(f"{a}={b}" for a, b in r.settings.get(k, {}).items())
-        print(f"  {k:8s} {be[k]:10.3f} {rel:>8s} {'yes' if r.identical_to_greedy[k] else 'NO':>9s}"
+        print(f"  {k:{w}s} {be[k]:10.3f} {rel:>8s} {'yes' if r.identical_to_greedy[k] else 'NO':>9s}"
               f" {t}  {sets}")
 
 
@@ -49,19 +50,21 @@ def paper_tables(r):
     print("\n  head top-1 accuracy vs greedy (ours; Kim §6.2 reports entropy): "
           + " ".join(f"{100 * a:.0f}%" for a in r.head_accuracy) + f"   h_max = {r.hmax}")
     print("\n  refined vs BPD (block efficiency, as in Kim Table 4; paper: +5% to +21%)")
+    wide = decoders.label_width(r.relative_gain) - 1
     for name, g in r.relative_gain.items():
         w = r.win_tie_loss.get(name)
         wtl = (f"  steps won/tied/lost {100 * w['win']:.0f}/{100 * w['tie']:.0f}/{100 * w['loss']:.0f}%,"
                f" {100 * w['wins_replacing_repeat']:.0f}% of wins fixed a repeat") if w else ""
-        print(f"  {name:7s} {g['percent']:+6.1f}%  closes {100 * g['gap_closed']:4.0f}% of the gap "
+        print(f"  {name:{wide}s} {g['percent']:+6.1f}%  closes {100 * g['gap_closed']:4.0f}% of the gap "
               f"to the oracle{wtl}")
     print("\n  cost per generated token (ours; Kim analyse cost in Fig. 2 and an appendix table)\n"
           "  FLOPs = 2 x params x tokens run; ratios to greedy")
-    print(f"  {'decoder':8s} {'calls':>6s} {'tokens':>7s} {'small-LM':>9s} {'n-gram':>7s} "
+    w = decoders.label_width(r.cost)
+    print(f"  {'decoder':{w}s} {'calls':>6s} {'tokens':>7s} {'small-LM':>9s} {'n-gram':>7s} "
           f"{'FLOPs':>6s} {'wall':>6s}")
     for name, c in r.cost.items():
         wall = f"{c['wall_clock_ratio']:6.2f}" if c["wall_clock_ratio"] else f"{'-':>6s}"
-        print(f"  {name:8s} {c['base_calls']:6.3f} {c['base_tokens']:7.2f} {c['small_lm_calls']:9.2f}"
+        print(f"  {name:{w}s} {c['base_calls']:6.3f} {c['base_tokens']:7.2f} {c['small_lm_calls']:9.2f}"
               f" {c['ngram_lookups']:7.0f} {c['flop_ratio']:6.2f} {wall}")
     print("  A large model on a GPU is memory-bound: its time follows 'calls' while the verified\n"
           "  tokens fit the compute headroom. This tiny model on a CPU follows 'FLOPs' and the\n"
@@ -156,14 +159,15 @@ def print_sampled(r, model):
     print(f"{r.prompts} prompts x {r.new_tokens} new tokens, temperature {r.temperature} "
           f"(seed {r.seed}), {r.checkpoint}, {next(model.parameters()).device}, "
           f"{r.threads} thread(s), {r.seconds:.0f} s\n")
-    print(f"  {'decoder':8s} {'block eff.':>10s} {'accepted':>9s} {'distribution (L1 < bound)':>26s} "
+    w = decoders.label_width(r.block_efficiency)
+    print(f"  {'decoder':{w}s} {'block eff.':>10s} {'accepted':>9s} {'distribution (L1 < bound)':>26s} "
           f"{'tok/s':>7s} {'speedup':>8s}")
     tps = r.tokens_per_s
     for k, be in r.block_efficiency.items():
         c, acc = r.distribution_check.get(k), r.acceptance.get(k)
         dist = f"{c['l1']:.3f} < {c['bound']:.3f} {'✓' if c['ok'] else '✗'}" if c else "reference"
         t = f"{tps[k]:7.0f} {r.speedup[k]:7.2f}x" if k in tps else f"{'-':>7s} {'-':>8s}"
-        print(f"  {k:8s} {be:10.3f} {'' if acc is None else f'{100 * acc:8.0f}%':>9s} {dist:>26s} {t}")
+        print(f"  {k:{w}s} {be:10.3f} {'' if acc is None else f'{100 * acc:8.0f}%':>9s} {dist:>26s} {t}")
     for w in r.timing_warnings:
         print(f"  warning: {w}")
     print("\n  accepted: the share of tried draft tokens kept (each with probability min(1, p/q)).\n"
@@ -179,18 +183,20 @@ def print_tasks(r, color=False):
     print(f"{len(r.tasks)} tasks, {r.checkpoint}, examples built by Python "
           f"{str(r.python).split()[0]}, {r.seconds:.0f} s\n")
     methods = list(next(iter(r.tasks.values())).block_efficiency)
-    print("  block efficiency (identical to greedy: ✓)\n  " + f"{'task':12s}" +
-          "".join(f"{m:>8s}" for m in methods))
-    for name, t in r.tasks.items():
-        cells = "".join(f"{t.block_efficiency[m]:7.2f}{'✓' if t.identical_to_greedy.get(m, True) else '✗'}"
-                        for m in methods)
-        print(f"  {name:12s}{cells}")
-    print("\n  " + f"{'task':12s} {'ex.':>4s} {'best':>7s} {'gain':>7s} {'oracle8':>8s} {'h_max':>6s} "
+    w = decoders.label_width(methods)
+    best = max([7] + [len(t.best_refined) for t in r.tasks.values()])
+    print("  block efficiency (identical to greedy: ✓)\n  " + f"{'method':{w}s}" +
+          "".join(f"{name:>12s}" for name in r.tasks))     # a row per method: any number fits
+    for m in methods:
+        cells = "".join(f"{t.block_efficiency[m]:11.2f}{'✓' if t.identical_to_greedy.get(m, True) else '✗'}"
+                        for t in r.tasks.values())
+        print(f"  {m:{w}s}{cells}")
+    print("\n  " + f"{'task':12s} {'ex.':>4s} {'best':>{best}s} {'gain':>7s} {'oracle8':>8s} {'h_max':>6s} "
           f"{'entropy':>8s} {'rep.':>6s} {'rep.2g':>6s} {'quality':>15s}")
     for name, t in r.tasks.items():
         k, v = next(iter(t.quality.items()))              # the task's own metric
         q = f"{k} {v:.2f}"
-        print(f"  {name:12s} {t.examples:4d} {t.best_refined:>7s} {t.relative_gain[t.best_refined]:+6.1f}% "
+        print(f"  {name:12s} {t.examples:4d} {t.best_refined:>{best}s} {t.relative_gain[t.best_refined]:+6.1f}% "
               f"{t.oracle_by_k['8']:8.2f} {t.hmax:6d} {sum(t.head_entropy) / len(t.head_entropy):8.2f} "
               f"{100 * t.repetition['adjacent_repeat']:5.1f}% {100 * t.repetition_2gram['adjacent_repeat']:5.1f}% "
               f"{q:>15s}")

@@ -496,45 +496,50 @@ def human(count):
 
 
 def print_costs(r):
-    """Tight-loop ms by size: forward passes of 1, 8 and 64 new tokens, each tree decoder's real
-    tree, a whole window, the heads at one position."""
+    """Tight-loop ms by size: forward passes of 1, 8 and 64 new tokens, a whole window, the heads
+    at one position; then each tree decoder's real tree (a row each: any number fits 80 columns)."""
     rows, trees = r["scale"], list(r["scale"][0]["tree_ms"])
     print(f"  ms per forward pass in a tight loop on a cache of {r['cached']} tokens: 1, 8, 32 new"
-          f"\n  tokens in one row, each tree decoder's real tree, a window of {r['window_tail']}, "
-          "the heads")
-    print(f"  {'params':>7s} {'L':>3s} {'C':>5s} {'1':>7s} {'8':>7s} {'32':>7s} "
-          + "".join(f" {t[:8]:>8s}" for t in trees) + f" {'window':>7s} {'heads':>6s}")
+          f"\n  tokens in one row, a window of {r['window_tail']}, the heads; then each tree "
+          "decoder's tree")
+    print(f"  {'params':>7s} {'L':>3s} {'C':>5s} {'1':>7s} {'8':>7s} {'32':>7s} {'window':>7s} "
+          f"{'heads':>6s}")
     for row in rows:
         c = row["call_ms"]
         cell = lambda k: f"{c[k]:7.2f}" if k in c else f"{'-':>7s}"
         print(f"  {human(row['params']):>7s} {row['n_layer']:3d} {row['n_embd']:5d} {cell('1')} "
-              f"{cell('8')} {cell('32')}" + "".join(f" {row['tree_ms'][t]:8.2f}" for t in trees)
-              + f" {row['window_ms']:7.2f} {row['heads_ms']:6.2f}")
+              f"{cell('8')} {cell('32')} {row['window_ms']:7.2f} {row['heads_ms']:6.2f}")
+    if trees:
+        w = decoders.label_width(trees)
+        print(f"  {'tree':{w}s}" + "".join(f" {human(row['params']):>7s}" for row in rows))
+        for t in trees:
+            print(f"  {t:{w}s}" + "".join(f" {row['tree_ms'][t]:7.2f}" for row in rows))
 
 
 def print_profiles(r):
     """Per decoder: the real run's counts and the size-independent costs timed in situ."""
     print("\n  the real run (per token: calls, steps; per step: tokens verified, drafting ms)\n"
           "  and the rest of a call in situ (ms: outside the forward pass, cache refill)")
-    print(f"  {'decoder':8s} {'block eff.':>10s} {'calls':>6s} {'steps':>6s} {'verified':>9s} "
+    w = decoders.label_width(r["profiles"])
+    print(f"  {'decoder':{w}s} {'block eff.':>10s} {'calls':>6s} {'steps':>6s} {'verified':>9s} "
           f"{'drafting':>9s} {'outside':>8s} {'refill':>7s}")
     for k, p in r["profiles"].items():
-        print(f"  {k:8s} {p['tokens'] / p['calls']:10.3f} {p['calls'] / p['tokens']:6.3f} "
+        print(f"  {k:{w}s} {p['tokens'] / p['calls']:10.3f} {p['calls'] / p['tokens']:6.3f} "
               f"{p['steps'] / p['tokens']:6.3f} {p['verified']:9.1f} {p['drafting_ms']:9.3f} "
               f"{p['outside_ms']:8.3f} {p['refill_ms']:7.3f}")
 
 
 def print_projection(r):
     rows, names = r["scale"], list(r["scale"][0]["projected_tokens_per_s"])
-    print("\n  projected tokens/s by size (the first row is checked against the bench below)")
-    print(f"  {'params':>7s} " + " ".join(f"{k[:8]:>8s}" for k in names))
-    for row in rows:
-        print(f"  {human(row['params']):>7s} " + " ".join(
-            f"{row['projected_tokens_per_s'][k]:8.1f}" for k in names))
+    w = decoders.label_width(names)
+    print("\n  projected tokens/s by size (the bench below checks the first column)")
+    print(f"  {'params':>{w}s}" + "".join(f" {human(row['params']):>8s}" for row in rows))
+    for k in names:
+        print(f"  {k:{w}s}" + "".join(f" {row['projected_tokens_per_s'][k]:8.1f}" for row in rows))
     print("\n  validation at the model's own size: the bench's measured tokens/s, projected,\n"
           "  error = projected / measured - 1, and the error without refill (tight loop)")
     for k, v in r["validation"].items():
-        print(f"  {k:8s} {v['measured']:8.1f} {v['projected']:8.1f} {100 * v['error']:+6.1f}% "
+        print(f"  {k:{w}s} {v['measured']:8.1f} {v['projected']:8.1f} {100 * v['error']:+6.1f}% "
               f"{100 * v['error_tight_loop']:+6.1f}%")
     wrong = [k for k, same in r["identical_to_greedy"].items() if not same]
     inexact = [f"{', '.join(wrong)} did not return greedy's tokens"] if wrong else []
@@ -559,7 +564,7 @@ def print_scale(r):
     rows = r["scale"]
     last = rows[-1]["projected_tokens_per_s"]
     figures.chart(f"projected tokens/s relative to bpd at {human(rows[-1]['params'])} parameters",
-                  [(k[:9], v / last[decoders.PLAIN]) for k, v in last.items()], fmt="{:.2f}x",
+                  [(k, v / last[decoders.PLAIN]) for k, v in last.items()], fmt="{:.2f}x",
                   mark=decoders.PLAIN)
 
 
