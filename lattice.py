@@ -15,12 +15,13 @@ break by the rank tuple (each token's index in its position's list), lexicograph
 first: the heads' own ordering wins.
 
 This module reads as the paper: the scoring rule `interpolate`, the settings and budgets, the
-lattice, the readable DP `best_paths`, the oracle, local rescoring and the drafters. It imports
-nothing fast. The fast twins the decode loop runs by default build on it and are checked
-against it (tests/test_lattice.py, tests/decoders/test_refine.py): decoders/fastlattice.py
-(`best_paths_fast`, p-best by whole-array numpy operations) and decoders/viterbi.py (the exact
-p = 1 Viterbi of `ngram`); `--reference` (one switch: decoders.Resources(reference=True))
-runs this module's versions instead.
+lattice, the readable DP `best_paths`, the oracle, local rescoring and the drafters; then one
+drafter that is not in the papers, prompt lookup (PromptLookupDrafter: a copy from the context,
+Saxena 2023). It imports nothing fast. The fast twins the decode loop runs by default build on it
+and are checked against it (tests/test_lattice.py, tests/decoders/test_refine.py):
+decoders/fastlattice.py (`best_paths_fast`, p-best by whole-array numpy operations) and
+decoders/viterbi.py (the exact p = 1 Viterbi of `ngram`); `--reference` (one switch:
+decoders.Resources(reference=True)) runs this module's versions instead.
 """
 import math
 import threading
@@ -30,6 +31,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from minibpd import ArgmaxDrafter
 from runtime.kvcache import KVCache, is_int, model_call, window_start
 
 # ============================================================================= the scoring rule and its budgets
@@ -355,6 +357,82 @@ class NeuralDrafter:
         self.counts["small_lm_calls"] += 1
         self.counts["small_lm_tokens"] += fed
         return F.log_softmax(self.lm.lm_head(z), dim=-1)
+
+
+# ----------------------------------------------------------------------------- prompt lookup
+
+MAX_LOOKUP_NGRAM = 16   # ours: longer n-grams cost index entries and hardly ever match anew
+
+
+def check_ngram(ngram):
+    if not is_int(ngram) or not 1 <= ngram <= MAX_LOOKUP_NGRAM:
+        raise ValueError(f"ngram must be an integer from 1 to {MAX_LOOKUP_NGRAM}, got {ngram!r}")
+
+
+def copied_continuation(context, ngram, length):
+    """Prompt lookup's copy rule, the readable reverse scan: for n = ngram down to 1, the latest
+    earlier occurrence of the context's last n tokens (one that ends before the last token: never
+    the trailing occurrence itself, though it may overlap it) -> the at most `length` tokens that
+    followed it; [] when no n matches."""
+    for n in range(min(ngram, len(context) - 1), 0, -1):
+        tail = context[-n:]
+        for end in range(len(context) - 2, n - 2, -1):      # the occurrence ends at `end`
+            if context[end - n + 1:end + 1] == tail:
+                return context[end + 1:end + 1 + length]
+    return []
+
+
+class PromptLookupDrafter:
+    """Prompt lookup decoding: copy what followed the last time the context's tail was seen
+    (Saxena 2023, "Prompt Lookup Decoding"; Hugging Face transformers' `prompt_lookup_num_tokens`
+    in generate()). Neither Stern nor Kim has it; here it rides on BPD's heads. The copy rule is
+    copied_continuation: for n = ngram down to 1, the latest earlier occurrence of the last n
+    tokens (ours: Saxena's code and transformers take the earliest); the draft is context[-1],
+    then the copied tokens, and where the copy stops short, each remaining head's argmax (ours).
+
+    The drafts, verified in one call: the base drafter's (default ArgmaxDrafter: plain BPD's
+    draft; PBestDrafter for `lookup_pbest`), then the copy, unless no n matched or the copy is
+    already among them. So max_drafts = base.max_drafts + 1, and the copy can only add accepted
+    tokens to the base drafter's. `counts` is the base drafter's (the bench's cost table).
+
+    The fast path keeps an index {n-gram: where it last ended} and adds only the new tokens'
+    n-grams each call; a context that does not extend the one indexed (another sequence) rebuilds
+    it. reference=True runs the reverse scan instead: the same drafts. One drafter object serves
+    one sequence at a time (the drafter contract)."""
+
+    def __init__(self, ngram=3, base=None, name="lookup", reference=False):
+        check_ngram(ngram)
+        self.base = ArgmaxDrafter() if base is None else base
+        self.ngram, self.name, self.reference = ngram, name, reference
+        self.max_drafts = getattr(self.base, "max_drafts", 1) + 1
+        self.counts = getattr(self.base, "counts", {})
+        self.seen, self.last = [], {}       # the context indexed; n-gram tuple -> its last end
+
+    def __call__(self, logprobs, context):
+        drafts = self.base(logprobs, context)
+        m = len(logprobs)
+        copy = (copied_continuation(context, self.ngram, m - 1) if self.reference
+                else self.indexed_continuation(context, m - 1))
+        if not copy:
+            return drafts
+        heads = logprobs[1 + len(copy):].argmax(-1).tolist()   # the positions the copy misses
+        draft = [context[-1]] + copy + heads
+        return drafts if draft in drafts else drafts + [draft]
+
+    def indexed_continuation(self, context, length):
+        """copied_continuation by the index: O(len(context)) to check that the context extends
+        the one indexed, then O(new tokens x ngram) to index them (all of it when rebuilt)."""
+        if context[:len(self.seen)] != self.seen:            # another sequence: start afresh
+            self.seen, self.last = [], {}
+        for end in range(max(0, len(self.seen) - 1), len(context) - 1):   # never the last token
+            for n in range(1, min(self.ngram, end + 1) + 1):
+                self.last[tuple(context[end - n + 1:end + 1])] = end   # later ends overwrite
+        self.seen = list(context)
+        for n in range(min(self.ngram, len(context) - 1), 0, -1):
+            end = self.last.get(tuple(context[-n:]))
+            if end is not None:
+                return context[end + 1:end + 1 + length]
+        return []
 
 
 class OracleDrafter:

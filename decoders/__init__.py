@@ -104,10 +104,12 @@ def check(name, s, model=None):
     known = {k: s[k] for k in ("k", "p", "alpha", "order", "nodes") if k in s}
     try:
         lattice.check_settings(**known)
+        if "ngram" in s:
+            lattice.check_ngram(s["ngram"])
         if model is None:
             return
-        if "p" in s:
-            check_cache_budget(model, s["p"])
+        if "p" in s:                      # prompt lookup (an ngram setting) adds one more draft
+            check_cache_budget(model, s["p"] + ("ngram" in s))
         if "k" in s and ("p" in s or "order" in s):
             order = s.get("order", 1) if s.get("alpha", 0) > 0 else 1
             lattice.check_dp_budget(s["k"], s.get("p", 1), order, model.config.vocab_size)
@@ -162,11 +164,26 @@ register("pbest", lambda res, s, answer: pbest(res, s["k"], s["p"], s["alpha"], 
          {"k": 8, "p": 16, "alpha": 0.5, "order": 4, "nodes": 0},
          {"k": [8], "p": [16], "order": [3, 4, 5], "alpha": ALPHAS, "nodes": NODES},
          about="the p best lattice paths, verified in one call (Kim §7.2)")
+register("lookup", lambda res, s, answer: lattice.PromptLookupDrafter(
+             s["ngram"], reference=res.reference),
+         {"ngram": 3}, {"ngram": [1, 2, 3, 4]},
+         about="prompt lookup (Saxena 2023): BPD's draft and a copy from the context")
+register("lookup_pbest", lambda res, s, answer: lattice.PromptLookupDrafter(
+             s["ngram"], DECODERS["pbest"].make(res, {k: s[k] for k in DECODERS["pbest"].defaults},
+                                                answer), name="lookup_pbest",
+             reference=res.reference),
+         {**DECODERS["pbest"].defaults, "ngram": 3}, {"ngram": [1, 2, 3, 4], "nodes": NODES},
+         about="pbest's p drafts plus lookup's copy, in one call: does refining add to copying?")
 register("sampled", lambda res, s, answer: HeadSampler(),
          about="draws each draft token from its head at --temperature (at 0: bpd)", refines=False)
 register("oracle", lambda res, s, answer: lattice.OracleDrafter(answer, s["k"]), {"k": 8},
          {"k": [8]}, about="peeks at the greedy answer: the best lattice path (Kim §6.3), "
          "analysis only", peeks=True)
+
+
+def label_width(names):
+    """Columns of the name column in the terminal tables: 8, or the longest of these names."""
+    return max([8] + [len(n) for n in names])
 
 
 def refined():

@@ -254,7 +254,7 @@ def tune(model, items, n, res, log=print, objective="block_efficiency", speed=No
     from the offline replay; tokens_per_s from speed(name, settings), a timed decode (decoders
     that peek at the answer are never timed: they keep block efficiency). Settings that only buy
     speed (decoders.SPEED_SETTINGS) keep their defaults under block_efficiency."""
-    chosen, scores = {}, {}
+    chosen, scores, w = {}, {}, decoders.label_width(decoders.DECODERS) - 1
     for name, dec in decoders.DECODERS.items():
         timed = objective == "tokens_per_s" and not dec.peeks
         grid = {k: v for k, v in dec.grid.items() if timed or k not in decoders.SPEED_SETTINGS}
@@ -267,7 +267,7 @@ def tune(model, items, n, res, log=print, objective="block_efficiency", speed=No
             score = speed(name, s) if timed else be
             key = f"{name} " + " ".join(f"{k}={v}" for k, v in zip(keys, values))
             scores[key] = {"block_efficiency": be, "tokens_per_s": score} if timed else be
-            log(f"  {name:7s} {dict(zip(keys, values))}: block efficiency {be:.3f}"
+            log(f"  {name:{w}s} {dict(zip(keys, values))}: block efficiency {be:.3f}"
                 + (f", {score:.0f} tok/s" if timed else ""))
             if best is None or score > best[0]:
                 best = (score, dict(zip(keys, values)))

@@ -72,9 +72,10 @@ def load_plugins(argv):
 
 
 def epilog():
-    listed = "\n".join(f"  {n:8s} {d.about}" for n, d in decoders.DECODERS.items())
-    return (f"decoders (--decoder; the bench runs them all):\n  greedy   one token per call: the "
-            f"reference (sample at --temperature > 0)\n{listed}\n\nlimits: --max-new-tokens <= "
+    w = decoders.label_width(decoders.DECODERS)
+    listed = "\n".join(f"  {n:{w}s} {d.about}" for n, d in decoders.DECODERS.items())
+    return (f"decoders (--decoder; the bench runs them all):\n  {'greedy':{w}s} one token per "
+            f"call: the reference (sample at --temperature > 0)\n{listed}\n\nlimits: --max-new-tokens <= "
             f"{MAX_NEW_TOKENS:,}; p-best's DP holds at most min(k, V)^order x p <= "
             f"{lattice.MAX_DP_CELLS:,} scores; order <= {lattice.MAX_ORDER}; the KV cache (p rows) "
             "at most 1 GiB.")
@@ -329,7 +330,7 @@ def demo_decoders(model, res, chosen, label, prompt, n, gen, args):
     greedy = greedy_decode(model, prompt, n)
     if T == 0:
         print(f"greedy, {n} calls: '{show(greedy, vocab)}'\n")
-    all_same, plain = True, None
+    all_same, plain, w = True, None, decoders.label_width(decoders.DECODERS) - 1
     for name in decoders.DECODERS:
         m = decoders.method(name, res, chosen[name], prompt + greedy)
         out, stats = m.decode(model, prompt, n, T, gen, args.verify)
@@ -338,7 +339,7 @@ def demo_decoders(model, res, chosen, label, prompt, n, gen, args):
         sets = ", ".join(f"{a}={b}" for a, b in chosen[name].items())
         what = (f"'{show(out[:40], vocab)}…'" if T else
                 f"{'identical to greedy ✓' if out == greedy else 'DIFFERENT from greedy ✗'}  {sets}")
-        print(f"  {name:7s} {stats['calls']:3d} calls, block efficiency "
+        print(f"  {name:{w}s} {stats['calls']:3d} calls, block efficiency "
               f"{stats['block_efficiency']:.2f}  {what}")
     print()
     return greedy, plain, all_same
@@ -354,6 +355,7 @@ def draw_steps(model, res, chosen, stats, answer, plen, vocab, limit=5):
     print("\n  how the drafts are checked (• = head 1, the base model's own token; ✓ = equals "
           "greedy, kept; ✗ = first miss, the base model's token replaces it):")
     repeat = next((s for s in stats["steps"][limit:] if repaired(s)), None)
+    w = decoders.label_width(drafters) - 1
     for step in stats["steps"][:limit] + ([repeat] if repeat else []):
         known = step["context"]
         pending, m = known - 1, len(step["drafts"][0]) - 1
@@ -365,7 +367,7 @@ def draw_steps(model, res, chosen, stats, answer, plen, vocab, limit=5):
             best = max(d, key=lambda x: analysis.marks(x, answer, pending)[1])
             tick, ok = analysis.marks(best, answer, pending)
             more = f" (best of {len(d)})" if len(d) > 1 else ""
-            print(f"      {name:7s} '{show(best, vocab)}'  {tick}  +{ok}{more}")
+            print(f"      {name:{w}s} '{show(best, vocab)}'  {tick}  +{ok}{more}")
 
 
 def draw_tries(model, res, chosen, stats, answer, plen, vocab, limit=6):
@@ -482,9 +484,9 @@ def run_scale(args):
     if args.json:
         print(json.dumps(r, indent=1))
     else:
-        scale.print_scale(r)
+        figures.print_scale(r)
     if args.plot:
-        print(f"wrote {scale.plot_scale(r, args.plot)} to {args.plot}", file=sys.stderr)
+        print(f"wrote {figures.plot_scale(r, args.plot)} to {args.plot}", file=sys.stderr)
     return 0 if all(r["identical_to_greedy"].values()) else 1
 
 

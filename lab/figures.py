@@ -1,7 +1,9 @@
-"""The bench report (a bench.BenchReport) in the terminal (tables and unicode bar charts, 80
-columns, meaningful without colour) and, with `--plot DIR`, the same figures as PNG files
-(matplotlib, optional). Reads the report's fields by attribute, so a misspelt one fails loudly."""
+"""The reports in the terminal (tables and unicode bar charts, 80 columns, meaningful without
+colour) and, with `--plot DIR`, as PNG files (matplotlib, optional): the bench's (a
+bench.BenchReport, read by attribute, so a misspelt field fails loudly), the tasks' and the
+scale map's (lab/scale.py's result dict)."""
 import os
+import textwrap
 
 import decoders
 
@@ -29,14 +31,15 @@ def chart(title, rows, fmt="{:.2f}", width=44, color=False, mark=None):
 
 
 def decoder_table(r):
-    print(f"  {'decoder':8s} {'block eff.':>10s} {'vs bpd':>8s} {'= greedy':>9s} {'tok/s':>8s} "
+    w = decoders.label_width(r.block_efficiency)
+    print(f"  {'decoder':{w}s} {'block eff.':>10s} {'vs bpd':>8s} {'= greedy':>9s} {'tok/s':>8s} "
           f"{'speedup':>8s}  settings")
     be, tps, plain = r.block_efficiency, r.tokens_per_s, decoders.PLAIN
     for k in be:
         t = f"{tps[k]:8.0f} {r.speedup[k]:7.2f}x" if k in tps else f"{'-':>8s} {'-':>8s}"
         rel = f"{100 * (be[k] / be[plain] - 1):+7.1f}%" if k not in (r.baseline, plain) else ""
         sets = ", ".join(f"{a}={b}" for a, b in r.settings.get(k, {}).items())
-        print(f"  {k:8s} {be[k]:10.3f} {rel:>8s} {'yes' if r.identical_to_greedy[k] else 'NO':>9s}"
+        print(f"  {k:{w}s} {be[k]:10.3f} {rel:>8s} {'yes' if r.identical_to_greedy[k] else 'NO':>9s}"
               f" {t}  {sets}")
 
 
@@ -49,19 +52,21 @@ def paper_tables(r):
     print("\n  head top-1 accuracy vs greedy (ours; Kim §6.2 reports entropy): "
           + " ".join(f"{100 * a:.0f}%" for a in r.head_accuracy) + f"   h_max = {r.hmax}")
     print("\n  refined vs BPD (block efficiency, as in Kim Table 4; paper: +5% to +21%)")
+    wide = decoders.label_width(r.relative_gain) - 1
     for name, g in r.relative_gain.items():
         w = r.win_tie_loss.get(name)
         wtl = (f"  steps won/tied/lost {100 * w['win']:.0f}/{100 * w['tie']:.0f}/{100 * w['loss']:.0f}%,"
                f" {100 * w['wins_replacing_repeat']:.0f}% of wins fixed a repeat") if w else ""
-        print(f"  {name:7s} {g['percent']:+6.1f}%  closes {100 * g['gap_closed']:4.0f}% of the gap "
+        print(f"  {name:{wide}s} {g['percent']:+6.1f}%  closes {100 * g['gap_closed']:4.0f}% of the gap "
               f"to the oracle{wtl}")
     print("\n  cost per generated token (ours; Kim analyse cost in Fig. 2 and an appendix table)\n"
           "  FLOPs = 2 x params x tokens run; ratios to greedy")
-    print(f"  {'decoder':8s} {'calls':>6s} {'tokens':>7s} {'small-LM':>9s} {'n-gram':>7s} "
+    w = decoders.label_width(r.cost)
+    print(f"  {'decoder':{w}s} {'calls':>6s} {'tokens':>7s} {'small-LM':>9s} {'n-gram':>7s} "
           f"{'FLOPs':>6s} {'wall':>6s}")
     for name, c in r.cost.items():
         wall = f"{c['wall_clock_ratio']:6.2f}" if c["wall_clock_ratio"] else f"{'-':>6s}"
-        print(f"  {name:8s} {c['base_calls']:6.3f} {c['base_tokens']:7.2f} {c['small_lm_calls']:9.2f}"
+        print(f"  {name:{w}s} {c['base_calls']:6.3f} {c['base_tokens']:7.2f} {c['small_lm_calls']:9.2f}"
               f" {c['ngram_lookups']:7.0f} {c['flop_ratio']:6.2f} {wall}")
     print("  A large model on a GPU is memory-bound: its time follows 'calls' while the verified\n"
           "  tokens fit the compute headroom. This tiny model on a CPU follows 'FLOPs' and the\n"
@@ -156,14 +161,15 @@ def print_sampled(r, model):
     print(f"{r.prompts} prompts x {r.new_tokens} new tokens, temperature {r.temperature} "
           f"(seed {r.seed}), {r.checkpoint}, {next(model.parameters()).device}, "
           f"{r.threads} thread(s), {r.seconds:.0f} s\n")
-    print(f"  {'decoder':8s} {'block eff.':>10s} {'accepted':>9s} {'distribution (L1 < bound)':>26s} "
+    w = decoders.label_width(r.block_efficiency)
+    print(f"  {'decoder':{w}s} {'block eff.':>10s} {'accepted':>9s} {'distribution (L1 < bound)':>26s} "
           f"{'tok/s':>7s} {'speedup':>8s}")
     tps = r.tokens_per_s
     for k, be in r.block_efficiency.items():
         c, acc = r.distribution_check.get(k), r.acceptance.get(k)
         dist = f"{c['l1']:.3f} < {c['bound']:.3f} {'✓' if c['ok'] else '✗'}" if c else "reference"
         t = f"{tps[k]:7.0f} {r.speedup[k]:7.2f}x" if k in tps else f"{'-':>7s} {'-':>8s}"
-        print(f"  {k:8s} {be:10.3f} {'' if acc is None else f'{100 * acc:8.0f}%':>9s} {dist:>26s} {t}")
+        print(f"  {k:{w}s} {be:10.3f} {'' if acc is None else f'{100 * acc:8.0f}%':>9s} {dist:>26s} {t}")
     for w in r.timing_warnings:
         print(f"  warning: {w}")
     print("\n  accepted: the share of tried draft tokens kept (each with probability min(1, p/q)).\n"
@@ -179,18 +185,20 @@ def print_tasks(r, color=False):
     print(f"{len(r.tasks)} tasks, {r.checkpoint}, examples built by Python "
           f"{str(r.python).split()[0]}, {r.seconds:.0f} s\n")
     methods = list(next(iter(r.tasks.values())).block_efficiency)
-    print("  block efficiency (identical to greedy: ✓)\n  " + f"{'task':12s}" +
-          "".join(f"{m:>8s}" for m in methods))
-    for name, t in r.tasks.items():
-        cells = "".join(f"{t.block_efficiency[m]:7.2f}{'✓' if t.identical_to_greedy.get(m, True) else '✗'}"
-                        for m in methods)
-        print(f"  {name:12s}{cells}")
-    print("\n  " + f"{'task':12s} {'ex.':>4s} {'best':>7s} {'gain':>7s} {'oracle8':>8s} {'h_max':>6s} "
+    w = decoders.label_width(methods)
+    best = max([7] + [len(t.best_refined) for t in r.tasks.values()])
+    print("  block efficiency (identical to greedy: ✓)\n  " + f"{'method':{w}s}" +
+          "".join(f"{name:>12s}" for name in r.tasks))     # a row per method: any number fits
+    for m in methods:
+        cells = "".join(f"{t.block_efficiency[m]:11.2f}{'✓' if t.identical_to_greedy.get(m, True) else '✗'}"
+                        for t in r.tasks.values())
+        print(f"  {m:{w}s}{cells}")
+    print("\n  " + f"{'task':12s} {'ex.':>4s} {'best':>{best}s} {'gain':>7s} {'oracle8':>8s} {'h_max':>6s} "
           f"{'entropy':>8s} {'rep.':>6s} {'rep.2g':>6s} {'quality':>15s}")
     for name, t in r.tasks.items():
         k, v = next(iter(t.quality.items()))              # the task's own metric
         q = f"{k} {v:.2f}"
-        print(f"  {name:12s} {t.examples:4d} {t.best_refined:>7s} {t.relative_gain[t.best_refined]:+6.1f}% "
+        print(f"  {name:12s} {t.examples:4d} {t.best_refined:>{best}s} {t.relative_gain[t.best_refined]:+6.1f}% "
               f"{t.oracle_by_k['8']:8.2f} {t.hmax:6d} {sum(t.head_entropy) / len(t.head_entropy):8.2f} "
               f"{100 * t.repetition['adjacent_repeat']:5.1f}% {100 * t.repetition_2gram['adjacent_repeat']:5.1f}% "
               f"{q:>15s}")
@@ -274,3 +282,122 @@ def least_squares(xs, ys):
         return None
     sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys))
     return my - sxy / sxx * mx, sxy / sxx, sxy / (sxx * syy) ** 0.5
+
+
+# ----------------------------------------------------------------------------- the scale map (lab/scale.py)
+
+def human(count):
+    """Parameters as 32k, 1.45M, 216M, 1.2B."""
+    for unit, size in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if count >= size:
+            v = count / size
+            return f"{v:.3g}{unit}" if v < 100 else f"{v:.0f}{unit}"
+    return str(count)
+
+
+def print_costs(r):
+    """Tight-loop ms by size: forward passes of 1, 8 and 64 new tokens, a whole window, the heads
+    at one position; then each tree decoder's real tree (a row each: any number fits 80 columns)."""
+    rows, trees = r["scale"], list(r["scale"][0]["tree_ms"])
+    print(f"  ms per forward pass in a tight loop on a cache of {r['cached']} tokens: 1, 8, 32 new"
+          f"\n  tokens in one row, a window of {r['window_tail']}, the heads; then each tree "
+          "decoder's tree")
+    print(f"  {'params':>7s} {'L':>3s} {'C':>5s} {'1':>7s} {'8':>7s} {'32':>7s} {'window':>7s} "
+          f"{'heads':>6s}")
+    for row in rows:
+        c = row["call_ms"]
+        cell = lambda k: f"{c[k]:7.2f}" if k in c else f"{'-':>7s}"
+        print(f"  {human(row['params']):>7s} {row['n_layer']:3d} {row['n_embd']:5d} {cell('1')} "
+              f"{cell('8')} {cell('32')} {row['window_ms']:7.2f} {row['heads_ms']:6.2f}")
+    if trees:
+        w = decoders.label_width(trees)
+        print(f"  {'tree':{w}s}" + "".join(f" {human(row['params']):>7s}" for row in rows))
+        for t in trees:
+            print(f"  {t:{w}s}" + "".join(f" {row['tree_ms'][t]:7.2f}" for row in rows))
+
+
+def print_profiles(r):
+    """Per decoder: the real run's counts and the size-independent costs timed in situ."""
+    print("\n  the real run (per token: calls, steps; per step: tokens verified, drafting ms)\n"
+          "  and the rest of a call in situ (ms: outside the forward pass, cache refill)")
+    w = decoders.label_width(r["profiles"])
+    print(f"  {'decoder':{w}s} {'block eff.':>10s} {'calls':>6s} {'steps':>6s} {'verified':>9s} "
+          f"{'drafting':>9s} {'outside':>8s} {'refill':>7s}")
+    for k, p in r["profiles"].items():
+        print(f"  {k:{w}s} {p['tokens'] / p['calls']:10.3f} {p['calls'] / p['tokens']:6.3f} "
+              f"{p['steps'] / p['tokens']:6.3f} {p['verified']:9.1f} {p['drafting_ms']:9.3f} "
+              f"{p['outside_ms']:8.3f} {p['refill_ms']:7.3f}")
+
+
+def print_projection(r):
+    rows, names = r["scale"], list(r["scale"][0]["projected_tokens_per_s"])
+    w = decoders.label_width(names)
+    print("\n  projected tokens/s by size (the bench below checks the first column)")
+    print(f"  {'params':>{w}s}" + "".join(f" {human(row['params']):>8s}" for row in rows))
+    for k in names:
+        print(f"  {k:{w}s}" + "".join(f" {row['projected_tokens_per_s'][k]:8.1f}" for row in rows))
+    print("\n  validation at the model's own size: the bench's measured tokens/s, projected,\n"
+          "  error = projected / measured - 1, and the error without refill (tight loop)")
+    for k, v in r["validation"].items():
+        print(f"  {k:{w}s} {v['measured']:8.1f} {v['projected']:8.1f} {100 * v['error']:+6.1f}% "
+              f"{100 * v['error_tight_loop']:+6.1f}%")
+    wrong = [k for k, same in r["identical_to_greedy"].items() if not same]
+    inexact = [f"{', '.join(wrong)} did not return greedy's tokens"] if wrong else []
+    for w in r["timing_warnings"] + inexact:
+        print(textwrap.fill(f"warning: {w}", 78, initial_indent="  ", subsequent_indent="    "))
+
+
+def print_scale(r):
+    """The map in the terminal, 80 columns: the costs by size, the real run, the projection and
+    its validation, the crossovers, and a chart at the largest size."""
+    print(f"scale map: {r['prompts']} prompts x {r['new_tokens']} new tokens, {r['device']}, "
+          f"{r['threads']} thread(s), {r['seconds']:.0f} s\n")
+    print_costs(r)
+    print_profiles(r)
+    print_projection(r)
+    where = lambda d: ", ".join(f"{k} {human(v) if v else 'never'}" for k, v in d.items())
+    print()
+    for what, key in (("beats plain BPD from", "crossover_params"),
+                      ("beats greedy from", "beats_greedy_params")):
+        print(textwrap.fill(f"{what}: {where(r[key])}", 78, initial_indent="  ",
+                            subsequent_indent="    "))
+    rows = r["scale"]
+    last = rows[-1]["projected_tokens_per_s"]
+    chart(f"projected tokens/s relative to bpd at {human(rows[-1]['params'])} parameters",
+                  [(k, v / last[decoders.PLAIN]) for k, v in last.items()], fmt="{:.2f}x",
+                  mark=decoders.PLAIN)
+
+
+def plot_scale(r, folder):
+    """The map as a PNG in `folder`: projected tokens/s against parameters, log axes, one line
+    per decoder, BPD and greedy drawn as references, each decoder's measured tokens/s at the
+    model's own size as a cross. matplotlib is optional: imported here. -> the file name."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise ValueError("plot_scale needs matplotlib: pip install matplotlib") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    os.makedirs(folder, exist_ok=True)
+    rows, fig = r["scale"], plt.figure(figsize=(7, 4.5))
+    x = [row["params"] for row in rows]
+    for name in rows[0]["projected_tokens_per_s"]:
+        ref = name in (decoders.baseline_name(0.0), decoders.PLAIN)
+        line, = plt.plot(x, [row["projected_tokens_per_s"][name] for row in rows],
+                         "--" if ref else "-o", label=name, linewidth=2 if ref else 1.2,
+                         color={decoders.baseline_name(0.0): "black", decoders.PLAIN: "grey"}.get(name), markersize=3)
+        plt.plot(x[0], r["validation"][name]["measured"], "x", color=line.get_color())
+    plt.plot([], [], "x", color="black", label="measured by the bench")
+    plt.xscale("log")
+    plt.yscale("log")
+    plt.xlabel("base model parameters (log scale)")
+    plt.ylabel("tokens per second (log scale)")
+    plt.title(f"Projected decoding speed by model size ({r['device']}, {r['threads']} thread(s))",
+              fontsize=10)
+    plt.legend(fontsize=8)
+    plt.grid(alpha=0.3, which="both")
+    fig.tight_layout()
+    name = "scale_map.png"
+    fig.savefig(os.path.join(folder, name), dpi=120)
+    plt.close(fig)
+    return name

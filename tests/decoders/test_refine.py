@@ -19,6 +19,7 @@ from ngram import NgramLM
 from runtime import kvcache
 
 NAMES = list(decoders.DECODERS)
+DP = ("ngram", "pbest", "lookup_pbest")   # an n-gram DP: refused over its budget
 
 
 def make(name, res, full, k, p, alpha, order):
@@ -50,7 +51,7 @@ def test_every_drafter_is_exact(device, m, s, plen, n):
     k, p, alpha, order = s
     model, res, prompt, full = setup(m, device, order, plen, n)
     for name in NAMES:
-        if k ** order * p > lattice.MAX_DP_CELLS and name in ("ngram", "pbest"):
+        if k ** order * p > lattice.MAX_DP_CELLS and name in DP:
             continue                                   # refused up front (test_cli.py)
         drafter = make(name, res, full, k, p, alpha, order)
         out, stats = bpd_decode(model, prompt, n, drafter)
@@ -70,12 +71,14 @@ def test_offline_replay_equals_decode(device, m, s, plen, n):
     h, B = model.config.n_bpd_heads, model.config.block_size
     oracle = lattice.OracleDrafter(full, k)
     for name in NAMES:
-        if k ** order * p > lattice.MAX_DP_CELLS and name in ("ngram", "pbest"):
+        if k ** order * p > lattice.MAX_DP_CELLS and name in DP:
             continue
         _, online = bpd_decode(model, prompt, n, make(name, res, full, k, p, alpha, order))
-        offline = analysis.replay(make(name, res, full, k, p, alpha, order), heads, full,
-                                  plen, n, h, B)
+        drafter = make(name, res, full, k, p, alpha, order)
+        offline = analysis.replay(drafter, heads, full, plen, n, h, B)
         assert (offline["calls"], offline["accepted"]) == (online["calls"], online["accepted"]), name
+        if isinstance(drafter, lattice.PromptLookupDrafter):
+            continue          # a copy from the context need not be a path of the top-k lattice
         for step in offline["steps"]:
             pend, m_ = step["pending"], len(step["drafts"][0]) - 1
             best = oracle(heads[pend][:m_ + 1], full[:step["context"]])[0]
@@ -152,13 +155,14 @@ def check_paper_keys(res, h):
     assert list(res["oracle_by_k"]) == ["1", "2", "4", "8", "16"]
     assert all(1.0 <= v <= h for v in res["oracle_by_k"].values())
     assert abs(res["oracle_by_k"]["1"] - res["block_efficiency"]["bpd"]) < 1e-9   # k = 1 is BPD
-    assert set(res["relative_gain"]) == set(decoders.refined()) == {"neural", "ngram", "pbest0", "pbest"}
+    assert set(res["relative_gain"]) == set(decoders.refined()) == \
+        {"neural", "ngram", "pbest0", "pbest", "lookup", "lookup_pbest"}
     for name, w in res["win_tie_loss"].items():
         assert abs(w["win"] + w["tie"] + w["loss"] - 1) < 1e-9 and share(w["wins_replacing_repeat"])
     for name, c in res["cost"].items():
         assert c["base_calls"] <= 1 and c["base_tokens"] > 0 and c["flop_ratio"] > 0, name
         assert (c["small_lm_calls"] > 0) == (name == "neural"), name      # counted by the drafters
-        assert (c["ngram_lookups"] > 0) == (name in ("ngram", "pbest")), name
+        assert (c["ngram_lookups"] > 0) == (name in ("ngram", "pbest", "lookup_pbest")), name
 
 
 def test_bench_sweep(tiny_ckpt, capsys):
@@ -185,7 +189,7 @@ def test_plugin_decoder_runs_everywhere(tiny_ckpt, tmp_path, capsys, monkeypatch
         "        return [[t[0] for t in top], [top[0][0]] + [t[1] for t in top[1:]]]\n"
         "decoders.register('two', lambda res, s, full: Two(), about='argmax and runner-up')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    request.addfinalizer(lambda: decoders.DECODERS.pop("two", None))   # other tests see six
+    request.addfinalizer(lambda: decoders.DECODERS.pop("two", None))   # the others see the built-ins
     code = cli.main(["--plugin", "plug_two", "--bench", "--json", "--checkpoint", tiny_ckpt,
                          "--prompts", "2", "--new-tokens", "10"])
     res = json.loads(capsys.readouterr().out)
@@ -219,7 +223,7 @@ def test_tree_verification_equals_batch(device, m, s, plen, n):
     makers = {name: (lambda name=name: make(name, res, full, k, p, alpha, order)) for name in NAMES}
     makers["bushy"] = Bushy
     for name, maker in makers.items():
-        if k ** order * p > lattice.MAX_DP_CELLS and name in ("ngram", "pbest"):
+        if k ** order * p > lattice.MAX_DP_CELLS and name in DP:
             continue
         out_b, batch = bpd_decode(model, prompt, n, maker(), verify="batch")
         out_t, tree = bpd_decode(model, prompt, n, maker(), verify="tree")
@@ -280,8 +284,7 @@ def test_reference_implementations_give_the_same_steps(device, m, s, plen, n, bu
     slow.reference = True
     ref = decoders.Resources(slow, small=res.small_lm(), lms=res.lms, reference=True)
     for name in NAMES:
-        if name in ("ngram", "pbest") and lattice.dp_cells(k, p if name == "pbest" else 1,
-                                                          order, m[1]) > budget:
+        if name in DP and lattice.dp_cells(k, 1 if name == "ngram" else p, order, m[1]) > budget:
             continue
         out, fast = bpd_decode(model, prompt, n, make(name, res, answer, k, p, alpha, order))
         out_r, readable = bpd_decode(slow, prompt, n, make(name, ref, answer, k, p, alpha, order))

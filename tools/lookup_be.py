@@ -1,0 +1,100 @@
+"""Block efficiency of bpd, lookup, lookup_pbest and pbest by offline replay (analysis.prepare,
+then analysis.be_of: the same accepted lengths as bpd_decode, test_refine.py) on the bench's test
+prompts (cli.bench_prompts: make_prompts over the checkpoint's test split), with each decoder's
+settings as the bench takes them (the tuned file, else the registry's defaults). docs/lookup.md.
+
+    python tools/lookup_be.py                                          # 16 prompts x 128 tokens
+    python tools/lookup_be.py --checkpoint checkpoints/smollm2-heads.pt --first 8 --new-tokens 64
+
+--first N keeps the first N of the bench's --prompts prompts (SmolLM2's greedy decoding, which
+prepare runs, is the slow part). --real N also decodes the first N prompts for real (bpd_decode)
+with each of the four: identical to greedy, and the same block efficiency as the replay.
+
+Beside the four: lookup_pbest with pbest's own (tuned) settings, so that it differs from pbest by
+the copy alone; lookup at ngram 1..4; and how often lookup's copy was drafted and how often it
+gained more than BPD's draft (per step of lookup's own replay).
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from lab import analysis  # noqa: E402
+import decoders  # noqa: E402
+from lab.bench import make_prompts  # noqa: E402
+from decoders import split_text  # noqa: E402
+from minibpd import bpd_decode, load_checkpoint  # noqa: E402
+from runtime.checkpoint import CHECKPOINT  # noqa: E402
+from runtime.threads import set_threads  # noqa: E402
+
+NAMES = ("bpd", "lookup", "lookup_pbest", "pbest")
+
+
+def copy_share(model, items, res, s):
+    """(share of lookup's steps with a copy drafted, share where the copy gained more than BPD's
+    draft), over lookup's own replay."""
+    runs = analysis.replay_all(model, items, lambda a: decoders.make("lookup", res, s, a))
+    steps = [(st, answer) for r, (_, answer, _) in zip(runs, items) for st in r["steps"]]
+    copied = [(st, answer) for st, answer in steps if len(st["drafts"]) == 2]
+    better = sum(analysis.gain(st["drafts"][1], answer, st["pending"]) >
+                 analysis.gain(st["drafts"][0], answer, st["pending"]) for st, answer in copied)
+    return len(copied) / max(1, len(steps)), better / max(1, len(steps))
+
+
+def real(model, items, res, chosen, n):
+    """The first n prepared prompts decoded for real: {name: (identical to greedy, online block
+    efficiency, the replay's)}."""
+    out = {}
+    for name in NAMES:
+        runs, same = [], True
+        for plen, answer, _ in items[:n]:
+            tokens, stats = bpd_decode(model, answer[:plen], len(answer) - plen,
+                                       decoders.make(name, res, chosen[name]))
+            same, runs = same and tokens == answer[plen:], runs + [stats]
+        out[name] = {"identical_to_greedy": same, "block_efficiency": analysis.block_eff(runs),
+                     "replay": analysis.be_of(model, items[:n], res, name, chosen[name])}
+    return out
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--checkpoint", default=CHECKPOINT)
+    p.add_argument("--prompts", type=int, default=16)
+    p.add_argument("--first", type=int, default=None, help="only the first N of those prompts")
+    p.add_argument("--new-tokens", type=int, default=128)
+    p.add_argument("--real", type=int, default=0, help="decode the first N prompts for real too")
+    args = p.parse_args()
+    set_threads(1)
+    t0 = time.perf_counter()
+    model, ck = load_checkpoint(args.checkpoint)
+    tuned = decoders.load_tuned(decoders.tuned_path(args.checkpoint), args.checkpoint,
+                                model.config.n_bpd_heads, ck["config"].get("n_bpd_heads"))
+    chosen = decoders.settings(tuned)
+    res = decoders.Resources(model, ck)
+    prompts = make_prompts(split_text(ck, "test"), ck["vocab"], args.prompts)[:args.first]
+    items = analysis.prepare(model, prompts, args.new_tokens)
+    prepared = time.perf_counter() - t0
+    be = {name: analysis.be_of(model, items, res, name, chosen[name]) for name in NAMES}
+    same = {**chosen["pbest"], "ngram": chosen["lookup_pbest"]["ngram"]}
+    be["lookup_pbest (pbest's settings)"] = analysis.be_of(model, items, res, "lookup_pbest", same)
+    by_ngram = {str(g): analysis.be_of(model, items, res, "lookup", {"ngram": g})
+                for g in (1, 2, 3, 4)}
+    drafted, won = copy_share(model, items, res, chosen["lookup"])
+    report = {"checkpoint": args.checkpoint, "prompts": f"{len(prompts)} of {args.prompts}",
+              "new_tokens": args.new_tokens, "greedy_phrase_repeat": analysis.phrase_repetition_all(
+                  [answer[plen:] for plen, answer, _ in items]),
+              "heads": model.config.n_bpd_heads, "block_efficiency": be,
+              "lookup_by_ngram": by_ngram, "lookup_copy_drafted": drafted,
+              "lookup_copy_beat_bpd": won,
+              "settings": {**{n: chosen[n] for n in NAMES}, "lookup_pbest (pbest's settings)": same},
+              "seconds_prepare": round(prepared)}
+    if args.real:
+        report[f"real_first_{args.real}"] = real(model, items, res, chosen, args.real)
+    report["seconds"] = round(time.perf_counter() - t0)
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
