@@ -48,8 +48,20 @@ class Vocab:
         return self.size
 
     def encode(self, text):
+        """Text -> token ids. Only valid Unicode text: bytes are refused (decode them first) and so
+        are lone surrogates, such as the '\\udcff' Python makes of a command-line argument's
+        bytes that are not UTF-8 (tokenizers would raise a bare TypeError)."""
         if not isinstance(text, str):
-            raise ValueError(f"encode takes a str, got a {type(text).__name__}")
+            hint = ": decode the bytes first, e.g. data.decode('utf-8')" \
+                if isinstance(text, (bytes, bytearray)) else ""
+            raise ValueError(f"encode takes a str, got a {type(text).__name__}{hint}")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ValueError(f"the text holds a lone surrogate, {text[e.start]!r} at character "
+                             f"{e.start}, which is not Unicode text (Python makes these of bytes "
+                             "that are not UTF-8, e.g. in a command-line argument): pass UTF-8 "
+                             "text") from None
         return self.tokenizer.encode(text, add_special_tokens=False).ids if text else []
 
     def decode(self, tokens):
@@ -235,15 +247,21 @@ DEMO_QUESTIONS = ("What does a Python list comprehension do?",
 
 
 def chat(question):
-    """A user turn in SmolLM2-Instruct's ChatML format (no system turn), ready for the
-    assistant's answer. The model ends an answer with token 2, <|im_end|> (token 0 ends a text);
-    minibpd decodes a fixed number of tokens, so what follows an end is still greedy's."""
+    """A user turn in SmolLM2-Instruct's ChatML format WITHOUT the system turn, ready for the
+    assistant's answer: the demo's prompt form before issue 22, kept because the tests decode its
+    first question (where tree verification broke pbest0 at token 34). The model's own prompt is
+    Vocab.chat (its GGUF template, system turn included), what the demo asks. The model ends an
+    answer with token 2, <|im_end|> (token 0 ends a text); minibpd decodes a fixed number of
+    tokens, so what follows an end is still greedy's."""
     return f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n"
 
 
 def demo_prompts(vocab):
-    """The demo's prompts: [(label, token ids)], DEMO_QUESTIONS in the chat template."""
-    return [(f"'{q}' (chat template)", vocab.encode(chat(q))) for q in DEMO_QUESTIONS]
+    """The demo's prompts: [(label, token ids)], DEMO_QUESTIONS in the model's own chat template
+    (Vocab.chat: the GGUF's template with its default system turn, "You are a helpful AI
+    assistant named SmolLM, trained by Hugging Face", for a conversation without a system
+    message: what transformers' apply_chat_template renders)."""
+    return [(f"'{q}' (chat template)", vocab.encode(vocab.chat(q))) for q in DEMO_QUESTIONS]
 
 
 def save_heads(model, path, extra=None):
@@ -276,6 +294,7 @@ def from_checkpoint(ck, device="cpu", dtype=torch.float32, gguf_path=None):
     missing = [k for k in ("gguf_sha256", "config", "heads") if k not in ck]
     if missing:
         raise ValueError(f"the {KIND} checkpoint lacks {', '.join(missing)}")
+    check_tensors(ck)                             # before the GGUF is read (98 MB, seconds)
     path = find_gguf() if gguf_path is None else os.fspath(gguf_path)
     if not os.path.isfile(path):
         raise ValueError(f"GGUF file {path} not found")
@@ -292,6 +311,24 @@ def from_checkpoint(ck, device="cpu", dtype=torch.float32, gguf_path=None):
                              f"{getattr(model.config, name)!r}")
     model.draft_vocab = checked_draft_vocab(ck.get("draft_vocab"), cfg["vocab_size"])
     return model, vocab
+
+
+RETRAIN = "retrain it with `python train_heads.py --smollm --force` (--out PATH for another file)"
+
+
+def check_tensors(ck):
+    """The checkpoint's own weights, the heads and the rescorer's exit head: dicts of tensors,
+    every value finite. A NaN would never fail loudly later: its drafts are rejected, so BPD and
+    'neural' stay exactly greedy and are just never faster (block efficiency 1.00). Raises
+    ValueError naming the tensor (minibpd.load_checkpoint adds the path, the form of
+    runtime.checkpoint.check_state; this module imports nothing of the project but llama)."""
+    for part in ("heads", "rescorer"):
+        state = ck.get(part, {})
+        if not isinstance(state, dict) or not all(torch.is_tensor(v) for v in state.values()):
+            raise ValueError(f"{part}: its weights are not a dict of tensors; {RETRAIN}")
+        bad = next((k for k, v in state.items() if not torch.isfinite(v.float()).all()), None)
+        if bad is not None:
+            raise ValueError(f"tensor {part}.{bad} holds NaN or inf; {RETRAIN}")
 
 
 def rescorer(model, ck):

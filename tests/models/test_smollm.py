@@ -37,7 +37,7 @@ from runtime.kvcache import KVCache, window_start
 from minibpd import bpd_decode, greedy_decode
 from models.llama import EarlyExit, Llama, LlamaConfig
 from models import llama
-from runtime import kvcache
+from runtime import checkpoint, kvcache
 from decoders import viterbi
 
 HERE = ROOT  # the repository
@@ -149,6 +149,32 @@ def test_head_logits_match_the_heads_one_by_one():
     fewer = view.head_logits(z)                     # fewer stacked heads: another matmul shape
     assert torch.equal(fewer[..., 0, :], logits[..., 0, :])
     torch.testing.assert_close(fewer, logits[..., :2, :])
+
+
+def test_reference_switch_runs_the_heads_one_by_one(monkeypatch):
+    """--reference is decoders.Resources(reference=True): its model is a view whose head_logits
+    calls each BPDHead (the readable path), never minibpd.head_states (the stacked one). In
+    float64 it gives the fast path's logits within rounding, its tokens and its steps, in plain
+    and batch-invariant mode; the model itself stays on the fast path."""
+    for batch_invariant in (False, True):
+        model = tiny_llama(8, 40, 2, 4, 16, 1, 2, 4, hidden=24, batch_invariant=batch_invariant)
+        ref = decoders.Resources(model, {}, reference=True).model
+        assert ref.reference and not model.reference and ref.first_heads(2).reference
+        z = model(torch.tensor([random_prompt(8, 40, 9)]))
+        torch.testing.assert_close(ref.head_logits(z), model.head_logits(z))
+        for seed in range(3):
+            prompt = random_prompt(seed, 40, 10)
+            fast, fast_stats = bpd_decode(model, prompt, 20)
+            slow, slow_stats = bpd_decode(ref, prompt, 20)
+            assert fast == slow == greedy_decode(model, prompt, 20)
+            assert fast_stats["steps"] == slow_stats["steps"]
+
+    def stacked(*_):
+        raise AssertionError("the stacked path ran")
+    monkeypatch.setattr(llama, "head_states", stacked)
+    assert ref.head_logits(z).shape == (1, 9, 4, 40)                     # one by one
+    with pytest.raises(AssertionError, match="stacked path"):
+        model.head_logits(z)
 
 
 @examples()
@@ -454,6 +480,39 @@ def test_load_refuses_bad_arguments(tmp_path):
         smollm.load(tmp_path / "bad.gguf")
 
 
+def test_nonfinite_heads_checkpoint_is_refused_before_the_gguf(tmp_path, monkeypatch):
+    """A NaN or inf in the shipped checkpoint's heads or rescorer is refused at load, naming the
+    tensor in runtime.checkpoint.check_state's form, before the GGUF is looked for or read (so
+    without the optional packages too). Loaded, such heads would decode silently: BPD identical to
+    greedy, 'neural' at block efficiency 1.00."""
+    if not os.path.isfile(HEADS):
+        pytest.skip(f"{HEADS} missing: train it with `python train_heads.py --smollm`")
+    ck = torch.load(HEADS, map_location="cpu", weights_only=True)
+    assert smollm.check_tensors(ck) is None                            # the shipped one is finite
+
+    def gguf_read(*_):
+        raise AssertionError("the GGUF was looked for")
+    monkeypatch.setattr(smollm, "find_gguf", gguf_read)
+    monkeypatch.setattr(smollm, "gguf_sha256", gguf_read)
+    cases = [({"heads": ("0.fc.weight", math.nan), "rescorer": ("fc.weight", math.nan)},
+              "heads.0.fc.weight"),                                       # the first one named
+             ({"rescorer": ("proj.bias", math.nan)}, "rescorer.proj.bias"),
+             ({"heads": (f"{len(ck['heads']) // 4 - 1}.proj.weight", -math.inf)},
+              f"heads.{len(ck['heads']) // 4 - 1}.proj.weight")]
+    for i, (edits, name) in enumerate(cases):
+        bad = copy.deepcopy(ck)
+        for part, (key, value) in edits.items():
+            bad[part][key].view(-1)[7] = value
+        path = tmp_path / f"bad{i}.pt"
+        torch.save(bad, path)
+        with pytest.raises(checkpoint.CheckpointError) as e:
+            minibpd.load_checkpoint(str(path))
+        assert str(e.value).startswith(f"checkpoint {path}: tensor {name} holds NaN or inf; "
+                                       "retrain it with `python train_heads.py --smollm"), e.value
+    with pytest.raises(ValueError, match="rescorer: its weights are not a dict of tensors"):
+        smollm.check_tensors(dict(ck, rescorer=[1.0]))
+
+
 # ----------------------------------------------------------------------------- the real model
 
 def real_model_or_skip():
@@ -494,6 +553,55 @@ def test_tokenizer_round_trip(real):
     assert ids[0] == 1 and ids.count(2) == 2 and prompt.endswith("<|im_start|>assistant\n")
     with pytest.raises(ValueError, match="token ids must be integers in"):
         vocab.decode([49152])
+
+
+@pytest.fixture(scope="module")
+def gguf_vocab():
+    """The GGUF's reader and tokenizer alone (no weights dequantized: a second or two)."""
+    path = real_model_or_skip()
+    reader = smollm.optional_packages().GGUFReader(path)
+    return reader, smollm.vocab_from_gguf(reader)
+
+
+def test_encode_refuses_what_is_not_unicode_text(gguf_vocab):
+    """Bytes and other non-str inputs, and lone surrogates in a str ('\\udcff' is what Python
+    makes of a command-line argument's bytes that are not UTF-8): one clear ValueError each, not
+    tokenizers' bare TypeError (--prompt: test_prompt_that_is_not_unicode_is_one_error_line)."""
+    _, vocab = gguf_vocab
+    for text in (b"caf\xe9", bytearray(b"abc")):
+        with pytest.raises(ValueError, match=r"encode takes a str, got a (bytes|bytearray): decode"):
+            vocab.encode(text)
+    for text in (None, 3, ["a"]):
+        with pytest.raises(ValueError, match="encode takes a str, got a"):
+            vocab.encode(text)
+    for text, where in (("ok \udcff", 3), ("\ud800x", 0), ("caf\xe9 \U0001f642 \udfff!", 7)):
+        with pytest.raises(ValueError, match=rf"lone surrogate, '\\ud[89a-f][0-9a-f]{{2}}' at "
+                                             rf"character {where}, .* not UTF-8"):
+            vocab.encode(text)
+    with pytest.raises(ValueError, match="lone surrogate"):
+        vocab.encode(vocab.chat("\udcff"))
+    assert vocab.decode(vocab.encode("caf\xe9 \U0001f642")) == "caf\xe9 \U0001f642"
+    argv = b"caf\xe9".decode("utf-8", "surrogateescape")   # sys.argv, for Latin-1 bytes
+    with pytest.raises(ValueError, match="lone surrogate"):
+        vocab.encode(argv)
+
+
+def test_demo_prompts_are_the_models_own_chat_template(gguf_vocab):
+    """The demo asks DEMO_QUESTIONS in the GGUF's own chat template, rendered as transformers'
+    apply_chat_template renders it (jinja2, sandboxed, trim_blocks and lstrip_blocks) for a
+    conversation without a system message: the template's default system turn included."""
+    jinja2 = pytest.importorskip("jinja2.sandbox")
+    reader, vocab = gguf_vocab
+    template = reader.fields["tokenizer.chat_template"].contents()
+    env = jinja2.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    prompts = smollm.demo_prompts(vocab)
+    assert len(prompts) == len(smollm.DEMO_QUESTIONS)
+    for question, (label, ids) in zip(smollm.DEMO_QUESTIONS, prompts):
+        want = env.from_string(template).render(
+            messages=[{"role": "user", "content": question}], add_generation_prompt=True)
+        assert vocab.chat(question) == want and ids == vocab.encode(want) and question in label
+        assert want.startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM")
+        assert want.endswith(smollm.chat(question))        # the old demo prompt: no system turn
 
 
 def test_perplexity_catches_the_rotary_permutation_bug(real):
@@ -619,8 +727,9 @@ def test_heads_checkpoint_loads_and_round_trips(shipped, tmp_path):
 def test_every_decoder_equals_greedy_on_the_real_model(shipped):
     """The product on the real model, bf16: every decoder of the registry at its tuned settings
     returns greedy's tokens, on three of the bench's test prompts (32 tokens each) and on the
-    demo's first prompt (48 tokens: where tree verification, now refused above, broke pbest0
-    at token 34)."""
+    demo's first question as the demo asked it before issue 22, without the system turn
+    (smollm.chat; 48 tokens: where tree verification, now refused above, broke pbest0 at token
+    34). The demo's own prompts (the model's chat template) are test_demo_on_the_real_model's."""
     model, ck, res = shipped
     tuned = decoders.load_tuned(decoders.tuned_path(HEADS), HEADS)
     chosen = decoders.settings(tuned)
@@ -633,6 +742,58 @@ def test_every_decoder_equals_greedy_on_the_real_model(shipped):
             out, stats = bpd_decode(model, prompt, n, drafter)
             assert out == greedy, name
             assert stats["block_efficiency"] >= 1.0
+
+
+def test_reference_on_the_real_model(shipped, monkeypatch):
+    """--reference on SmolLM2 (bf16): the view's head_logits runs each head one by one (the
+    stacked minibpd.head_states is made to fail) and equals the stacked path's within bf16
+    rounding (head 1 bit for bit: the same projection; here all of it, fixed 8-row blocks);
+    BPD through it gives greedy's tokens."""
+    model, ck, _ = shipped
+    ref = decoders.Resources(model, ck, reference=True).model
+    assert ref.reference and not model.reference
+    prompt = bench.make_prompts(ck["splits"]["test"], ck["vocab"], 16)[3]
+    greedy = greedy_decode(model, prompt, 16)
+    fast_out = bpd_decode(model, prompt, 16)[0]
+    with torch.no_grad():
+        z = model(torch.tensor([prompt + greedy]))[0]
+        fast = model.head_logits(z)
+
+    def stacked(*_):
+        raise AssertionError("the stacked path ran")
+    monkeypatch.setattr(llama, "head_states", stacked)
+    assert bpd_decode(ref, prompt, 16)[0] == fast_out == greedy
+    with torch.no_grad():
+        slow = ref.head_logits(z)
+    assert torch.equal(slow[:, 0], fast[:, 0])
+    step = 2.0 ** (torch.floor(torch.log2(fast.abs().amax())) - 7)      # bf16's spacing there
+    assert (slow - fast).abs().max() <= 2 * step
+    assert (slow.argmax(-1) == fast.argmax(-1)).float().mean() > 0.95
+
+
+def test_float32_is_exact_and_bf16_leaves_it_at_near_ties(shipped):
+    """docs/real-model.md, "Precision": `--dtype float32` is accepted and BPD is exact there too;
+    bf16's greedy text (the default) leaves float32's only where float32's top two logits are
+    closer than bf16's spacing of logits (0.125 in [16, 32)), i.e. where bf16's rounding can
+    make a tie. The demo's second prompt, whose texts part at token 12 here (other CPUs may
+    round otherwise: then nothing to check but exactness)."""
+    model16, ck, _ = shipped
+    assert "float32" in checkpoint.DTYPES
+    m32, ck32 = minibpd.load_checkpoint(HEADS, dtype=torch.float32)
+    assert m32.tok_emb.weight.dtype == torch.float32 and m32.heads[0].fc.weight.dtype == torch.float32
+    prompt = smollm.demo_prompts(ck32["vocab"])[1][1]
+    g32, g16 = greedy_decode(m32, prompt, 16), greedy_decode(model16, prompt, 16)
+    assert bpd_decode(m32, prompt, 16)[0] == g32
+    parted = [i for i, (a, b) in enumerate(zip(g32, g16)) if a != b]
+    print(f"bf16 leaves float32 at token {parted[:1] or 'none'}")
+    if parted:
+        i = parted[0]
+        a, b, prefix = g32[i], g16[i], torch.tensor([prompt + g32[:i]])
+        with torch.no_grad():
+            l32, l16 = (m.lm_head(m(prefix)[0, -1]).float() for m in (m32, model16))
+        step = 2.0 ** (math.floor(math.log2(float(l16[a].abs()))) - 7)
+        assert 0 <= float(l32[a] - l32[b]) < step
+        assert abs(float(l16[a] - l16[b])) <= step
 
 
 def test_token_ngram_is_normalised(shipped):
@@ -655,6 +816,19 @@ def test_token_ngram_is_normalised(shipped):
             got = auto.lookup(np.full(20, auto.start(ctx)), some)[0]
             assert got.tolist() == want                                    # bitwise
             np.testing.assert_allclose(logp[some], want, rtol=1e-12, atol=1e-12)
+
+
+def test_prompt_that_is_not_unicode_is_one_error_line(shipped, monkeypatch, capsys):
+    """`--prompt` with bytes that are not UTF-8 on the command line (a lone surrogate in argv):
+    one line naming the problem and exit status 2, no traceback (the model loaded once, here)."""
+    from lab import cli
+    model, ck, _ = shipped
+    monkeypatch.setattr(cli, "load_checkpoint", lambda *args: (model, ck))
+    argv = ["--checkpoint", HEADS, "--prompt", b"caf\xe9".decode("utf-8", "surrogateescape")]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: the text holds a lone surrogate, '\\udce9' at character 3")
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
 
 
 def test_demo_on_the_real_model(shipped, capsys):
