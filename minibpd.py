@@ -214,15 +214,17 @@ class GPT(nn.Module):
 # ----------------------------------------------------------------------------- the checkpoint
 # Reading the file and text <-> ids live in runtime/checkpoint.py; the model is built here.
 
-def build_model(config, state, device="cpu", dtype=torch.float32, where="checkpoint", path=None):
+def build_model(config, state, device="cpu", dtype=torch.float32, where="checkpoint", path=None,
+                kind=None):
     """GPT from a saved config dict and state dict, with a clear error on any mismatch (which
-    tensors disagree) and on weights that are not all finite (they would decode garbage)."""
+    tensors disagree) and on weights that are not all finite (they would decode garbage); the
+    way out names `path` and the train_heads.py mode of `kind` (checkpoint.train_kind)."""
     try:
         model = GPT(GPTConfig(**config))
     except (TypeError, ValueError) as e:
         raise CheckpointError(f"{where}: its config does not fit this minibpd.py ({e}); "
-                              f"{retrain(path)}") from None
-    checkpoint.check_state(model.state_dict(), state, where, path)
+                              f"{retrain(path, kind)}") from None
+    checkpoint.check_state(model.state_dict(), state, where, path, kind)
     model.load_state_dict({k: v.float() for k, v in state.items()})
     return model.to(device=device, dtype=dtype).eval()
 
@@ -249,8 +251,8 @@ def load_checkpoint(path=CHECKPOINT, device="cpu", dtype=None):
     dtype None: the checkpoint's own (`ck["dtype"]`, else float32). A checkpoint of another
     model family (MODEL_FAMILIES, e.g. SmolLM2's heads) is built by its module; its ck["vocab"]
     may then be a tokenizer (encode/decode take either)."""
-    ck = checkpoint.read(path, needs=("config",))
-    dtype = checkpoint.dtype_of(ck, path) if dtype is None else dtype
+    ck = {**checkpoint.read(path, needs=("config",)), "path": path}    # path: for its errors
+    dtype, kind = checkpoint.dtype_of(ck, path) if dtype is None else dtype, checkpoint.train_kind(ck)
     family = family_module(ck, path)
     if family is not None:
         try:
@@ -259,13 +261,13 @@ def load_checkpoint(path=CHECKPOINT, device="cpu", dtype=None):
             raise CheckpointError(f"checkpoint {path}: {e}") from None
         return model.eval(), {**ck, "vocab": vocab}
     checkpoint.require(ck, path, ("model", "vocab"))
-    model = build_model(ck["config"], ck["model"], device, dtype, f"checkpoint {path}", path)
+    model = build_model(ck["config"], ck["model"], device, dtype, f"checkpoint {path}", path, kind)
     vocab = ck["vocab"]
     if not isinstance(vocab, str) or len(set(vocab)) != len(vocab) or \
             len(vocab) != model.config.vocab_size:
         raise CheckpointError(f"checkpoint {path}: its vocab must be a string of "
                               f"{model.config.vocab_size} distinct characters, one per token; "
-                              f"{retrain(path)}")
+                              f"{retrain(path, kind)}")
     return model, ck
 
 

@@ -33,7 +33,7 @@ from decoders.viterbi import EAGER_BYTES, NgramAutomaton, ViterbiDrafter
 from minibpd import (ArgmaxDrafter, HeadSampler, bpd_decode, build_model, family_module,
                      sample_decode)
 from runtime.kvcache import check_cache_budget
-from runtime.checkpoint import encode, file_sha256, retrain
+from runtime.checkpoint import encode, file_sha256, retrain, train_kind
 from ngram import NgramLM
 
 ALPHAS = [0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
@@ -306,14 +306,15 @@ class Resources:
         if self._small is None:
             if "rescorer" not in self.ck:
                 raise ValueError("this checkpoint has no rescorer LM for 'neural'; "
-                                 f"{retrain(self.ck.get('path'))}")
+                                 f"{retrain(self.ck.get('path'), train_kind(self.ck))}")
             family = family_module(self.ck)
             if family is not None:
                 self._small = family.rescorer(self.model, self.ck).eval()
             else:
-                w = self.model.lm_head.weight
+                w, path = self.model.lm_head.weight, self.ck.get("path")
                 self._small = build_model(self.ck["rescorer_config"], self.ck["rescorer"],
-                                          w.device, w.dtype, "the checkpoint's rescorer")
+                                          w.device, w.dtype, "the checkpoint's rescorer", path,
+                                          train_kind(self.ck))
         return self._small
 
     def ngram(self, order):

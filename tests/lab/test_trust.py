@@ -3,6 +3,7 @@ registry entries, factories, plugins, limits and drafters are refused with one c
 any model call where the problem can be seen before (the refusals of test_cli.py, extended)."""
 import json
 import os
+import shlex
 import subprocess
 import sys
 import types
@@ -276,3 +277,104 @@ def test_unknown_character_comes_from_the_checkpoint_vocab(tiny_ckpt, capsys, no
     code, out, err = run_cli(capsys, "--prompt", f"cost {unknown}5", "--checkpoint", tiny_ckpt)
     one_line_error(code, err, "never saw")
     assert "it knows a-z, A-Z, 0-9" in err
+
+
+# ----------------------------------------------------------------------------- the advice
+
+SMOLLM = os.path.join(checkpoint.CHECKPOINTS, "smollm2-heads.pt")
+needs_smollm = pytest.mark.skipif(not os.path.isfile(SMOLLM), reason=f"{SMOLLM} missing")
+
+
+@pytest.fixture
+def no_model_load(monkeypatch):
+    """Building SmolLM2 (its GGUF: 5-70 s) or any GPT fails the test: the refusal comes first."""
+    from models import smollm
+
+    def load(*a, **k):
+        raise AssertionError("a model was loaded before the refusal")
+    monkeypatch.setattr(smollm, "load", load)
+    monkeypatch.setattr(minibpd, "build_model", load)
+
+
+def suggested(err):
+    """The train_heads.py command an error advises, parsed as train_heads.py would (--help level)."""
+    command = shlex.split(err.split("`")[1])
+    assert command[:2] == ["python", "train_heads.py"], err
+    return train_heads.parse_args(command[2:])
+
+
+def smollm_copy(tmp_path, name, change=None, keep=None):
+    """A copy of the shipped SmolLM2 heads checkpoint: changed (a dict edit) or cut to `keep` bytes."""
+    path = tmp_path / name
+    if keep is not None:
+        path.write_bytes(open(SMOLLM, "rb").read()[:keep])
+    else:
+        ck = torch.load(SMOLLM, map_location="cpu", weights_only=True)
+        change(ck)
+        torch.save(ck, path)
+    return str(path)
+
+
+@needs_smollm
+@pytest.mark.parametrize("name, change, keep, message", [
+    ("dtype.pt", lambda ck: ck.update(dtype="int8"), None, "has dtype 'int8'"),
+    ("format.pt", lambda ck: ck.update(format_version=0), None, "has format 0"),
+    ("trunc.pt", None, 200_000, "is corrupt"),
+])
+def test_advice_for_a_smollm_checkpoint_names_its_file_and_mode(tmp_path, capsys, no_model_load,
+                                                                name, change, keep, message):
+    """Issue 22: the errors advised `train_heads.py --force` (retraining the shipped character
+    checkpoint) or `--out trunc.pt --force` (training a character GPT) for SmolLM2's heads."""
+    path = smollm_copy(tmp_path, name, change, keep)
+    code, out, err = run_cli(capsys, "--prompt", "The", "--checkpoint", path)
+    one_line_error(code, err, message)
+    args = suggested(err)
+    assert args.smollm and args.force and os.path.abspath(args.out) == os.path.abspath(path), err
+
+
+def with_nan(tag):
+    def change(ck):
+        nan_weights(ck)
+        ck.update(tag)
+    return change
+
+
+@pytest.mark.parametrize("tag, mode", [({}, None), ({"finetune": {}}, "tasks"),
+                                       ({"distill": {"variant": "frozen"}}, "frozen")])
+def test_advice_for_a_character_checkpoint_names_its_file_and_mode(tiny_ckpt, tmp_path, capsys,
+                                                                   tag, mode):
+    path = damaged(tiny_ckpt, tmp_path, "nan.pt", with_nan(tag))
+    code, out, err = run_cli(capsys, "--prompt", "The", "--checkpoint", path)
+    one_line_error(code, err, "holds NaN or inf")
+    args = suggested(err)
+    assert os.path.abspath(args.out) == os.path.abspath(path) and args.force and not args.smollm
+    assert args.tasks == (mode == "tasks") and args.distill == (None if mode == "tasks" else mode)
+    truncated = tmp_path / "trunc.pt"
+    truncated.write_bytes(open(tiny_ckpt, "rb").read()[:1000])
+    code, out, err = run_cli(capsys, "--demo", "--checkpoint", str(truncated))
+    one_line_error(code, err, "is corrupt")
+    assert os.path.abspath(suggested(err).out) == str(truncated) and not suggested(err).smollm
+    assert "FILE" in checkpoint.retrain(None)          # no file known: none is named
+
+
+@pytest.mark.parametrize("dtype", ["int8", ["float32"], 32])
+def test_a_dtype_that_is_no_torch_dtype_is_a_checkpoint_error(tiny_ckpt, tmp_path, capsys, dtype):
+    with pytest.raises(checkpoint.CheckpointError, match="has dtype"):
+        checkpoint.dtype_of({"dtype": dtype}, "x.pt")
+    path = damaged(tiny_ckpt, tmp_path, "dtype.pt", lambda ck: ck.update(dtype=dtype))
+    code, out, err = run_cli(capsys, "--prompt", "The", "--checkpoint", path)
+    one_line_error(code, err, f"has dtype {dtype!r}")
+    assert os.path.abspath(suggested(err).out) == os.path.abspath(path)
+
+
+@needs_smollm
+@pytest.mark.parametrize("mode", [["--tasks"], ["--distill", "frozen"]])
+def test_a_smollm_base_is_refused_before_any_work(tmp_path, capsys, monkeypatch, mode):
+    """train_heads.py --tasks / --distill fine-tune a character GPT: SmolLM2's heads checkpoint as
+    --base is refused from its header, before loading anything (it raised a TypeError after)."""
+    monkeypatch.setattr(train_heads, "run", lambda args: pytest.fail("the run started"))
+    with pytest.raises(SystemExit) as e:
+        train_heads.main([*mode, "--base", SMOLLM, "--out", str(tmp_path / "o.pt")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith(f"error: --base {SMOLLM} is a 'smollm2-heads' checkpoint") and "--smollm" in err
