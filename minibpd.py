@@ -30,7 +30,8 @@ from runtime import checkpoint
 from runtime.checkpoint import CHECKPOINT, CheckpointError, retrain
 from runtime.kvcache import (KVCache, KVSpec, causal_mask, device_of, is_int, model_call, token_ids,
                              tree_call, uncached_from, window_start)
-from runtime.sampling import check_proposal, check_temperature, target_probs, verify_sampled
+from runtime.sampling import (check_proposal, check_temperature, own_generator, target_probs,
+                              verify_sampled)
 
 
 @dataclass
@@ -372,7 +373,8 @@ def check_request(model, prompt, max_new_tokens):
 
 def next_token(model, z, temperature, generator=None):
     """The base model's next token from final hidden states z [P, C]: the argmax (temperature 0)
-    or a draw from target_probs at `temperature`. -> [P, 1] token ids."""
+    or a draw from target_probs at `temperature` (generator None: torch's global one; the decode
+    loops pass their own). -> [P, 1] token ids."""
     logits = model.lm_head(z)
     if temperature == 0:
         return logits.argmax(-1, keepdim=True)
@@ -386,7 +388,7 @@ def decode_rows(model, rows, n, temperature=0.0, generator=None, states=None):
     per model call with the KV cache (each row its own sequence), with the windows of
     window_start. `states`, a list, gains each call's final hidden states z [P, C] (the states
     that chose the new tokens: self-distillation keeps them)."""
-    cache = KVCache(model, rows=len(rows))
+    cache, generator = KVCache(model, rows=len(rows)), own_generator(generator, temperature)
     for _ in range(n):
         tail = rows[:, uncached_from(model, cache, rows.shape[1]):]
         z = model(tail, cache)[:, -1]                                   # [P, C]
@@ -399,9 +401,8 @@ def decode_rows(model, rows, n, temperature=0.0, generator=None, states=None):
 
 def sample_decode(model, prompt, max_new_tokens, temperature=1.0, generator=None):
     """The reference decoder: one token per call with the KV cache, each the argmax (temperature
-    0) or drawn from target_probs at `temperature`. -> new tokens."""
+    0) or drawn from target_probs at `temperature` (own_generator). -> new tokens."""
     seq = check_request(model, prompt, max_new_tokens)
-    check_temperature(temperature)
     rows = torch.tensor([seq], dtype=torch.long, device=device_of(model))
     return decode_rows(model, rows, max_new_tokens, temperature, generator)[0, len(seq):].tolist()
 
@@ -421,9 +422,9 @@ def draft_budget(t, end, h, block_size):
 
 
 def drafter_generator(generator):
-    """A sampling drafter's generator for one call, seeded by one draw from `generator` (or from
-    torch's global one): whatever the drafter does to it (reseed it, restore its state) cannot
-    reach verification's draws, nor its own next call's."""
+    """A sampling drafter's generator for one call, seeded by one draw from the loop's own
+    (own_generator): whatever the drafter does to it (reseed it, restore its state) cannot reach
+    verification's draws, nor its own next call's."""
     return torch.Generator().manual_seed(int(torch.randint(2 ** 62, (1,), generator=generator)))
 
 
@@ -567,10 +568,11 @@ def bpd_decode(model, prompt, max_new_tokens, drafter=None, temperature=0.0, gen
     """Blockwise parallel decoding (Stern §3) with merged predict+verify (Stern §4): each call
     verifies the drafts and, through the heads at the last accepted position, yields the next.
     temperature 0 (default): exactly greedy decoding's tokens. temperature T > 0: exactly the
-    distribution of sample_decode at T, whatever the drafts (sampling.py; `generator` drives all
-    randomness). verify: "batch", "tree" or "auto" (Verifier); the same tokens and steps.
-    -> (new tokens, stats: see Stats)."""
+    distribution of sample_decode at T, whatever the drafts (sampling.py; `generator`, or one
+    seeded once from torch's, drives all randomness: own_generator). verify: "batch", "tree" or
+    "auto" (Verifier); the same tokens and steps. -> (new tokens, stats: see Stats)."""
     seq, n = check_request(model, prompt, max_new_tokens), max_new_tokens
+    generator = own_generator(generator, temperature)       # before any drafter runs
     drafter = drafter or ArgmaxDrafter()
     rule = acceptance_rule(model, temperature, generator)   # greedy or sampled: chosen once
     call = Verifier(model, max_drafts(drafter), verify)     # batch or tree: chosen once

@@ -53,6 +53,17 @@ def check_temperature(temperature):
                          f"{temperature!r}: below that, logits / T overflow to inf")
 
 
+def own_generator(generator, temperature):
+    """The generator a sampling decode loop draws from: `generator`, or when None a fresh one,
+    seeded once by one draw from torch's global generator (torch.manual_seed still reproduces a
+    run), so that nothing inside the loop (a drafter calling torch.manual_seed, say) can reach
+    its draws. Temperature 0 draws nothing: `generator` as given."""
+    check_temperature(temperature)
+    if generator is not None or temperature == 0:
+        return generator
+    return torch.Generator().manual_seed(int(torch.randint(2 ** 62, (1,))))
+
+
 def check_proposal(q, drafts, V, who):
     """A drafter's declared proposal, checked before any use: q [m + 1, V] (row i: the
     distribution its drafts' token i was drawn from; row 0, head 1's, is not used), finite,
