@@ -446,7 +446,7 @@ def predict(model, drafter, z, seq, m, temperature=0.0, generator=None):
         own = drafter_generator(generator) if sampling else None
         drafts, q = drafter.sample(logprobs, list(seq), temperature, own) if sampling else \
             (drafter(logprobs, list(seq)), None)
-    except Exception as e:
+    except (Exception, SystemExit, GeneratorExit) as e:     # sys.exit() too: its failure, reported
         raise DrafterError(f"drafter {drafter_name(drafter)} failed: {type(e).__name__}: {e}") from e
     V, name = model.config.vocab_size, drafter_name(drafter)
     drafts = check_drafts(drafts, m + 1, seq[-1], V, max_drafts(drafter), drafter)

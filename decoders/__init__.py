@@ -166,7 +166,7 @@ def make(name, res, s, answer=None):
         drafter = DECODERS[name].make(res, s, answer)
     except ValueError as e:
         raise ValueError(f"decoder {name}: {e}") from None
-    except Exception as e:
+    except (Exception, SystemExit) as e:        # sys.exit() in a factory: its failure too
         raise ValueError(f"decoder {name}: its factory failed ({type(e).__name__}: {e})") from None
     if drafter is None or not callable(drafter):
         raise ValueError(f"decoder {name}: its factory returned {drafter!r}, not a drafter "

@@ -65,7 +65,7 @@ def load_plugins(argv):
     for spec in pre.parse_known_args(argv)[0].plugin:
         try:
             import_plugin(spec)
-        except Exception as e:          # ImportError, SyntaxError, a register() refusal, ...
+        except (Exception, SystemExit) as e:  # ImportError, SyntaxError, register(), sys.exit()
             print(f"error: --plugin {spec}: {type(e).__name__}: {' '.join(str(e).split())}",
                   file=sys.stderr)
             raise SystemExit(2) from None

@@ -182,6 +182,41 @@ def test_a_drafter_that_raises_is_reported_as_its_failure(tiny_ckpt, tmp_path, c
     assert code == 1 and err == "error: drafter failing failed: ValueError: my own bug\n"
 
 
+class Quitter:
+    """A drafter that calls sys.exit(0) (or raises GeneratorExit) from inside the decode loop."""
+    name, max_drafts = "quitter", 1
+
+    def __init__(self, error=SystemExit(0)):
+        self.error = error
+
+    def __call__(self, logprobs, context):
+        raise self.error
+
+
+def test_sys_exit_in_a_plugin_is_its_failure_not_a_silent_success(tiny_ckpt, tmp_path, capsys,
+                                                                   registry):
+    """Issue 22: SystemExit(0) raised by a drafter, a factory or a plugin module gave exit 0 and
+    no output; it is now reported as theirs, one line (KeyboardInterrupt still interrupts)."""
+    for error in (SystemExit(0), GeneratorExit()):
+        with pytest.raises(DrafterError, match=f"drafter quitter failed: {type(error).__name__}"):
+            bpd_decode(tiny_model(0, 7, 1, 3, 8), [1, 2], 6, Quitter(error))
+    path = plugin(tmp_path, "quitting_drafter", "import decoders, test_trust\n"
+                  "decoders.register('quitter', lambda res, s, a: test_trust.Quitter())\n")
+    code, out, err = run_cli(capsys, "--plugin", path, "--prompt", "The", "--decoder", "quitter",
+                             "--checkpoint", tiny_ckpt)
+    assert code == 1 and out == "" and err == "error: drafter quitter failed: SystemExit: 0\n"
+    path = plugin(tmp_path, "quitting_factory", "import decoders, sys\n"
+                  "decoders.register('quits', lambda res, s, a: sys.exit(0))\n")
+    code, out, err = run_cli(capsys, "--plugin", path, "--prompt", "The", "--decoder", "quits",
+                             "--checkpoint", tiny_ckpt)
+    one_line_error(code, err, "decoder quits: its factory failed (SystemExit: 0)")
+    path = plugin(tmp_path, "quitting_module", "raise SystemExit(0)\n")
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--plugin", path, "--prompt", "The", "--checkpoint", tiny_ckpt])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err == f"error: --plugin {path}: SystemExit: 0\n"
+
+
 # ----------------------------------------------------------------------------- --drafter
 
 def student_run(tmp_path, source, spec):
