@@ -2,8 +2,9 @@
 temperature 0 (greedy: every decoder identical to it) or T > 0 (sampling: every decoder exact in
 distribution).
 
-Every argument is checked before the first model call (`check_args`, then `check_decoders` once
-the checkpoint is loaded); every error a user can cause is one line on stderr and exit status 2.
+Every argument is checked before the first model call (lab/checks.py: the flags alone, then
+against the checkpoint's header, before any model is loaded; then the decoders' budgets once it
+is); every error a user can cause is one line on stderr and exit status 2.
 """
 import argparse
 import importlib
@@ -18,6 +19,8 @@ import torch
 
 from lab import analysis
 from lab import bench
+from lab.checks import (DEMO_TOKENS, MAX_NEW_TOKENS, PROMPT_TOKENS, TASK_EXAMPLES, TASKS_CHECKPOINT,
+                        check_args, overrides, resolve_device)
 import decoders
 from lab import figures
 import lattice
@@ -26,19 +29,10 @@ from lab import tasks
 from lab.bench import make_prompts
 from runtime.checkpoint import to_vocab
 from decoders import Resources, baseline_name, split_text
-from runtime.checkpoint import CHECKPOINT, CheckpointError, decode, encode, file_sha256
+from runtime.checkpoint import DTYPES, CheckpointError, decode, encode, file_sha256
 from minibpd import (DrafterError, Verifier, build_model, family_module, greedy_decode,
                      load_checkpoint)
 from runtime.threads import set_threads
-
-DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
-MAX_NEW_TOKENS = 100_000      # more is refused: greedy alone would run for minutes
-TUNE_SIZE = (16, 128)         # the documented --tune run: prompts x new tokens
-DEMO_TOKENS = 160             # the demo's most new tokens (its text fits a terminal)
-PROMPT_TOKENS = 200           # --prompt's default
-TASK_EXAMPLES = 32            # --tasks: test examples per task (the run takes minutes)
-TASKS_CHECKPOINT = os.path.join(os.path.dirname(CHECKPOINT), "minibpd-tasks.pt")
-
 
 def import_plugin(spec):
     """Import a student's module by name (looked up in the current directory first, then as any
@@ -155,75 +149,6 @@ def add_run_flags(p):
 
 
 # ----------------------------------------------------------------------------- checks and loading
-
-def overrides(args):
-    return {"k": args.k, "p": args.p, "alpha": args.alpha}
-
-
-def check_args(args):
-    """Every check that needs no checkpoint, before anything is loaded or run."""
-    demo = not (args.prompt is not None or args.bench or args.tune or args.tasks or args.scale)
-    if args.checkpoint is None:
-        args.checkpoint = TASKS_CHECKPOINT if args.tasks else CHECKPOINT
-    if args.prompts is None:
-        args.prompts = TASK_EXAMPLES if args.tasks else TUNE_SIZE[0]
-    args.tokens_given = args.max_new_tokens is not None
-    if args.max_new_tokens is None:
-        args.max_new_tokens = DEMO_TOKENS if demo else PROMPT_TOKENS
-    for flag, value in (("--max-new-tokens", args.max_new_tokens), ("--new-tokens", args.new_tokens)):
-        if not 1 <= value <= MAX_NEW_TOKENS:
-            raise ValueError(f"{flag} must be from 1 to {MAX_NEW_TOKENS:,}, got {value}")
-    if demo and args.max_new_tokens > DEMO_TOKENS:
-        raise ValueError(f"--demo shows at most {DEMO_TOKENS} new tokens, got --max-new-tokens "
-                         f"{args.max_new_tokens}; use --prompt TEXT for longer generations")
-    if args.prompts < 1:
-        raise ValueError(f"--prompts must be >= 1, got {args.prompts}")
-    if not 0 <= args.seed < 2 ** 63:
-        raise ValueError(f"--seed must be from 0 to 2**63 - 1, got {args.seed}")
-    if args.prompt is not None and not args.prompt:
-        raise ValueError("the prompt is empty: pass some text, e.g. --prompt 'The import statement'")
-    if args.decoder not in decoders.names(args.temperature) + list(decoders.BASELINES):
-        raise ValueError(f"unknown decoder {args.decoder!r}; choose from {', '.join(decoders.names())}")
-    given = {k: v for k, v in overrides(args).items() if v is not None}
-    if not 0 <= args.temperature < float("inf"):
-        raise ValueError(f"--temperature must be a number >= 0, got {args.temperature}")
-    if (args.tune or args.scale or args.tasks) and args.temperature:
-        raise ValueError(f"--{'tune' if args.tune else 'scale' if args.scale else 'tasks'} measures "
-                         "greedy decoding: drop --temperature")
-    if args.tune and given:
-        raise ValueError(f"--tune chooses {', '.join('--' + k for k in given)} itself; drop the flag")
-    lattice.check_settings(**given)    # the one settings rule; budgets once the model is loaded
-    if args.plot:
-        check_plot_dir(args.plot)
-    if args.tune and args.objective == "tokens_per_s" and not args.tuned:
-        raise ValueError("speed-tuned settings hold for this machine only: add --tuned FILE")
-    documented = (args.prompts, args.new_tokens) == TUNE_SIZE and args.heads is None
-    if args.tune and not documented and not args.tuned:
-        raise ValueError(f"a --tune run other than the documented --prompts {TUNE_SIZE[0]} "
-                         f"--new-tokens {TUNE_SIZE[1]} (all heads) writes only to a file you name: "
-                         "add --tuned FILE")
-
-
-def check_plot_dir(folder):
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise ValueError("--plot needs matplotlib, which is not installed: pip install matplotlib") from None
-    try:
-        os.makedirs(folder, exist_ok=True)
-    except OSError as e:
-        raise ValueError(f"--plot {folder}: cannot create that folder ({e.strerror})") from None
-    if not os.access(folder, os.W_OK):
-        raise ValueError(f"--plot {folder}: that folder is not writable")
-
-
-def resolve_device(name):
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda was asked for but CUDA is not available; use --device cpu")
-    return name
-
 
 def load(args, used=None):
     """(model, checkpoint, {decoder: settings}, Resources), the settings of the decoders `used`
