@@ -20,7 +20,6 @@ import copy
 import dataclasses
 import importlib
 import sys
-from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
@@ -34,7 +33,7 @@ from runtime.sampling import (check_proposal, check_temperature, own_generator, 
                               verify_sampled)
 
 
-@dataclass
+@dataclasses.dataclass
 class GPTConfig:
     vocab_size: int = 96
     block_size: int = 128   # context window: the most tokens the model sees at once
@@ -422,9 +421,8 @@ def draft_budget(t, end, h, block_size):
 
 
 def drafter_generator(generator):
-    """A sampling drafter's generator for one call, seeded by one draw from the loop's own
-    (own_generator): whatever the drafter does to it (reseed it, restore its state) cannot reach
-    verification's draws, nor its own next call's."""
+    """A sampling drafter's generator for one call, seeded by one draw from the loop's own: what
+    the drafter does to it (reseed it, restore it) cannot reach verification's draws, nor its next call's."""
     return torch.Generator().manual_seed(int(torch.randint(2 ** 62, (1,), generator=generator)))
 
 
@@ -454,16 +452,16 @@ def predict(model, drafter, z, seq, m, temperature=0.0, generator=None):
 
 
 class Verifier:
-    """Stern §3, verify: ONE model call checks every draft. As P rows of a batch ("batch"), or as
-    one row holding the drafts' token tree with a tree attention mask ("tree": each drafted token
-    once; "auto": tree when a drafter returns several drafts). Both give the same z; `keep` then
-    moves the cache past the accepted tokens. A batch-invariant model (llama.py) verifies as a
-    batch only: in a tree a node's visible keys sit at other cache slots than in one-token
-    decoding, so its attention adds the same terms in another grouping, and in bf16 that flipped
-    an argmax on SmolLM2 (test_smollm.py)."""
+    """Stern §3, verify: ONE model call checks every draft. As P rows of a batch ("batch"), or
+    as one row holding the drafts' token tree with a tree attention mask ("tree": each drafted
+    token once; "auto": tree when a drafter returns several drafts). Both give the same z;
+    `keep` then moves the cache past the accepted tokens. A batch-invariant model (llama.py)
+    verifies as a batch only: in a tree a node's keys sit at other cache slots than in one-token
+    decoding, so its attention groups the same terms otherwise, which flipped a bf16 argmax on
+    SmolLM2 (test_smollm.py)."""
     MODES = ("auto", "batch", "tree")
 
-    def __init__(self, model, n_drafts, mode="auto"):
+    def __init__(self, model, n_drafts, mode="auto", who=None):
         if mode not in self.MODES:
             raise ValueError(f"verify must be one of {', '.join(self.MODES)}, got {mode!r}")
         invariant = getattr(model.config, "batch_invariant", False)
@@ -473,9 +471,11 @@ class Verifier:
                              "or 'auto'")
         self.model = model
         self.tree = mode == "tree" or (mode == "auto" and n_drafts > 1 and not invariant)
-        # A tree of n drafts of at most h - 1 tokens has at most (n - 1)(h - 1) extra nodes.
-        spare = (n_drafts - 1) * (model.config.n_bpd_heads - 1)
-        self.cache = KVCache(model, 1, spare) if self.tree else KVCache(model, n_drafts)
+        spare = (n_drafts - 1) * (model.config.n_bpd_heads - 1)   # extra tree nodes, at most
+        try:
+            self.cache = KVCache(model, 1, spare) if self.tree else KVCache(model, n_drafts)
+        except ValueError as e:                 # over the cache budget: whose drafts are they?
+            raise ValueError(f"drafter {who}: max_drafts {n_drafts}: {e}" if who else str(e)) from None
         self.paths, self.tail = None, 0
 
     def prefill(self, seq):
@@ -575,7 +575,7 @@ def bpd_decode(model, prompt, max_new_tokens, drafter=None, temperature=0.0, gen
     generator = own_generator(generator, temperature)       # before any drafter runs
     drafter = drafter or ArgmaxDrafter()
     rule = acceptance_rule(model, temperature, generator)   # greedy or sampled: chosen once
-    call = Verifier(model, max_drafts(drafter), verify)     # batch or tree: chosen once
+    call = Verifier(model, max_drafts(drafter), verify, drafter_name(drafter))  # batch or tree
     stats, end, h = Stats(), len(seq) + n, model.config.n_bpd_heads
     z = call.prefill(seq)                                   # the prompt: one call, no draft
     seq.append(int(next_token(model, z[None], temperature, generator)))

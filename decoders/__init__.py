@@ -59,8 +59,8 @@ DECODERS = {}
 
 def register(name, make, defaults=None, grid=None, about="", peeks=False, refines=True):
     """Add (or replace) a decoder; it then appears in every command and in the tests. Everything
-    is checked here, with errors naming the decoder: a name (a word, not a baseline's), a
-    factory, settings {name: number}, a grid {setting: [values within the limits]}."""
+    is checked here, with errors naming the decoder: a name (a word, not a baseline's nor plain
+    BPD's), a factory, settings {name: number}, a grid {setting: [values within the limits]}."""
     defaults, grid = {} if defaults is None else defaults, {} if grid is None else grid
     check_entry(name, make, defaults, grid, about)
     DECODERS[name] = Decoder(name, make, dict(defaults), {k: list(v) for k, v in grid.items()},
@@ -75,6 +75,9 @@ def check_entry(name, make, defaults, grid, about):
     if name in BASELINES:
         raise ValueError(f"register: {name!r} is the baseline's name (one token per call); "
                          "choose another")
+    if name == PLAIN and PLAIN in DECODERS:
+        raise ValueError(f"register: {name!r} is plain BPD, the reference of every 'vs BPD' "
+                         "figure, and cannot be replaced; choose another name")
     bad = lambda why: ValueError(f"register {name!r}: {why}")
     if not callable(make):
         raise bad("make must be a factory (res, s, answer) -> drafter")

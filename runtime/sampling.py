@@ -75,6 +75,8 @@ def check_proposal(q, drafts, V, who):
     if not isinstance(q, torch.Tensor) or tuple(q.shape) != (m1, V):
         got = tuple(q.shape) if isinstance(q, torch.Tensor) else type(q).__name__
         raise broken(f"sample() returns q as a tensor [{m1}, {V}] (one row per draft token); got {got}")
+    if q.is_meta or q.is_complex():
+        raise broken(f"q must hold real numbers one can read; got a {q.dtype} tensor on {q.device}")
     q = q.detach().to("cpu", torch.float64)
     if not torch.isfinite(q).all() or (q < 0).any():
         raise broken("q holds NaN, inf or negative entries")

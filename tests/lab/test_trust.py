@@ -413,3 +413,41 @@ def test_a_smollm_base_is_refused_before_any_work(tmp_path, capsys, monkeypatch,
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
     assert err.startswith(f"error: --base {SMOLLM} is a 'smollm2-heads' checkpoint") and "--smollm" in err
+
+
+def test_plain_bpd_cannot_be_replaced(tiny_ckpt, tmp_path, capsys, registry):
+    """`bpd` is the reference of every "vs BPD" figure: a plugin may not register over it."""
+    with pytest.raises(ValueError, match="'bpd' is plain BPD"):
+        decoders.register("bpd", make_bpd)
+    path = plugin(tmp_path, "over_bpd", "import decoders, minibpd\n"
+                  "decoders.register('bpd', lambda res, s, a: minibpd.ArgmaxDrafter())\n")
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--plugin", path, "--bench", "--checkpoint", tiny_ckpt])
+    assert e.value.code == 2 and "'bpd' is plain BPD" in capsys.readouterr().err
+
+
+def test_library_refusals_name_what_they_refuse():
+    """Issue 22: tasks.build(['qa'], ...) raised TypeError (unhashable); a drafter with
+    max_drafts 10**7 got a cache-size error that did not name it; a q on the meta device raised
+    NotImplementedError, not the contract's ValueError."""
+    from lab import tasks
+    with pytest.raises(ValueError, match=r"unknown task \['qa'\]"):
+        tasks.build(["qa"], "test")
+    with pytest.raises(ValueError, match=r"unknown split \['test'\]"):
+        tasks.build("qa", ["test"])
+
+    class Huge(ArgmaxDrafter):
+        name, max_drafts = "huge", 10 ** 7
+    model = tiny_model(0, 7, 1, 3, 8)
+    for verify in ("batch", "tree"):
+        with pytest.raises(ValueError, match="drafter huge: max_drafts 10000000: .*KV cache"):
+            bpd_decode(model, [1, 2], 6, Huge(), verify=verify)
+
+    class MetaQ(minibpd.HeadSampler):
+        name = "metaq"
+
+        def sample(self, logprobs, context, temperature, generator=None):
+            drafts, q = super().sample(logprobs, context, temperature, generator)
+            return drafts, q.to("meta")
+    with pytest.raises(ValueError, match=r"drafter metaq broke the drafter contract \(declared q\)"):
+        bpd_decode(model, [1, 2], 6, MetaQ(), 1.0, torch.Generator().manual_seed(0))
