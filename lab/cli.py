@@ -19,17 +19,17 @@ import torch
 
 from lab import analysis
 from lab import bench
-from lab.checks import (DEMO_TOKENS, MAX_NEW_TOKENS, PROMPT_TOKENS, TASK_EXAMPLES, TASKS_CHECKPOINT,
-                        check_args, overrides, resolve_device)
+from lab.checks import (DEMO_TOKENS, MAX_NEW_TOKENS, MAX_TEXT_BYTES, PROMPT_TOKENS, TASK_EXAMPLES,
+                        check_against_checkpoint, check_args, overrides, resolve_device)
 import decoders
 from lab import figures
 import lattice
 from lab import scale
 from lab import tasks
 from lab.bench import make_prompts
-from runtime.checkpoint import to_vocab
 from decoders import Resources, baseline_name, split_text
-from runtime.checkpoint import DTYPES, CheckpointError, decode, encode, file_sha256
+from runtime.checkpoint import (DTYPES, CheckpointError, decode, encode, file_sha256, read,
+                                train_kind)
 from minibpd import (DrafterError, Verifier, build_model, family_module, greedy_decode,
                      load_checkpoint)
 from runtime.threads import set_threads
@@ -71,7 +71,7 @@ def epilog():
             f"reference (sample at --temperature > 0)\n{listed}\n\nlimits: --max-new-tokens <= "
             f"{MAX_NEW_TOKENS:,}; p-best's DP holds at most min(k, V)^order x p <= "
             f"{lattice.MAX_DP_CELLS:,} scores; order <= {lattice.MAX_ORDER}; the KV cache (p rows) "
-            "at most 1 GiB.")
+            f"at most 1 GiB; --text at most {MAX_TEXT_BYTES // 2 ** 20} MiB.")
 
 
 def parse_args(argv=None):
@@ -103,7 +103,8 @@ def add_model_flags(p):
     """Which model, decoder and settings."""
     p.add_argument("--max-new-tokens", type=int, default=None, help=f"--prompt (default "
                    f"{PROMPT_TOKENS}), --demo (default and at most {DEMO_TOKENS})")
-    p.add_argument("--decoder", default="bpd", help="decoder for --prompt: greedy, " + ", ".join(decoders.DECODERS))
+    p.add_argument("--decoder", default=None, help="decoder for --prompt (default bpd): greedy, "
+                   + ", ".join(decoders.DECODERS))
     p.add_argument("--plugin", metavar="MODULE", action="append", default=[],
                    help="import MODULE first: its decoders.register(...) calls add decoders")
     p.add_argument("--checkpoint", default=None, help="default: checkpoints/minibpd.pt "
@@ -112,7 +113,9 @@ def add_model_flags(p):
                    "default CHECKPOINT.tuned.json")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--dtype", default=None, choices=list(DTYPES), help="default: the "
-                   "checkpoint's (float32 for the character models)")
+                   "checkpoint's (float32 for the character models, bfloat16 for SmolLM2). The "
+                   "character GPT takes float32 or float64 (bfloat16 is refused: it is not batch-"
+                   "invariant, so BPD would not equal greedy); SmolLM2 (batch-invariant) takes all three")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default 1: fastest "
                    "for this model size, see README)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 (default): greedy; T > 0: "
@@ -138,10 +141,13 @@ def add_run_flags(p):
     p.add_argument("--text", help="--bench: take prompts from this UTF-8 file, not the test split")
     p.add_argument("--prompts", type=int, default=None, help="--bench, --tune: number of prompts "
                    f"(default 16); --tasks: test examples per task (default {TASK_EXAMPLES})")
-    p.add_argument("--new-tokens", type=int, default=128, help="--bench, --tune: tokens per prompt")
-    p.add_argument("--objective", default="block_efficiency", choices=analysis.OBJECTIVES,
-                   help="--tune: what to maximise; tokens_per_s times every setting (machine-"
-                   "specific: needs --tuned FILE)")
+    p.add_argument("--new-tokens", type=int, default=None, help="--bench, --tune, --scale: tokens "
+                   "per prompt (default 128)")
+    p.add_argument("--objective", default=None, choices=analysis.OBJECTIVES,
+                   help="--tune: what to maximise (default block_efficiency); tokens_per_s times "
+                   "every setting (machine-specific: needs --tuned FILE)")
+    p.add_argument("--force", action="store_true", help="--tune: overwrite a tuned file shipped "
+                   "in checkpoints/, or one tuned for another checkpoint")
     p.add_argument("--sweep", action="store_true", help="--bench: sweep k, p, alpha, heads (tune split)")
     p.add_argument("--plot", metavar="DIR", help="--bench, --tasks, --scale: also write PNG "
                    "figures (needs matplotlib)")
@@ -157,10 +163,7 @@ def load(args, used=None):
                                 DTYPES.get(args.dtype))
     if args.heads is not None:
         model = model.first_heads(args.heads)
-    tuned = {} if args.tune else decoders.load_tuned(
-        args.tuned or decoders.tuned_path(args.checkpoint), args.checkpoint,
-        model.config.n_bpd_heads, ck["config"].get("n_bpd_heads"), required=args.tuned is not None)
-    chosen = decoders.settings(tuned, overrides(args))
+    chosen = decoders.settings(args.tuned_settings, overrides(args))    # read by the checks
     res = Resources(model, ck, reference=args.reference)    # --reference: the one switch
     model = res.model
     for name in decoders.DECODERS if used is None else used:
@@ -314,20 +317,8 @@ def repaired(step):
 # ----------------------------------------------------------------------------- --bench, --tune
 
 def bench_prompts(ck, args):
-    if not args.text:
-        return make_prompts(split_text(ck, "test"), ck["vocab"], args.prompts)
-    try:
-        with open(args.text, encoding="utf-8") as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError) as e:
-        raise ValueError(f"cannot read --text {args.text} as UTF-8: {e}") from None
-    counts = {}
-    text = to_vocab(text, ck["vocab"], counts)
-    dropped, mapped = (sum(counts.get(k, {}).values()) for k in ("dropped", "mapped"))
-    if dropped or mapped:
-        print(f"warning: --text {args.text}: dropped {dropped:,} characters the model does not "
-              f"know, mapped {mapped:,} to look-alikes it knows", file=sys.stderr)
-    return make_prompts(text, ck["vocab"], args.prompts)
+    """The prompts of --bench, --scale and --tune, from the text the checks read (prompt_text)."""
+    return make_prompts(args.prompt_text, ck["vocab"], args.prompts)
 
 
 def run_bench(args):
@@ -351,7 +342,7 @@ def run_tune(args):
     the test split), written with this checkpoint's sha256 for the bench and demo."""
     model, ck, _, res = load(args)
     out_path = args.tuned or decoders.tuned_path(args.checkpoint)
-    prompts = make_prompts(split_text(ck, "tune"), ck["vocab"], args.prompts)
+    prompts = bench_prompts(ck, args)
     print(f"tuning on the tune split: {len(prompts)} prompts x {args.new_tokens} tokens, for "
           f"{args.objective}")
     t0 = time.perf_counter()
@@ -372,10 +363,7 @@ def run_tasks(args):
     with the task-independent rescorers (the checkpoint's own) and an in-domain control (an
     n-gram LM fitted on the tasks' train examples, built by the running Python; the small LM
     fine-tuned on them, stored)."""
-    model, ck, chosen, res = load(args)
-    if "tasks" not in ck or "rescorer_tasks" not in ck:
-        raise ValueError(f"checkpoint {args.checkpoint} holds no tasks: use {TASKS_CHECKPOINT} or "
-                         "fine-tune one with `python train_heads.py --tasks`")
+    model, ck, chosen, res = load(args)          # it holds tasks: check_against_checkpoint
     warnings = [w for name, splits in ck["tasks"]["tasks"].items()
                 if (w := tasks.compare(ck["tasks"], name, "test"))]
     for w in warnings:
@@ -383,7 +371,8 @@ def run_tasks(args):
     text = "".join(p + t + "\n\n" for name in ck["tasks"]["tasks"]            # in-domain: the train
                    for p, t in tasks.build(name, "train", ck["vocab"]))          # split, built here
     small = build_model(ck["rescorer_config"], ck["rescorer_tasks"], model.lm_head.weight.device,
-                        model.lm_head.weight.dtype, "its in-domain rescorer")
+                        model.lm_head.weight.dtype, "its in-domain rescorer", args.checkpoint,
+                        train_kind(ck))
     res_in = Resources(model, ck, small=small, reference=args.reference, text=text)
     log = (lambda *a: print(*a, file=sys.stderr)) if args.json else print
     r = bench.run_tasks(model, ck, res, res_in, chosen, args.prompts, args.verify, log)
@@ -420,6 +409,7 @@ def main(argv=None):
         check_args(args)                    # every check that needs no checkpoint, first
         set_threads(args.threads)
         torch.manual_seed(args.seed)
+        check_against_checkpoint(args, read(args.checkpoint, needs=("config",)))   # no model yet
         if args.tune:
             return run_tune(args)
         if args.bench:

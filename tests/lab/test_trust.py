@@ -415,6 +415,126 @@ def test_a_smollm_base_is_refused_before_any_work(tmp_path, capsys, monkeypatch,
     assert err.startswith(f"error: --base {SMOLLM} is a 'smollm2-heads' checkpoint") and "--smollm" in err
 
 
+# ----------------------------------------------------------------------------- before the load
+
+TASKS_CKPT = os.path.join(checkpoint.CHECKPOINTS, "minibpd-tasks.pt")
+
+
+@needs_smollm
+@pytest.mark.parametrize("argv, message", [
+    (["--prompt", "The", "--heads", "0"], "heads must be an integer from 1 to 5"),
+    (["--prompt", "The", "--heads", "9"], "heads must be an integer from 1 to 5"),
+    (["--prompt", "The", "--tuned", "/nonexistent.json"], "tuned file /nonexistent.json not found"),
+    (["--prompt", "The", "--verify", "tree"], "--verify tree is not exact"),
+    (["--bench", "--prompts", "100000"], "holds at most 942: lower --prompts"),
+    (["--tasks"], "holds no tasks"),
+    (["--scale"], "--scale projects the character GPT family"),
+])
+def test_smollm_refusals_come_before_its_load(capsys, no_model_load, argv, message):
+    """Issue 22: these were refused only after SmolLM2's 30-70 s load (--scale: a TypeError
+    after 74 s); now from the checkpoint's header (check_against_checkpoint)."""
+    code, out, err = run_cli(capsys, *argv, "--checkpoint", SMOLLM)
+    one_line_error(code, err, message)
+
+
+@pytest.mark.skipif(not os.path.isfile(TASKS_CKPT), reason=f"{TASKS_CKPT} missing")
+def test_tasks_examples_are_counted_before_the_load(capsys, no_model_load):
+    code, out, err = run_cli(capsys, "--tasks", "--prompts", "100000", "--checkpoint", TASKS_CKPT)
+    one_line_error(code, err, "asked for 100,000 examples per task, but the smallest task holds")
+
+
+def test_bfloat16_is_refused_for_the_character_gpt(tiny_ckpt, capsys, no_model_load):
+    """Issue 22: in bf16 its batched verification and one-token decoding round differently, and
+    BPD differed from greedy ("identical to greedy: NO", exit 1)."""
+    code, out, err = run_cli(capsys, "--prompt", "The", "--dtype", "bfloat16", "--checkpoint", tiny_ckpt)
+    one_line_error(code, err, "bfloat16 is refused for")
+    assert "not batch-invariant" in err
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    assert "The character GPT takes float32 or float64" in " ".join(capsys.readouterr().out.split())
+
+
+def test_text_is_read_up_to_a_limit(tiny_ckpt, capsys, no_model_load, monkeypatch):
+    """--text /dev/zero read without bound (MemoryError); at most MAX_TEXT_BYTES now (64 MiB,
+    made small here to keep the test light)."""
+    from lab import checks
+    assert checks.MAX_TEXT_BYTES == 64 * 2 ** 20
+    monkeypatch.setattr(checks, "MAX_TEXT_BYTES", 4096)
+    code, out, err = run_cli(capsys, "--bench", "--text", "/dev/zero", "--checkpoint", tiny_ckpt)
+    one_line_error(code, err, "--text /dev/zero holds more than 4,096 bytes")
+
+
+# ----------------------------------------------------------------------------- --tune's file
+
+def shrink_grids(monkeypatch):
+    for d in decoders.DECODERS.values():
+        monkeypatch.setattr(d, "grid", {k: v[:1] for k, v in d.grid.items()})
+
+
+def test_tune_writes_no_file_it_should_not(tiny_ckpt, tmp_path, capsys, no_model_calls, monkeypatch):
+    """Issue 22: --tune --tuned PATH overwrote whatever PATH held (a checkpoint) with JSON, and
+    the shipped default too. Refused now, before the run: a file that is not a tuned file of
+    this checkpoint, a shipped file without --force, a place that cannot be written."""
+    monkeypatch.setattr(cli.bench, "tune", lambda *a, **k: pytest.fail("the tune ran"))
+    a_checkpoint = tmp_path / "copy.pt"
+    a_checkpoint.write_bytes(open(tiny_ckpt, "rb").read())
+    run = ["--tune", "--prompts", "2", "--new-tokens", "8", "--checkpoint", tiny_ckpt]
+    code, out, err = run_cli(capsys, *run, "--tuned", str(a_checkpoint))
+    one_line_error(code, err, f"--tuned {a_checkpoint} exists and holds no JSON")
+    code, out, err = run_cli(capsys, *run, "--tuned", str(a_checkpoint), "--force")
+    one_line_error(code, err, "holds no JSON")                # --force: never for a non-tuned file
+    assert a_checkpoint.read_bytes() == open(tiny_ckpt, "rb").read()
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"settings": {}, "checkpoint_sha256": "0" * 64}))
+    code, out, err = run_cli(capsys, *run, "--tuned", str(other))
+    one_line_error(code, err, "tuned for another checkpoint")
+    code, out, err = run_cli(capsys, *run, "--tuned", "/proc/nope.json")
+    one_line_error(code, err, "--tuned /proc/nope.json: not writable")
+    code, out, err = run_cli(capsys, "--prompt", "The", "--force", "--checkpoint", tiny_ckpt)
+    one_line_error(code, err, "--force does nothing with --prompt")
+
+
+@pytest.mark.parametrize("argv", [["--tuned", "checkpoints/minibpd.pt.tuned.json", "--heads", "1"], []])
+def test_tune_never_writes_a_shipped_file_without_force(capsys, no_model_load, monkeypatch, argv):
+    monkeypatch.chdir(ROOT)
+    shipped = os.path.join(checkpoint.CHECKPOINTS, "minibpd.pt.tuned.json")
+    before = checkpoint.file_sha256(shipped)
+    code, out, err = run_cli(capsys, "--tune", *argv)
+    one_line_error(code, err, "shipped in")
+    assert "pass --force" in err and checkpoint.file_sha256(shipped) == before
+
+
+def test_tune_force_replaces_a_stale_tuned_file(tiny_ckpt, tmp_path, capsys, monkeypatch):
+    shrink_grids(monkeypatch)
+    stale = tmp_path / "stale.json"
+    stale.write_text(json.dumps({"settings": {}, "checkpoint_sha256": "0" * 64}))
+    code, out, err = run_cli(capsys, "--tune", "--prompts", "2", "--new-tokens", "8", "--tuned",
+                             str(stale), "--force", "--checkpoint", tiny_ckpt)
+    assert code == 0 and json.loads(stale.read_text())["checkpoint_sha256"] == \
+        checkpoint.file_sha256(tiny_ckpt)
+
+
+# ----------------------------------------------------------------------------- ignored flags
+
+@pytest.mark.parametrize("argv, message", [
+    (["--scale", "--verify", "tree"], "--scale times every decoder with its own verification"),
+    (["--scale", "--verify", "batch"], "drop --verify batch"),
+    (["--bench", "--decoder", "pbest"], "--decoder does nothing with --bench"),
+    (["--demo", "--decoder", "pbest"], "--decoder does nothing with --demo"),
+    (["--bench", "--max-new-tokens", "5"], "--bench takes --new-tokens"),
+    (["--prompt", "The", "--json"], "--json does nothing with --prompt"),
+    (["--tasks", "--new-tokens", "5"], "--new-tokens does nothing with --tasks"),
+    (["--tune", "--text", "x.txt"], "--text does nothing with --tune"),
+    (["--bench", "--objective", "tokens_per_s"], "--objective does nothing with --bench"),
+    (["--scale", "--sweep"], "--sweep does nothing with --scale"),
+    (["--prompt", "The", "--prompts", "3"], "--prompts does nothing with --prompt"),
+    (["--bench", "--temperature", "1", "--sweep"], "--sweep draws on the greedy bench"),
+])
+def test_flags_a_mode_ignores_are_refused(tiny_ckpt, capsys, no_model_load, argv, message):
+    code, out, err = run_cli(capsys, *argv, "--checkpoint", tiny_ckpt)
+    one_line_error(code, err, message)
+
+
 def test_plain_bpd_cannot_be_replaced(tiny_ckpt, tmp_path, capsys, registry):
     """`bpd` is the reference of every "vs BPD" figure: a plugin may not register over it."""
     with pytest.raises(ValueError, match="'bpd' is plain BPD"):
@@ -425,6 +545,8 @@ def test_plain_bpd_cannot_be_replaced(tiny_ckpt, tmp_path, capsys, registry):
         cli.main(["--plugin", path, "--bench", "--checkpoint", tiny_ckpt])
     assert e.value.code == 2 and "'bpd' is plain BPD" in capsys.readouterr().err
 
+
+# ----------------------------------------------------------------------------- the library
 
 def test_library_refusals_name_what_they_refuse():
     """Issue 22: tasks.build(['qa'], ...) raised TypeError (unhashable); a drafter with
