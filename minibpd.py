@@ -20,7 +20,6 @@ import copy
 import dataclasses
 import importlib
 import sys
-from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
@@ -30,10 +29,11 @@ from runtime import checkpoint
 from runtime.checkpoint import CHECKPOINT, CheckpointError, retrain
 from runtime.kvcache import (KVCache, KVSpec, causal_mask, device_of, is_int, model_call, token_ids,
                              tree_call, uncached_from, window_start)
-from runtime.sampling import check_proposal, check_temperature, target_probs, verify_sampled
+from runtime.sampling import (check_proposal, check_temperature, own_generator, target_probs,
+                              verify_sampled)
 
 
-@dataclass
+@dataclasses.dataclass
 class GPTConfig:
     vocab_size: int = 96
     block_size: int = 128   # context window: the most tokens the model sees at once
@@ -219,15 +219,17 @@ def heads_view(model, n):
 
 # ----------------------------------------------------------------------------- the checkpoint
 
-def build_model(config, state, device="cpu", dtype=torch.float32, where="checkpoint", path=None):
+def build_model(config, state, device="cpu", dtype=torch.float32, where="checkpoint", path=None,
+                kind=None):
     """GPT from a saved config dict and state dict, with a clear error on any mismatch (which
-    tensors disagree) and on weights that are not all finite (they would decode garbage)."""
+    tensors disagree) and on weights that are not all finite (they would decode garbage); the
+    way out names `path` and the train_heads.py mode of `kind` (checkpoint.train_kind)."""
     try:
         model = GPT(GPTConfig(**config))
     except (TypeError, ValueError) as e:
         raise CheckpointError(f"{where}: its config does not fit this minibpd.py ({e}); "
-                              f"{retrain(path)}") from None
-    checkpoint.check_state(model.state_dict(), state, where, path)
+                              f"{retrain(path, kind)}") from None
+    checkpoint.check_state(model.state_dict(), state, where, path, kind)
     model.load_state_dict({k: v.float() for k, v in state.items()})
     return model.to(device=device, dtype=dtype).eval()
 
@@ -254,8 +256,8 @@ def load_checkpoint(path=CHECKPOINT, device="cpu", dtype=None):
     dtype None: the checkpoint's own (`ck["dtype"]`, else float32). A checkpoint of another
     model family (MODEL_FAMILIES, e.g. SmolLM2's heads) is built by its module; its ck["vocab"]
     may then be a tokenizer (encode/decode take either)."""
-    ck = checkpoint.read(path, needs=("config",))
-    dtype = checkpoint.dtype_of(ck, path) if dtype is None else dtype
+    ck = {**checkpoint.read(path, needs=("config",)), "path": path}    # path: for its errors
+    dtype, kind = checkpoint.dtype_of(ck, path) if dtype is None else dtype, checkpoint.train_kind(ck)
     family = family_module(ck, path)
     if family is not None:
         try:
@@ -264,13 +266,13 @@ def load_checkpoint(path=CHECKPOINT, device="cpu", dtype=None):
             raise CheckpointError(f"checkpoint {path}: {e}") from None
         return model.eval(), {**ck, "vocab": vocab}
     checkpoint.require(ck, path, ("model", "vocab"))
-    model = build_model(ck["config"], ck["model"], device, dtype, f"checkpoint {path}", path)
+    model = build_model(ck["config"], ck["model"], device, dtype, f"checkpoint {path}", path, kind)
     vocab = ck["vocab"]
     if not isinstance(vocab, str) or len(set(vocab)) != len(vocab) or \
             len(vocab) != model.config.vocab_size:
         raise CheckpointError(f"checkpoint {path}: its vocab must be a string of "
                               f"{model.config.vocab_size} distinct characters, one per token; "
-                              f"{retrain(path)}")
+                              f"{retrain(path, kind)}")
     return model, ck
 
 
@@ -361,7 +363,8 @@ def check_request(model, prompt, max_new_tokens):
 
 def next_token(model, z, temperature, generator=None):
     """The base model's next token from final hidden states z [P, C]: the argmax (temperature 0)
-    or a draw from target_probs at `temperature`. -> [P, 1] token ids."""
+    or a draw from target_probs at `temperature` (generator None: torch's global one; the decode
+    loops pass their own). -> [P, 1] token ids."""
     logits = model.lm_head(z)
     if temperature == 0:
         return logits.argmax(-1, keepdim=True)
@@ -375,7 +378,7 @@ def decode_rows(model, rows, n, temperature=0.0, generator=None, states=None):
     per model call with the KV cache (each row its own sequence), with the windows of
     window_start. `states`, a list, gains each call's final hidden states z [P, C] (the states
     that chose the new tokens: self-distillation keeps them)."""
-    cache = KVCache(model, rows=len(rows))
+    cache, generator = KVCache(model, rows=len(rows)), own_generator(generator, temperature)
     for _ in range(n):
         tail = rows[:, uncached_from(model, cache, rows.shape[1]):]
         z = model(tail, cache)[:, -1]                                   # [P, C]
@@ -388,9 +391,8 @@ def decode_rows(model, rows, n, temperature=0.0, generator=None, states=None):
 
 def sample_decode(model, prompt, max_new_tokens, temperature=1.0, generator=None):
     """The reference decoder: one token per call with the KV cache, each the argmax (temperature
-    0) or drawn from target_probs at `temperature`. -> new tokens."""
+    0) or drawn from target_probs at `temperature` (own_generator). -> new tokens."""
     seq = check_request(model, prompt, max_new_tokens)
-    check_temperature(temperature)
     rows = torch.tensor([seq], dtype=torch.long, device=device_of(model))
     return decode_rows(model, rows, max_new_tokens, temperature, generator)[0, len(seq):].tolist()
 
@@ -410,9 +412,8 @@ def draft_budget(t, end, h, block_size):
 
 
 def drafter_generator(generator):
-    """A sampling drafter's generator for one call, seeded by one draw from `generator` (or from
-    torch's global one): whatever the drafter does to it (reseed it, restore its state) cannot
-    reach verification's draws, nor its own next call's."""
+    """A sampling drafter's generator for one call, seeded by one draw from the loop's own: what
+    the drafter does to it (reseed it, restore it) cannot reach verification's draws, nor its next call's."""
     return torch.Generator().manual_seed(int(torch.randint(2 ** 62, (1,), generator=generator)))
 
 
@@ -434,7 +435,7 @@ def predict(model, drafter, z, seq, m, temperature=0.0, generator=None):
         own = drafter_generator(generator) if sampling else None
         drafts, q = drafter.sample(logprobs, list(seq), temperature, own) if sampling else \
             (drafter(logprobs, list(seq)), None)
-    except Exception as e:
+    except (Exception, SystemExit, GeneratorExit) as e:     # sys.exit() too: its failure, reported
         raise DrafterError(f"drafter {drafter_name(drafter)} failed: {type(e).__name__}: {e}") from e
     V, name = model.config.vocab_size, drafter_name(drafter)
     drafts = check_drafts(drafts, m + 1, seq[-1], V, max_drafts(drafter), drafter)
@@ -442,16 +443,16 @@ def predict(model, drafter, z, seq, m, temperature=0.0, generator=None):
 
 
 class Verifier:
-    """Stern §3, verify: ONE model call checks every draft. As P rows of a batch ("batch"), or as
-    one row holding the drafts' token tree with a tree attention mask ("tree": each drafted token
-    once; "auto": tree when a drafter returns several drafts). Both give the same z; `keep` then
-    moves the cache past the accepted tokens. A batch-invariant model (llama.py) verifies as a
-    batch only: in a tree a node's visible keys sit at other cache slots than in one-token
-    decoding, so its attention adds the same terms in another grouping, and in bf16 that flipped
-    an argmax on SmolLM2 (test_smollm.py)."""
+    """Stern §3, verify: ONE model call checks every draft. As P rows of a batch ("batch"), or
+    as one row holding the drafts' token tree with a tree attention mask ("tree": each drafted
+    token once; "auto": tree when a drafter returns several drafts). Both give the same z;
+    `keep` then moves the cache past the accepted tokens. A batch-invariant model (llama.py)
+    verifies as a batch only: in a tree a node's keys sit at other cache slots than in one-token
+    decoding, so its attention groups the same terms otherwise, which flipped a bf16 argmax on
+    SmolLM2 (test_smollm.py)."""
     MODES = ("auto", "batch", "tree")
 
-    def __init__(self, model, n_drafts, mode="auto"):
+    def __init__(self, model, n_drafts, mode="auto", who=None):
         if mode not in self.MODES:
             raise ValueError(f"verify must be one of {', '.join(self.MODES)}, got {mode!r}")
         invariant = getattr(model.config, "batch_invariant", False)
@@ -461,9 +462,11 @@ class Verifier:
                              "or 'auto'")
         self.model = model
         self.tree = mode == "tree" or (mode == "auto" and n_drafts > 1 and not invariant)
-        # A tree of n drafts of at most h - 1 tokens has at most (n - 1)(h - 1) extra nodes.
-        spare = (n_drafts - 1) * (model.config.n_bpd_heads - 1)
-        self.cache = KVCache(model, 1, spare) if self.tree else KVCache(model, n_drafts)
+        spare = (n_drafts - 1) * (model.config.n_bpd_heads - 1)   # extra tree nodes, at most
+        try:
+            self.cache = KVCache(model, 1, spare) if self.tree else KVCache(model, n_drafts)
+        except ValueError as e:                 # over the cache budget: whose drafts are they?
+            raise ValueError(f"drafter {who}: max_drafts {n_drafts}: {e}" if who else str(e)) from None
         self.paths, self.tail = None, 0
 
     def prefill(self, seq):
@@ -561,13 +564,14 @@ def bpd_decode(model, prompt, max_new_tokens, drafter=None, temperature=0.0, gen
     """Blockwise parallel decoding (Stern §3) with merged predict+verify (Stern §4): each call
     verifies the drafts and, through the heads at the last accepted position, yields the next.
     temperature 0 (default): exactly greedy decoding's tokens. temperature T > 0: exactly the
-    distribution of sample_decode at T, whatever the drafts (sampling.py; `generator` drives all
-    randomness). verify: "batch", "tree" or "auto" (Verifier); the same tokens and steps.
-    -> (new tokens, stats: see Stats)."""
+    distribution of sample_decode at T, whatever the drafts (sampling.py; `generator`, or one
+    seeded once from torch's, drives all randomness: own_generator). verify: "batch", "tree" or
+    "auto" (Verifier); the same tokens and steps. -> (new tokens, stats: see Stats)."""
     seq, n = check_request(model, prompt, max_new_tokens), max_new_tokens
+    generator = own_generator(generator, temperature)       # before any drafter runs
     drafter = drafter or ArgmaxDrafter()
     rule = acceptance_rule(model, temperature, generator)   # greedy or sampled: chosen once
-    call = Verifier(model, max_drafts(drafter), verify)     # batch or tree: chosen once
+    call = Verifier(model, max_drafts(drafter), verify, drafter_name(drafter))  # batch or tree
     stats, end, h = Stats(), len(seq) + n, model.config.n_bpd_heads
     z = call.prefill(seq)                                   # the prompt: one call, no draft
     seq.append(int(next_token(model, z[None], temperature, generator)))

@@ -29,7 +29,7 @@ from dataclasses import asdict
 
 import torch
 
-from runtime.checkpoint import split_corpus
+from runtime.checkpoint import CheckpointError, read, split_corpus, writable
 from training.finetune import (DISTILL_DEFAULTS, SMOLLM_DEFAULTS, TASKS_DEFAULTS, TEACHERS,
                                VARIANTS, distill, finetune_tasks, smollm_heads)
 from runtime.checkpoint import CHECKPOINT, FORMAT_VERSION
@@ -218,8 +218,22 @@ def check_distill_args(args):
     args.base = args.base or CHECKPOINT
     if not os.path.isfile(args.base):
         fail(f"--base {args.base}: no such checkpoint (train one with `python train_heads.py`)")
+    check_base(args.base, mode)
     if os.path.abspath(args.base) == os.path.abspath(args.out):
         fail(f"--out {args.out} is --base: write the fine-tuned model to another file")
+
+
+def check_base(path, mode):
+    """--base is read (its header, no model built) before any work: it must be train_heads.py's
+    own character GPT, which --distill and --tasks fine-tune."""
+    try:
+        kind = read(path, needs=("config",)).get("kind")
+    except CheckpointError as e:
+        fail(f"--base: {e}")
+    if kind is not None:
+        fail(f"--base {path} is a {kind!r} checkpoint: {mode} fine-tunes a character GPT that "
+             "train_heads.py trained (e.g. checkpoints/minibpd.pt)"
+             + ("; SmolLM2's heads are trained with --smollm" if "smollm" in kind else ""))
 
 
 def check_smollm_args(args):
@@ -270,20 +284,6 @@ def check_args(args):
         choose_threads(args.threads, training=True)
     except ValueError as e:
         fail(str(e))
-
-
-def writable(path):
-    """Whether a file can be written at `path`, tried for real: os.access says yes to root even
-    where no file can be created (/proc). A probe file it creates is removed again."""
-    existed = os.path.exists(path)
-    try:
-        with open(path, "ab"):
-            pass
-    except OSError:
-        return False
-    if not existed:
-        os.remove(path)
-    return True
 
 
 def corpus_splits(args):

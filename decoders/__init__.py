@@ -35,7 +35,7 @@ from decoders.fastlattice import FastPBestDrafter, NgramTable
 from decoders.viterbi import EAGER_BYTES, NgramAutomaton, ViterbiDrafter
 from minibpd import ArgmaxDrafter, bpd_decode, build_model, family_module, sample_decode
 from runtime.kvcache import check_cache_budget
-from runtime.checkpoint import encode, file_sha256, retrain
+from runtime.checkpoint import encode, file_sha256, retrain, train_kind
 from ngram import NgramLM
 
 ALPHAS = [0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
@@ -61,8 +61,8 @@ DECODERS = {}
 
 def register(name, make, defaults=None, grid=None, about="", peeks=False, refines=True):
     """Add (or replace) a decoder; it then appears in every command and in the tests. Everything
-    is checked here, with errors naming the decoder: a name (a word, not a baseline's), a
-    factory, settings {name: number}, a grid {setting: [values within the limits]}."""
+    is checked here, with errors naming the decoder: a name (a word, not a baseline's nor plain
+    BPD's), a factory, settings {name: number}, a grid {setting: [values within the limits]}."""
     defaults, grid = {} if defaults is None else defaults, {} if grid is None else grid
     check_entry(name, make, defaults, grid, about)
     DECODERS[name] = Decoder(name, make, dict(defaults), {k: list(v) for k, v in grid.items()},
@@ -77,6 +77,9 @@ def check_entry(name, make, defaults, grid, about):
     if name in BASELINES:
         raise ValueError(f"register: {name!r} is the baseline's name (one token per call); "
                          "choose another")
+    if name == PLAIN and PLAIN in DECODERS:
+        raise ValueError(f"register: {name!r} is plain BPD, the reference of every 'vs BPD' "
+                         "figure, and cannot be replaced; choose another name")
     bad = lambda why: ValueError(f"register {name!r}: {why}")
     if not callable(make):
         raise bad("make must be a factory (res, s, answer) -> drafter")
@@ -200,7 +203,7 @@ def make(name, res, s, answer=None):
         drafter = DECODERS[name].make(res, s, answer)
     except ValueError as e:
         raise ValueError(f"decoder {name}: {e}") from None
-    except Exception as e:
+    except (Exception, SystemExit) as e:        # sys.exit() in a factory: its failure too
         raise ValueError(f"decoder {name}: its factory failed ({type(e).__name__}: {e})") from None
     if drafter is None or not callable(drafter):
         raise ValueError(f"decoder {name}: its factory returned {drafter!r}, not a drafter "
@@ -348,14 +351,15 @@ class Resources:
         if self._small is None:
             if "rescorer" not in self.ck:
                 raise ValueError("this checkpoint has no rescorer LM for 'neural'; "
-                                 f"{retrain(self.ck.get('path'))}")
+                                 f"{retrain(self.ck.get('path'), train_kind(self.ck))}")
             family = family_module(self.ck)
             if family is not None:
                 self._small = family.rescorer(self.model, self.ck).eval()
             else:
-                w = self.model.lm_head.weight
+                w, path = self.model.lm_head.weight, self.ck.get("path")
                 self._small = build_model(self.ck["rescorer_config"], self.ck["rescorer"],
-                                          w.device, w.dtype, "the checkpoint's rescorer")
+                                          w.device, w.dtype, "the checkpoint's rescorer", path,
+                                          train_kind(self.ck))
         return self._small
 
     def ngram(self, order):

@@ -27,12 +27,7 @@ from runtime.sampling import target_probs
 
 def make_prompts(text, vocab, n, length=64):
     """n prompts of `length` characters, evenly spaced over `text`, each starting at a line."""
-    if len(text) < 2 * length:
-        raise ValueError(f"the prompt text has {len(text)} characters; need at least {2 * length}")
-    if n > len(text) // length:
-        raise ValueError(f"asked for {n:,} prompts of {length} characters, but the text "
-                         f"({len(text):,} characters) holds at most {len(text) // length:,}: lower "
-                         "--prompts")
+    check_prompt_count(text, n, length)
     prompts = []
     for i in range(n):
         pos = (len(text) - 2 * length) * i // max(1, n - 1) if n > 1 else 0
@@ -40,6 +35,17 @@ def make_prompts(text, vocab, n, length=64):
         pos = nl + 1 if nl >= 0 else pos
         prompts.append(encode(text[pos:pos + length], vocab))
     return prompts
+
+
+def check_prompt_count(text, n, length=64):
+    """make_prompts' rule, checked alone (before a model is loaded): at most len(text) // length
+    prompts, from a text of at least 2 x length characters."""
+    if len(text) < 2 * length:
+        raise ValueError(f"the prompt text has {len(text)} characters; need at least {2 * length}")
+    if n > len(text) // length:
+        raise ValueError(f"asked for {n:,} prompts of {length} characters, but the text "
+                         f"({len(text):,} characters) holds at most {len(text) // length:,}: lower "
+                         "--prompts")
 
 
 # ----------------------------------------------------------------------------- wall-clock
@@ -329,6 +335,16 @@ class TasksReport:
 def task_examples(ck, n=None):
     """{task: [(prompt ids, target ids)]}: the first n test examples of each task stored in the
     checkpoint (ck["tasks"], the ones it was tuned and evaluated on, whatever Python runs)."""
+    stored = stored_tasks(ck, n)
+    out = {}
+    for name, splits in stored["tasks"].items():
+        pairs = splits["test"][:n] if n else splits["test"]
+        out[name] = [(encode(p, ck["vocab"]), encode(t, ck["vocab"])) for p, t in pairs]
+    return out
+
+
+def stored_tasks(ck, n=None):
+    """ck["tasks"], checked to hold n test examples of every task (before a model is loaded)."""
     stored = ck.get("tasks")
     if not stored:
         raise ValueError("this checkpoint holds no tasks (ck['tasks']): use "
@@ -337,11 +353,7 @@ def task_examples(ck, n=None):
     if n is not None and n > most:
         raise ValueError(f"asked for {n:,} examples per task, but the smallest task holds {most} "
                          "test examples: lower --prompts")
-    out = {}
-    for name, splits in stored["tasks"].items():
-        pairs = splits["test"][:n] if n else splits["test"]
-        out[name] = [(encode(p, ck["vocab"]), encode(t, ck["vocab"])) for p, t in pairs]
-    return out
+    return stored
 
 
 def run_task(model, res, res_in, chosen, examples, metric, vocab, verify="auto"):

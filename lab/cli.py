@@ -2,8 +2,9 @@
 temperature 0 (greedy: every decoder identical to it) or T > 0 (sampling: every decoder exact in
 distribution).
 
-Every argument is checked before the first model call (`check_args`, then `check_decoders` once
-the checkpoint is loaded); every error a user can cause is one line on stderr and exit status 2.
+Every argument is checked before the first model call (lab/checks.py: the flags alone, then
+against the checkpoint's header, before any model is loaded; then the decoders' budgets once it
+is); every error a user can cause is one line on stderr and exit status 2.
 """
 import argparse
 import importlib
@@ -18,27 +19,20 @@ import torch
 
 from lab import analysis
 from lab import bench
+from lab.checks import (DEMO_TOKENS, MAX_NEW_TOKENS, MAX_TEXT_BYTES, PROMPT_TOKENS, TASK_EXAMPLES,
+                        check_against_checkpoint, check_args, overrides, resolve_device)
 import decoders
 from lab import figures
 import lattice
 from lab import scale
 from lab import tasks
 from lab.bench import make_prompts
-from runtime.checkpoint import to_vocab
 from decoders import Resources, baseline_name, split_text
-from runtime.checkpoint import CHECKPOINT, CheckpointError, decode, encode, file_sha256
+from runtime.checkpoint import (DTYPES, CheckpointError, decode, encode, file_sha256, read,
+                                train_kind)
 from minibpd import (DrafterError, Verifier, build_model, family_module, greedy_decode,
                      load_checkpoint)
 from runtime.threads import set_threads
-
-DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
-MAX_NEW_TOKENS = 100_000      # more is refused: greedy alone would run for minutes
-TUNE_SIZE = (16, 128)         # the documented --tune run: prompts x new tokens
-DEMO_TOKENS = 160             # the demo's most new tokens (its text fits a terminal)
-PROMPT_TOKENS = 200           # --prompt's default
-TASK_EXAMPLES = 32            # --tasks: test examples per task (the run takes minutes)
-TASKS_CHECKPOINT = os.path.join(os.path.dirname(CHECKPOINT), "minibpd-tasks.pt")
-
 
 def import_plugin(spec):
     """Import a student's module by name (looked up in the current directory first, then as any
@@ -65,7 +59,7 @@ def load_plugins(argv):
     for spec in pre.parse_known_args(argv)[0].plugin:
         try:
             import_plugin(spec)
-        except Exception as e:          # ImportError, SyntaxError, a register() refusal, ...
+        except (Exception, SystemExit) as e:  # ImportError, SyntaxError, register(), sys.exit()
             print(f"error: --plugin {spec}: {type(e).__name__}: {' '.join(str(e).split())}",
                   file=sys.stderr)
             raise SystemExit(2) from None
@@ -78,7 +72,7 @@ def epilog():
             f"call: the reference (sample at --temperature > 0)\n{listed}\n\nlimits: --max-new-tokens <= "
             f"{MAX_NEW_TOKENS:,}; p-best's DP holds at most min(k, V)^order x p <= "
             f"{lattice.MAX_DP_CELLS:,} scores; order <= {lattice.MAX_ORDER}; the KV cache (p rows) "
-            "at most 1 GiB.")
+            f"at most 1 GiB; --text at most {MAX_TEXT_BYTES // 2 ** 20} MiB.")
 
 
 def parse_args(argv=None):
@@ -110,7 +104,8 @@ def add_model_flags(p):
     """Which model, decoder and settings."""
     p.add_argument("--max-new-tokens", type=int, default=None, help=f"--prompt (default "
                    f"{PROMPT_TOKENS}), --demo (default and at most {DEMO_TOKENS})")
-    p.add_argument("--decoder", default="bpd", help="decoder for --prompt: greedy, " + ", ".join(decoders.DECODERS))
+    p.add_argument("--decoder", default=None, help="decoder for --prompt (default bpd): greedy, "
+                   + ", ".join(decoders.DECODERS))
     p.add_argument("--plugin", metavar="MODULE", action="append", default=[],
                    help="import MODULE first: its decoders.register(...) calls add decoders")
     p.add_argument("--checkpoint", default=None, help="default: checkpoints/minibpd.pt "
@@ -119,7 +114,9 @@ def add_model_flags(p):
                    "default CHECKPOINT.tuned.json")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--dtype", default=None, choices=list(DTYPES), help="default: the "
-                   "checkpoint's (float32 for the character models)")
+                   "checkpoint's (float32 for the character models, bfloat16 for SmolLM2). The "
+                   "character GPT takes float32 or float64 (bfloat16 is refused: it is not batch-"
+                   "invariant, so BPD would not equal greedy); SmolLM2 (batch-invariant) takes all three")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default 1: fastest "
                    "for this model size, see docs/threads.md)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 (default): greedy; T > 0: "
@@ -145,10 +142,13 @@ def add_run_flags(p):
     p.add_argument("--text", help="--bench: take prompts from this UTF-8 file, not the test split")
     p.add_argument("--prompts", type=int, default=None, help="--bench, --tune: number of prompts "
                    f"(default 16); --tasks: test examples per task (default {TASK_EXAMPLES})")
-    p.add_argument("--new-tokens", type=int, default=128, help="--bench, --tune: tokens per prompt")
-    p.add_argument("--objective", default="block_efficiency", choices=analysis.OBJECTIVES,
-                   help="--tune: what to maximise; tokens_per_s times every setting (machine-"
-                   "specific: needs --tuned FILE)")
+    p.add_argument("--new-tokens", type=int, default=None, help="--bench, --tune, --scale: tokens "
+                   "per prompt (default 128)")
+    p.add_argument("--objective", default=None, choices=analysis.OBJECTIVES,
+                   help="--tune: what to maximise (default block_efficiency); tokens_per_s times "
+                   "every setting (machine-specific: needs --tuned FILE)")
+    p.add_argument("--force", action="store_true", help="--tune: overwrite a tuned file shipped "
+                   "in checkpoints/, or one tuned for another checkpoint")
     p.add_argument("--sweep", action="store_true", help="--bench: sweep k, p, alpha, heads (tune split)")
     p.add_argument("--plot", metavar="DIR", help="--bench, --tasks, --scale: also write PNG "
                    "figures (needs matplotlib)")
@@ -157,75 +157,6 @@ def add_run_flags(p):
 
 # ----------------------------------------------------------------------------- checks and loading
 
-def overrides(args):
-    return {"k": args.k, "p": args.p, "alpha": args.alpha}
-
-
-def check_args(args):
-    """Every check that needs no checkpoint, before anything is loaded or run."""
-    demo = not (args.prompt is not None or args.bench or args.tune or args.tasks or args.scale)
-    if args.checkpoint is None:
-        args.checkpoint = TASKS_CHECKPOINT if args.tasks else CHECKPOINT
-    if args.prompts is None:
-        args.prompts = TASK_EXAMPLES if args.tasks else TUNE_SIZE[0]
-    args.tokens_given = args.max_new_tokens is not None
-    if args.max_new_tokens is None:
-        args.max_new_tokens = DEMO_TOKENS if demo else PROMPT_TOKENS
-    for flag, value in (("--max-new-tokens", args.max_new_tokens), ("--new-tokens", args.new_tokens)):
-        if not 1 <= value <= MAX_NEW_TOKENS:
-            raise ValueError(f"{flag} must be from 1 to {MAX_NEW_TOKENS:,}, got {value}")
-    if demo and args.max_new_tokens > DEMO_TOKENS:
-        raise ValueError(f"--demo shows at most {DEMO_TOKENS} new tokens, got --max-new-tokens "
-                         f"{args.max_new_tokens}; use --prompt TEXT for longer generations")
-    if args.prompts < 1:
-        raise ValueError(f"--prompts must be >= 1, got {args.prompts}")
-    if not 0 <= args.seed < 2 ** 63:
-        raise ValueError(f"--seed must be from 0 to 2**63 - 1, got {args.seed}")
-    if args.prompt is not None and not args.prompt:
-        raise ValueError("the prompt is empty: pass some text, e.g. --prompt 'The import statement'")
-    if args.decoder not in decoders.names(args.temperature) + list(decoders.BASELINES):
-        raise ValueError(f"unknown decoder {args.decoder!r}; choose from {', '.join(decoders.names())}")
-    given = {k: v for k, v in overrides(args).items() if v is not None}
-    if not 0 <= args.temperature < float("inf"):
-        raise ValueError(f"--temperature must be a number >= 0, got {args.temperature}")
-    if (args.tune or args.scale or args.tasks) and args.temperature:
-        raise ValueError(f"--{'tune' if args.tune else 'scale' if args.scale else 'tasks'} measures "
-                         "greedy decoding: drop --temperature")
-    if args.tune and given:
-        raise ValueError(f"--tune chooses {', '.join('--' + k for k in given)} itself; drop the flag")
-    lattice.check_settings(**given)    # the one settings rule; budgets once the model is loaded
-    if args.plot:
-        check_plot_dir(args.plot)
-    if args.tune and args.objective == "tokens_per_s" and not args.tuned:
-        raise ValueError("speed-tuned settings hold for this machine only: add --tuned FILE")
-    documented = (args.prompts, args.new_tokens) == TUNE_SIZE and args.heads is None
-    if args.tune and not documented and not args.tuned:
-        raise ValueError(f"a --tune run other than the documented --prompts {TUNE_SIZE[0]} "
-                         f"--new-tokens {TUNE_SIZE[1]} (all heads) writes only to a file you name: "
-                         "add --tuned FILE")
-
-
-def check_plot_dir(folder):
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise ValueError("--plot needs matplotlib, which is not installed: pip install matplotlib") from None
-    try:
-        os.makedirs(folder, exist_ok=True)
-    except OSError as e:
-        raise ValueError(f"--plot {folder}: cannot create that folder ({e.strerror})") from None
-    if not os.access(folder, os.W_OK):
-        raise ValueError(f"--plot {folder}: that folder is not writable")
-
-
-def resolve_device(name):
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda was asked for but CUDA is not available; use --device cpu")
-    return name
-
-
 def load(args, used=None):
     """(model, checkpoint, {decoder: settings}, Resources), the settings of the decoders `used`
     (default: all) checked against the model's budgets; no model call yet."""
@@ -233,10 +164,7 @@ def load(args, used=None):
                                 DTYPES.get(args.dtype))
     if args.heads is not None:
         model = model.first_heads(args.heads)
-    tuned = {} if args.tune else decoders.load_tuned(
-        args.tuned or decoders.tuned_path(args.checkpoint), args.checkpoint,
-        model.config.n_bpd_heads, ck["config"].get("n_bpd_heads"), required=args.tuned is not None)
-    chosen = decoders.settings(tuned, overrides(args))
+    chosen = decoders.settings(args.tuned_settings, overrides(args))    # read by the checks
     res = Resources(model, ck, reference=args.reference)    # --reference: the one switch
     model = res.model
     for name in decoders.DECODERS if used is None else used:
@@ -391,20 +319,8 @@ def repaired(step):
 # ----------------------------------------------------------------------------- --bench, --tune
 
 def bench_prompts(ck, args):
-    if not args.text:
-        return make_prompts(split_text(ck, "test"), ck["vocab"], args.prompts)
-    try:
-        with open(args.text, encoding="utf-8") as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError) as e:
-        raise ValueError(f"cannot read --text {args.text} as UTF-8: {e}") from None
-    counts = {}
-    text = to_vocab(text, ck["vocab"], counts)
-    dropped, mapped = (sum(counts.get(k, {}).values()) for k in ("dropped", "mapped"))
-    if dropped or mapped:
-        print(f"warning: --text {args.text}: dropped {dropped:,} characters the model does not "
-              f"know, mapped {mapped:,} to look-alikes it knows", file=sys.stderr)
-    return make_prompts(text, ck["vocab"], args.prompts)
+    """The prompts of --bench, --scale and --tune, from the text the checks read (prompt_text)."""
+    return make_prompts(args.prompt_text, ck["vocab"], args.prompts)
 
 
 def run_bench(args):
@@ -428,7 +344,7 @@ def run_tune(args):
     the test split), written with this checkpoint's sha256 for the bench and demo."""
     model, ck, _, res = load(args)
     out_path = args.tuned or decoders.tuned_path(args.checkpoint)
-    prompts = make_prompts(split_text(ck, "tune"), ck["vocab"], args.prompts)
+    prompts = bench_prompts(ck, args)
     print(f"tuning on the tune split: {len(prompts)} prompts x {args.new_tokens} tokens, for "
           f"{args.objective}")
     t0 = time.perf_counter()
@@ -449,10 +365,7 @@ def run_tasks(args):
     with the task-independent rescorers (the checkpoint's own) and an in-domain control (an
     n-gram LM fitted on the tasks' train examples, built by the running Python; the small LM
     fine-tuned on them, stored)."""
-    model, ck, chosen, res = load(args)
-    if "tasks" not in ck or "rescorer_tasks" not in ck:
-        raise ValueError(f"checkpoint {args.checkpoint} holds no tasks: use {TASKS_CHECKPOINT} or "
-                         "fine-tune one with `python train_heads.py --tasks`")
+    model, ck, chosen, res = load(args)          # it holds tasks: check_against_checkpoint
     warnings = [w for name, splits in ck["tasks"]["tasks"].items()
                 if (w := tasks.compare(ck["tasks"], name, "test"))]
     for w in warnings:
@@ -460,7 +373,8 @@ def run_tasks(args):
     text = "".join(p + t + "\n\n" for name in ck["tasks"]["tasks"]            # in-domain: the train
                    for p, t in tasks.build(name, "train", ck["vocab"]))          # split, built here
     small = build_model(ck["rescorer_config"], ck["rescorer_tasks"], model.lm_head.weight.device,
-                        model.lm_head.weight.dtype, "its in-domain rescorer")
+                        model.lm_head.weight.dtype, "its in-domain rescorer", args.checkpoint,
+                        train_kind(ck))
     res_in = Resources(model, ck, small=small, reference=args.reference, text=text)
     log = (lambda *a: print(*a, file=sys.stderr)) if args.json else print
     r = bench.run_tasks(model, ck, res, res_in, chosen, args.prompts, args.verify, log)
@@ -497,6 +411,7 @@ def main(argv=None):
         check_args(args)                    # every check that needs no checkpoint, first
         set_threads(args.threads)
         torch.manual_seed(args.seed)
+        check_against_checkpoint(args, read(args.checkpoint, needs=("config",)))   # no model yet
         if args.tune:
             return run_tune(args)
         if args.bench:

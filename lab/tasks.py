@@ -474,9 +474,9 @@ POOLS = {"qa": qa_pool, "code2doc": code2doc_pool, "doc2summary": doc2summary_po
 
 
 def check(name, split="train"):
-    if name not in TASKS:
+    if not isinstance(name, str) or name not in TASKS:         # a list: unhashable
         raise ValueError(f"unknown task {name!r}; the tasks are {', '.join(TASKS)}")
-    if split not in SPLITS:
+    if not isinstance(split, str) or split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; the splits are {', '.join(SPLITS)}")
 
 

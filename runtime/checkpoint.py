@@ -11,6 +11,7 @@ missing, corrupt or mismatched becomes one CheckpointError with a way out.
 import hashlib
 import os
 import re
+import shlex
 import string
 import unicodedata
 
@@ -26,10 +27,45 @@ class CheckpointError(Exception):
     """A checkpoint that is missing, corrupt, or does not match this code."""
 
 
-def retrain(path=None):
-    """How to make a checkpoint at `path` afresh (train_heads.py never overwrites without --force)."""
-    out = "" if path in (None, CHECKPOINT) else f" --out {path}"
-    return f"retrain it with `python train_heads.py{out} --force`"
+# A checkpoint's kind (train_kind) -> the train_heads.py mode that makes one afresh.
+TRAIN_MODES = {None: "", "smollm2-heads": " --smollm", "tasks": " --tasks",
+               "distill-frozen": " --distill frozen", "distill-joint": " --distill joint"}
+
+
+def train_kind(ck):
+    """The key of TRAIN_MODES for a checkpoint dict: its "kind" (a model family), else what
+    fine-tuned it (--tasks, --distill VARIANT), else None (train_heads.py's character GPT)."""
+    if not isinstance(ck, dict):
+        return None
+    if ck.get("kind") is not None:
+        return ck["kind"]
+    if "finetune" in ck or "tasks" in ck:
+        return "tasks"
+    variant = ck["distill"].get("variant") if isinstance(ck.get("distill"), dict) else None
+    return f"distill-{variant}" if f"distill-{variant}" in TRAIN_MODES else None
+
+
+def retrain(path=None, kind=None):
+    """How to make the checkpoint at `path` afresh: the train_heads.py command of its kind
+    (train_kind), naming the file (train_heads.py never overwrites without --force)."""
+    if path is None:
+        return "retrain it with `python train_heads.py --out FILE --force` (FILE: the checkpoint)"
+    if kind not in TRAIN_MODES:
+        return f"rebuild it with the tool that made {kind!r} checkpoints"
+    shown = os.path.relpath(path) if not os.path.relpath(path).startswith("..") else path
+    return f"retrain it with `python train_heads.py{TRAIN_MODES[kind]} --out {shlex.quote(shown)} --force`"
+
+
+def sniffed_kind(path, size=1 << 16):
+    """The kind of a file torch cannot read (truncated, say), from the model-family names in its
+    first bytes (a torch zip stores its dict's pickle, kind included, first); None if none."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(size)
+    except OSError:
+        return None
+    return next((k for k in TRAIN_MODES if k and not k.startswith(("tasks", "distill"))
+                 and k.encode() in head), None)
 
 
 def read(path=CHECKPOINT, needs=("config", "model", "vocab")):
@@ -42,18 +78,18 @@ def read(path=CHECKPOINT, needs=("config", "model", "vocab")):
                               "to create it, or pass --checkpoint PATH") from None
     except Exception as e:  # truncated zip, not a torch file, unsafe pickle, ...
         raise CheckpointError(f"checkpoint {path} is corrupt or not a minibpd checkpoint "
-                              f"({type(e).__name__}); {retrain(path)}") from None
+                              f"({type(e).__name__}); {retrain(path, sniffed_kind(path))}") from None
     if not isinstance(ck, dict) or ck.get("format_version") != FORMAT_VERSION:
         found = ck.get("format_version") if isinstance(ck, dict) else None
         raise CheckpointError(f"checkpoint {path} has format {found!r}, this code reads format "
-                              f"{FORMAT_VERSION}; {retrain(path)}")
+                              f"{FORMAT_VERSION}; {retrain(path, train_kind(ck))}")
     return require(ck, path, needs)
 
 
 def require(ck, path, keys):
     for key in keys:
         if key not in ck:
-            raise CheckpointError(f"checkpoint {path} lacks '{key}'; {retrain(path)}")
+            raise CheckpointError(f"checkpoint {path} lacks '{key}'; {retrain(path, train_kind(ck))}")
     return ck
 
 
@@ -63,24 +99,25 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.
 def dtype_of(ck, path):
     """The torch dtype a checkpoint asks for (its "dtype" key; float32 without one)."""
     name = ck.get("dtype", "float32")
-    if name not in DTYPES:
+    if not isinstance(name, str) or name not in DTYPES:     # a list: unhashable
         raise CheckpointError(f"checkpoint {path} has dtype {name!r}, not one of "
-                              f"{', '.join(DTYPES)}; {retrain(path)}")
+                              f"{', '.join(DTYPES)}; {retrain(path, train_kind(ck))}")
     return DTYPES[name]
 
 
-def check_state(want, state, where, path=None):
+def check_state(want, state, where, path=None, kind=None):
     """A checkpoint's state dict against the model's own (`want`): a dict of tensors with the
     same names and shapes, every value finite (NaN or inf would decode garbage). Raises one
-    CheckpointError naming the tensors, with the way out; every model family uses it."""
+    CheckpointError naming the tensors, with the way out (retrain: path, kind)."""
+    how = retrain(path, kind)
     if not isinstance(state, dict) or not all(torch.is_tensor(v) for v in state.values()):
-        raise CheckpointError(f"{where}: its weights are not a dict of tensors; {retrain(path)}")
+        raise CheckpointError(f"{where}: its weights are not a dict of tensors; {how}")
     wrong = state_mismatch(want, state)
     if wrong:
-        raise CheckpointError(f"{where} does not match its config ({wrong}); {retrain(path)}")
+        raise CheckpointError(f"{where} does not match its config ({wrong}); {how}")
     bad = next((k for k, v in state.items() if not torch.isfinite(v.float()).all()), None)
     if bad is not None:
-        raise CheckpointError(f"{where}: tensor {bad} holds NaN or inf; {retrain(path)}")
+        raise CheckpointError(f"{where}: tensor {bad} holds NaN or inf; {how}")
 
 
 def state_mismatch(want, got):
@@ -91,6 +128,20 @@ def state_mismatch(want, got):
     parts = [f"missing {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}"] if missing else []
     parts += [f"unexpected {', '.join(extra[:3])}{' ...' if len(extra) > 3 else ''}"] if extra else []
     return "; ".join(parts + [f"shapes {', '.join(shapes[:3])}"] * bool(shapes))
+
+
+def writable(path):
+    """Whether a file can be written at `path`, tried for real: os.access says yes to root even
+    where no file can be created (/proc). A probe file it creates is removed again."""
+    existed = os.path.exists(path)
+    try:
+        with open(path, "ab"):
+            pass
+    except OSError:
+        return False
+    if not existed:
+        os.remove(path)
+    return True
 
 
 def file_sha256(path):

@@ -53,6 +53,17 @@ def check_temperature(temperature):
                          f"{temperature!r}: below that, logits / T overflow to inf")
 
 
+def own_generator(generator, temperature):
+    """The generator a sampling decode loop draws from: `generator`, or when None a fresh one,
+    seeded once by one draw from torch's global generator (torch.manual_seed still reproduces a
+    run), so that nothing inside the loop (a drafter calling torch.manual_seed, say) can reach
+    its draws. Temperature 0 draws nothing: `generator` as given."""
+    check_temperature(temperature)
+    if generator is not None or temperature == 0:
+        return generator
+    return torch.Generator().manual_seed(int(torch.randint(2 ** 62, (1,))))
+
+
 def check_proposal(q, drafts, V, who):
     """A drafter's declared proposal, checked before any use: q [m + 1, V] (row i: the
     distribution its drafts' token i was drawn from; row 0, head 1's, is not used), finite,
@@ -64,6 +75,8 @@ def check_proposal(q, drafts, V, who):
     if not isinstance(q, torch.Tensor) or tuple(q.shape) != (m1, V):
         got = tuple(q.shape) if isinstance(q, torch.Tensor) else type(q).__name__
         raise broken(f"sample() returns q as a tensor [{m1}, {V}] (one row per draft token); got {got}")
+    if q.is_meta or q.is_complex():
+        raise broken(f"q must hold real numbers one can read; got a {q.dtype} tensor on {q.device}")
     q = q.detach().to("cpu", torch.float64)
     if not torch.isfinite(q).all() or (q < 0).any():
         raise broken("q holds NaN, inf or negative entries")

@@ -1,8 +1,10 @@
 """`python minibpd.py --tune` for SmolLM2's heads checkpoint, with grids sized for its cost.
 
-    python tools/smollm_tune.py --tune --checkpoint checkpoints/smollm2-heads.pt
+    python tools/smollm_tune.py --tune --force --checkpoint checkpoints/smollm2-heads.pt
     python tools/smollm_tune.py --tune --objective tokens_per_s --prompts 4 --new-tokens 64 \
-        --checkpoint checkpoints/smollm2-heads.pt --tuned checkpoints/smollm2-heads.pt.speed-tuned.json
+        --checkpoint checkpoints/smollm2-heads.pt --tuned checkpoints/smollm2-heads.pt.speed-tuned.json --force
+
+(--force: both files are shipped, in checkpoints/; --tune rewrites none without it.)
 
 The arguments are minibpd.py's; the registry's grids are changed for this run only (for a
 checkpoint of kind smollm2-heads; any other is tuned with the registry's grids), because:

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from lab import stdlib, tasks
 from lab.analysis import replay
-from runtime.checkpoint import CHECKPOINT, CheckpointError, file_sha256
+from runtime.checkpoint import CHECKPOINT, CheckpointError, file_sha256, train_kind
 from minibpd import GPT, build_model, decode_rows, load_checkpoint
 from training.fit import (anchor_kl, as_tensors, batches, evaluate, fit, git_revision, half,
                           head_losses, train)
@@ -200,7 +200,8 @@ def finetune_tasks(args, log=print):
         f"characters; window {base.config.block_size} -> {args.block_size}; tune loss head 1 "
         f"{evaluate(model, ids['tune'], 16)[0][0]:.3f} before")
     secs = train(model, ids["train"], args, gen, "tasks", ids["tune"])
-    rescorer = build_model(ck["rescorer_config"], ck["rescorer"])
+    rescorer = build_model(ck["rescorer_config"], ck["rescorer"], where=f"--base {args.base}'s "
+                           "rescorer", path=args.base, kind=train_kind(ck))
     rargs = argparse.Namespace(**{**vars(args), "steps": args.rescorer_steps})
     rsecs = train(rescorer, ids["train"], rargs, gen, "tasks rescorer", ids["tune"])
     losses, accs = evaluate(model, ids["tune"])

@@ -3,6 +3,7 @@ registry entries, factories, plugins, limits and drafters are refused with one c
 any model call where the problem can be seen before (the refusals of test_cli.py, extended)."""
 import json
 import os
+import shlex
 import subprocess
 import sys
 import types
@@ -181,6 +182,41 @@ def test_a_drafter_that_raises_is_reported_as_its_failure(tiny_ckpt, tmp_path, c
     assert code == 1 and err == "error: drafter failing failed: ValueError: my own bug\n"
 
 
+class Quitter:
+    """A drafter that calls sys.exit(0) (or raises GeneratorExit) from inside the decode loop."""
+    name, max_drafts = "quitter", 1
+
+    def __init__(self, error=SystemExit(0)):
+        self.error = error
+
+    def __call__(self, logprobs, context):
+        raise self.error
+
+
+def test_sys_exit_in_a_plugin_is_its_failure_not_a_silent_success(tiny_ckpt, tmp_path, capsys,
+                                                                   registry):
+    """Issue 22: SystemExit(0) raised by a drafter, a factory or a plugin module gave exit 0 and
+    no output; it is now reported as theirs, one line (KeyboardInterrupt still interrupts)."""
+    for error in (SystemExit(0), GeneratorExit()):
+        with pytest.raises(DrafterError, match=f"drafter quitter failed: {type(error).__name__}"):
+            bpd_decode(tiny_model(0, 7, 1, 3, 8), [1, 2], 6, Quitter(error))
+    path = plugin(tmp_path, "quitting_drafter", "import decoders, test_trust\n"
+                  "decoders.register('quitter', lambda res, s, a: test_trust.Quitter())\n")
+    code, out, err = run_cli(capsys, "--plugin", path, "--prompt", "The", "--decoder", "quitter",
+                             "--checkpoint", tiny_ckpt)
+    assert code == 1 and out == "" and err == "error: drafter quitter failed: SystemExit: 0\n"
+    path = plugin(tmp_path, "quitting_factory", "import decoders, sys\n"
+                  "decoders.register('quits', lambda res, s, a: sys.exit(0))\n")
+    code, out, err = run_cli(capsys, "--plugin", path, "--prompt", "The", "--decoder", "quits",
+                             "--checkpoint", tiny_ckpt)
+    one_line_error(code, err, "decoder quits: its factory failed (SystemExit: 0)")
+    path = plugin(tmp_path, "quitting_module", "raise SystemExit(0)\n")
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--plugin", path, "--prompt", "The", "--checkpoint", tiny_ckpt])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err == f"error: --plugin {path}: SystemExit: 0\n"
+
+
 # ----------------------------------------------------------------------------- --drafter
 
 def student_run(tmp_path, source, spec):
@@ -276,3 +312,264 @@ def test_unknown_character_comes_from_the_checkpoint_vocab(tiny_ckpt, capsys, no
     code, out, err = run_cli(capsys, "--prompt", f"cost {unknown}5", "--checkpoint", tiny_ckpt)
     one_line_error(code, err, "never saw")
     assert "it knows a-z, A-Z, 0-9" in err
+
+
+# ----------------------------------------------------------------------------- the advice
+
+SMOLLM = os.path.join(checkpoint.CHECKPOINTS, "smollm2-heads.pt")
+needs_smollm = pytest.mark.skipif(not os.path.isfile(SMOLLM), reason=f"{SMOLLM} missing")
+
+
+@pytest.fixture
+def no_model_load(monkeypatch):
+    """Building SmolLM2 (its GGUF: 5-70 s) or any GPT fails the test: the refusal comes first."""
+    from models import smollm
+
+    def load(*a, **k):
+        raise AssertionError("a model was loaded before the refusal")
+    monkeypatch.setattr(smollm, "load", load)
+    monkeypatch.setattr(minibpd, "build_model", load)
+
+
+def suggested(err):
+    """The train_heads.py command an error advises, parsed as train_heads.py would (--help level)."""
+    command = shlex.split(err.split("`")[1])
+    assert command[:2] == ["python", "train_heads.py"], err
+    return train_heads.parse_args(command[2:])
+
+
+def smollm_copy(tmp_path, name, change=None, keep=None):
+    """A copy of the shipped SmolLM2 heads checkpoint: changed (a dict edit) or cut to `keep` bytes."""
+    path = tmp_path / name
+    if keep is not None:
+        path.write_bytes(open(SMOLLM, "rb").read()[:keep])
+    else:
+        ck = torch.load(SMOLLM, map_location="cpu", weights_only=True)
+        change(ck)
+        torch.save(ck, path)
+    return str(path)
+
+
+@needs_smollm
+@pytest.mark.parametrize("name, change, keep, message", [
+    ("dtype.pt", lambda ck: ck.update(dtype="int8"), None, "has dtype 'int8'"),
+    ("format.pt", lambda ck: ck.update(format_version=0), None, "has format 0"),
+    ("trunc.pt", None, 200_000, "is corrupt"),
+])
+def test_advice_for_a_smollm_checkpoint_names_its_file_and_mode(tmp_path, capsys, no_model_load,
+                                                                name, change, keep, message):
+    """Issue 22: the errors advised `train_heads.py --force` (retraining the shipped character
+    checkpoint) or `--out trunc.pt --force` (training a character GPT) for SmolLM2's heads."""
+    path = smollm_copy(tmp_path, name, change, keep)
+    code, out, err = run_cli(capsys, "--prompt", "The", "--checkpoint", path)
+    one_line_error(code, err, message)
+    args = suggested(err)
+    assert args.smollm and args.force and os.path.abspath(args.out) == os.path.abspath(path), err
+
+
+def with_nan(tag):
+    def change(ck):
+        nan_weights(ck)
+        ck.update(tag)
+    return change
+
+
+@pytest.mark.parametrize("tag, mode", [({}, None), ({"finetune": {}}, "tasks"),
+                                       ({"distill": {"variant": "frozen"}}, "frozen")])
+def test_advice_for_a_character_checkpoint_names_its_file_and_mode(tiny_ckpt, tmp_path, capsys,
+                                                                   tag, mode):
+    path = damaged(tiny_ckpt, tmp_path, "nan.pt", with_nan(tag))
+    code, out, err = run_cli(capsys, "--prompt", "The", "--checkpoint", path)
+    one_line_error(code, err, "holds NaN or inf")
+    args = suggested(err)
+    assert os.path.abspath(args.out) == os.path.abspath(path) and args.force and not args.smollm
+    assert args.tasks == (mode == "tasks") and args.distill == (None if mode == "tasks" else mode)
+    truncated = tmp_path / "trunc.pt"
+    truncated.write_bytes(open(tiny_ckpt, "rb").read()[:1000])
+    code, out, err = run_cli(capsys, "--demo", "--checkpoint", str(truncated))
+    one_line_error(code, err, "is corrupt")
+    assert os.path.abspath(suggested(err).out) == str(truncated) and not suggested(err).smollm
+    assert "FILE" in checkpoint.retrain(None)          # no file known: none is named
+
+
+@pytest.mark.parametrize("dtype", ["int8", ["float32"], 32])
+def test_a_dtype_that_is_no_torch_dtype_is_a_checkpoint_error(tiny_ckpt, tmp_path, capsys, dtype):
+    with pytest.raises(checkpoint.CheckpointError, match="has dtype"):
+        checkpoint.dtype_of({"dtype": dtype}, "x.pt")
+    path = damaged(tiny_ckpt, tmp_path, "dtype.pt", lambda ck: ck.update(dtype=dtype))
+    code, out, err = run_cli(capsys, "--prompt", "The", "--checkpoint", path)
+    one_line_error(code, err, f"has dtype {dtype!r}")
+    assert os.path.abspath(suggested(err).out) == os.path.abspath(path)
+
+
+@needs_smollm
+@pytest.mark.parametrize("mode", [["--tasks"], ["--distill", "frozen"]])
+def test_a_smollm_base_is_refused_before_any_work(tmp_path, capsys, monkeypatch, mode):
+    """train_heads.py --tasks / --distill fine-tune a character GPT: SmolLM2's heads checkpoint as
+    --base is refused from its header, before loading anything (it raised a TypeError after)."""
+    monkeypatch.setattr(train_heads, "run", lambda args: pytest.fail("the run started"))
+    with pytest.raises(SystemExit) as e:
+        train_heads.main([*mode, "--base", SMOLLM, "--out", str(tmp_path / "o.pt")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith(f"error: --base {SMOLLM} is a 'smollm2-heads' checkpoint") and "--smollm" in err
+
+
+# ----------------------------------------------------------------------------- before the load
+
+TASKS_CKPT = os.path.join(checkpoint.CHECKPOINTS, "minibpd-tasks.pt")
+
+
+@needs_smollm
+@pytest.mark.parametrize("argv, message", [
+    (["--prompt", "The", "--heads", "0"], "heads must be an integer from 1 to 5"),
+    (["--prompt", "The", "--heads", "9"], "heads must be an integer from 1 to 5"),
+    (["--prompt", "The", "--tuned", "/nonexistent.json"], "tuned file /nonexistent.json not found"),
+    (["--prompt", "The", "--verify", "tree"], "--verify tree is not exact"),
+    (["--bench", "--prompts", "100000"], "holds at most 942: lower --prompts"),
+    (["--tasks"], "holds no tasks"),
+    (["--scale"], "--scale projects the character GPT family"),
+])
+def test_smollm_refusals_come_before_its_load(capsys, no_model_load, argv, message):
+    """Issue 22: these were refused only after SmolLM2's 30-70 s load (--scale: a TypeError
+    after 74 s); now from the checkpoint's header (check_against_checkpoint)."""
+    code, out, err = run_cli(capsys, *argv, "--checkpoint", SMOLLM)
+    one_line_error(code, err, message)
+
+
+@pytest.mark.skipif(not os.path.isfile(TASKS_CKPT), reason=f"{TASKS_CKPT} missing")
+def test_tasks_examples_are_counted_before_the_load(capsys, no_model_load):
+    code, out, err = run_cli(capsys, "--tasks", "--prompts", "100000", "--checkpoint", TASKS_CKPT)
+    one_line_error(code, err, "asked for 100,000 examples per task, but the smallest task holds")
+
+
+def test_bfloat16_is_refused_for_the_character_gpt(tiny_ckpt, capsys, no_model_load):
+    """Issue 22: in bf16 its batched verification and one-token decoding round differently, and
+    BPD differed from greedy ("identical to greedy: NO", exit 1)."""
+    code, out, err = run_cli(capsys, "--prompt", "The", "--dtype", "bfloat16", "--checkpoint", tiny_ckpt)
+    one_line_error(code, err, "bfloat16 is refused for")
+    assert "not batch-invariant" in err
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    assert "The character GPT takes float32 or float64" in " ".join(capsys.readouterr().out.split())
+
+
+def test_text_is_read_up_to_a_limit(tiny_ckpt, capsys, no_model_load, monkeypatch):
+    """--text /dev/zero read without bound (MemoryError); at most MAX_TEXT_BYTES now (64 MiB,
+    made small here to keep the test light)."""
+    from lab import checks
+    assert checks.MAX_TEXT_BYTES == 64 * 2 ** 20
+    monkeypatch.setattr(checks, "MAX_TEXT_BYTES", 4096)
+    code, out, err = run_cli(capsys, "--bench", "--text", "/dev/zero", "--checkpoint", tiny_ckpt)
+    one_line_error(code, err, "--text /dev/zero holds more than 4,096 bytes")
+
+
+# ----------------------------------------------------------------------------- --tune's file
+
+def shrink_grids(monkeypatch):
+    for d in decoders.DECODERS.values():
+        monkeypatch.setattr(d, "grid", {k: v[:1] for k, v in d.grid.items()})
+
+
+def test_tune_writes_no_file_it_should_not(tiny_ckpt, tmp_path, capsys, no_model_calls, monkeypatch):
+    """Issue 22: --tune --tuned PATH overwrote whatever PATH held (a checkpoint) with JSON, and
+    the shipped default too. Refused now, before the run: a file that is not a tuned file of
+    this checkpoint, a shipped file without --force, a place that cannot be written."""
+    monkeypatch.setattr(cli.bench, "tune", lambda *a, **k: pytest.fail("the tune ran"))
+    a_checkpoint = tmp_path / "copy.pt"
+    a_checkpoint.write_bytes(open(tiny_ckpt, "rb").read())
+    run = ["--tune", "--prompts", "2", "--new-tokens", "8", "--checkpoint", tiny_ckpt]
+    code, out, err = run_cli(capsys, *run, "--tuned", str(a_checkpoint))
+    one_line_error(code, err, f"--tuned {a_checkpoint} exists and holds no JSON")
+    code, out, err = run_cli(capsys, *run, "--tuned", str(a_checkpoint), "--force")
+    one_line_error(code, err, "holds no JSON")                # --force: never for a non-tuned file
+    assert a_checkpoint.read_bytes() == open(tiny_ckpt, "rb").read()
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"settings": {}, "checkpoint_sha256": "0" * 64}))
+    code, out, err = run_cli(capsys, *run, "--tuned", str(other))
+    one_line_error(code, err, "tuned for another checkpoint")
+    code, out, err = run_cli(capsys, *run, "--tuned", "/proc/nope.json")
+    one_line_error(code, err, "--tuned /proc/nope.json: not writable")
+    code, out, err = run_cli(capsys, "--prompt", "The", "--force", "--checkpoint", tiny_ckpt)
+    one_line_error(code, err, "--force does nothing with --prompt")
+
+
+@pytest.mark.parametrize("argv", [["--tuned", "checkpoints/minibpd.pt.tuned.json", "--heads", "1"], []])
+def test_tune_never_writes_a_shipped_file_without_force(capsys, no_model_load, monkeypatch, argv):
+    monkeypatch.chdir(ROOT)
+    shipped = os.path.join(checkpoint.CHECKPOINTS, "minibpd.pt.tuned.json")
+    before = checkpoint.file_sha256(shipped)
+    code, out, err = run_cli(capsys, "--tune", *argv)
+    one_line_error(code, err, "shipped in")
+    assert "pass --force" in err and checkpoint.file_sha256(shipped) == before
+
+
+def test_tune_force_replaces_a_stale_tuned_file(tiny_ckpt, tmp_path, capsys, monkeypatch):
+    shrink_grids(monkeypatch)
+    stale = tmp_path / "stale.json"
+    stale.write_text(json.dumps({"settings": {}, "checkpoint_sha256": "0" * 64}))
+    code, out, err = run_cli(capsys, "--tune", "--prompts", "2", "--new-tokens", "8", "--tuned",
+                             str(stale), "--force", "--checkpoint", tiny_ckpt)
+    assert code == 0 and json.loads(stale.read_text())["checkpoint_sha256"] == \
+        checkpoint.file_sha256(tiny_ckpt)
+
+
+# ----------------------------------------------------------------------------- ignored flags
+
+@pytest.mark.parametrize("argv, message", [
+    (["--scale", "--verify", "tree"], "--scale times every decoder with its own verification"),
+    (["--scale", "--verify", "batch"], "drop --verify batch"),
+    (["--bench", "--decoder", "pbest"], "--decoder does nothing with --bench"),
+    (["--demo", "--decoder", "pbest"], "--decoder does nothing with --demo"),
+    (["--bench", "--max-new-tokens", "5"], "--bench takes --new-tokens"),
+    (["--prompt", "The", "--json"], "--json does nothing with --prompt"),
+    (["--tasks", "--new-tokens", "5"], "--new-tokens does nothing with --tasks"),
+    (["--tune", "--text", "x.txt"], "--text does nothing with --tune"),
+    (["--bench", "--objective", "tokens_per_s"], "--objective does nothing with --bench"),
+    (["--scale", "--sweep"], "--sweep does nothing with --scale"),
+    (["--prompt", "The", "--prompts", "3"], "--prompts does nothing with --prompt"),
+    (["--bench", "--temperature", "1", "--sweep"], "--sweep draws on the greedy bench"),
+])
+def test_flags_a_mode_ignores_are_refused(tiny_ckpt, capsys, no_model_load, argv, message):
+    code, out, err = run_cli(capsys, *argv, "--checkpoint", tiny_ckpt)
+    one_line_error(code, err, message)
+
+
+def test_plain_bpd_cannot_be_replaced(tiny_ckpt, tmp_path, capsys, registry):
+    """`bpd` is the reference of every "vs BPD" figure: a plugin may not register over it."""
+    with pytest.raises(ValueError, match="'bpd' is plain BPD"):
+        decoders.register("bpd", make_bpd)
+    path = plugin(tmp_path, "over_bpd", "import decoders, minibpd\n"
+                  "decoders.register('bpd', lambda res, s, a: minibpd.ArgmaxDrafter())\n")
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--plugin", path, "--bench", "--checkpoint", tiny_ckpt])
+    assert e.value.code == 2 and "'bpd' is plain BPD" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- the library
+
+def test_library_refusals_name_what_they_refuse():
+    """Issue 22: tasks.build(['qa'], ...) raised TypeError (unhashable); a drafter with
+    max_drafts 10**7 got a cache-size error that did not name it; a q on the meta device raised
+    NotImplementedError, not the contract's ValueError."""
+    from lab import tasks
+    with pytest.raises(ValueError, match=r"unknown task \['qa'\]"):
+        tasks.build(["qa"], "test")
+    with pytest.raises(ValueError, match=r"unknown split \['test'\]"):
+        tasks.build("qa", ["test"])
+
+    class Huge(ArgmaxDrafter):
+        name, max_drafts = "huge", 10 ** 7
+    model = tiny_model(0, 7, 1, 3, 8)
+    for verify in ("batch", "tree"):
+        with pytest.raises(ValueError, match="drafter huge: max_drafts 10000000: .*KV cache"):
+            bpd_decode(model, [1, 2], 6, Huge(), verify=verify)
+
+    class MetaQ(minibpd.HeadSampler):
+        name = "metaq"
+
+        def sample(self, logprobs, context, temperature, generator=None):
+            drafts, q = super().sample(logprobs, context, temperature, generator)
+            return drafts, q.to("meta")
+    with pytest.raises(ValueError, match=r"drafter metaq broke the drafter contract \(declared q\)"):
+        bpd_decode(model, [1, 2], 6, MetaQ(), 1.0, torch.Generator().manual_seed(0))

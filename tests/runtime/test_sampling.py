@@ -191,6 +191,55 @@ def test_without_its_own_generator_the_resetter_is_caught(monkeypatch):
     pytest.fail("the check missed a drafter sharing verification's generator")
 
 
+class Reseeder(minibpd.ArgmaxDrafter):
+    """A deterministic drafter that calls torch.manual_seed(0) at every step (a student making
+    "its own" code reproducible)."""
+    name = "reseeder"
+
+    def __call__(self, logprobs, context):
+        torch.manual_seed(0)
+        return super().__call__(logprobs, context)
+
+
+def reseeded(model, prompt, n, T, N):
+    """Counts of N runs of bpd_decode with generator=None and the Reseeder, run i after
+    torch.manual_seed(i) (how a caller without a generator varies the seed)."""
+    counts = Counter()
+    for i in range(N):
+        torch.manual_seed(i)
+        counts[tuple(bpd_decode(model, prompt, n, Reseeder(), T)[0])] += 1
+    return counts
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_without_a_generator_a_drafter_reseeding_torch_cannot_bias_the_output(case):
+    """Issue 22: with generator=None, verification drew from torch's global generator, which this
+    drafter reseeds at every step, so every acceptance draw after it was the same number (L1 1.90
+    against a bound of 0.47). bpd_decode now seeds a generator of its own once, from torch's,
+    before any drafter runs (sampling.own_generator): the exact-enumeration check passes, with
+    the same false-failure rate (at most 1e-6 a case). The old behaviour fails the same check
+    (test_without_its_own_loop_generator_the_reseeder_is_caught); sample_decode owns one too."""
+    model, res, prompt, full, n, T = setup(CASES[case], "cpu")
+    probs, N = exact(model, prompt, n, T), runs()
+    assert l1(reseeded(model, prompt, n, T, N), probs, N) < bound(len(probs), N)
+    torch.manual_seed(5)
+    first = [sample_decode(model, prompt, n, T) for _ in range(3)]
+    torch.manual_seed(5)
+    assert [sample_decode(model, prompt, n, T) for _ in range(3)] == first   # reproducible
+
+
+def test_without_its_own_loop_generator_the_reseeder_is_caught(monkeypatch):
+    """Power of the check above: give verification torch's global generator again (the old
+    behaviour: own_generator hands back None) and the same check fails."""
+    monkeypatch.setattr(minibpd, "own_generator", lambda generator, temperature: generator)
+    for case in CASES:
+        model, res, prompt, full, n, T = setup(case, "cpu")
+        probs, N = exact(model, prompt, n, T), runs()
+        if l1(reseeded(model, prompt, n, T, N), probs, N) >= bound(len(probs), N):
+            return
+    pytest.fail("the check missed verification drawing from a generator the drafter reseeds")
+
+
 def node_output(p, q, drawn, sampled):
     """The exact distribution [V] of the token the rule picks at one tree node whose children are
     the drafted tokens `drawn`: sampling's own children_to_try, accept_probability and residual,

@@ -1,0 +1,247 @@
+"""checks: every check of the command line before any model is loaded: `check_args` (the flags
+alone) and, once the checkpoint's header is read, `check_against_checkpoint` (the flags against
+it). Every refusal is a ValueError (or a CheckpointError), one line on stderr and exit status 2.
+"""
+import json
+import os
+import sys
+
+import torch
+
+import decoders
+import lattice
+from decoders import split_text
+from lab import bench
+from minibpd import family_module
+from runtime.checkpoint import (CHECKPOINT, CHECKPOINTS, dtype_of, file_sha256, to_vocab,
+                                writable)
+from runtime.kvcache import is_int
+
+MAX_NEW_TOKENS = 100_000      # more is refused: greedy alone would run for minutes
+TUNE_SIZE = (16, 128)         # the documented --tune run: prompts x new tokens
+DEMO_TOKENS = 160             # the demo's most new tokens (its text fits a terminal)
+PROMPT_TOKENS = 200           # --prompt's default
+TASK_EXAMPLES = 32            # --tasks: test examples per task (the run takes minutes)
+TASKS_CHECKPOINT = os.path.join(os.path.dirname(CHECKPOINT), "minibpd-tasks.pt")
+MAX_TEXT_BYTES = 64 * 2 ** 20  # --text: more is refused (the bench needs --prompts x 64 characters)
+
+
+def overrides(args):
+    return {"k": args.k, "p": args.p, "alpha": args.alpha}
+
+
+MODES = ("demo", "prompt", "bench", "tune", "scale", "tasks")
+# Each flag that only some modes read -> those modes; given to another, it is refused.
+APPLIES = {"max_new_tokens": ("demo", "prompt"), "decoder": ("prompt",),
+           "json": ("bench", "tasks", "scale"), "text": ("bench", "scale"),
+           "prompts": ("bench", "tune", "scale", "tasks"), "new_tokens": ("bench", "tune", "scale"),
+           "objective": ("tune",), "sweep": ("bench",), "plot": ("bench", "tasks", "scale"),
+           "force": ("tune",)}
+DEFAULTS = {"decoder": "bpd", "new_tokens": TUNE_SIZE[1], "objective": "block_efficiency"}
+
+
+def mode_of(args):
+    """The mode a command line asks for: one of MODES (none given: demo)."""
+    return next((m for m in MODES[1:] if getattr(args, m) not in (None, False)), "demo")
+
+
+def check_modes(args):
+    """Every flag a mode would ignore is refused (APPLIES; --verify with --scale, --sweep and
+    --plot when sampling); then the defaults that depend on the mode are set."""
+    mode = args.mode = mode_of(args)
+    for name, modes in APPLIES.items():
+        if mode not in modes and getattr(args, name) not in (None, False):
+            flag = "--" + name.replace("_", "-")
+            hint = f"; --{mode} takes --new-tokens" if name == "max_new_tokens" else ""
+            raise ValueError(f"{flag} does nothing with --{mode} (it applies to "
+                             f"{', '.join('--' + m for m in modes)}): drop it{hint}")
+    if mode == "scale" and args.verify != "auto":
+        raise ValueError(f"--scale times every decoder with its own verification (auto: a token "
+                         f"tree for several drafts): drop --verify {args.verify}")
+    for flag in ("sweep", "plot"):
+        if mode == "bench" and args.temperature and getattr(args, flag):
+            raise ValueError(f"--{flag} draws on the greedy bench (temperature 0): drop --{flag} "
+                             "or --temperature")
+    for name, value in DEFAULTS.items():
+        setattr(args, name, value if getattr(args, name) is None else getattr(args, name))
+    if args.checkpoint is None:
+        args.checkpoint = TASKS_CHECKPOINT if args.tasks else CHECKPOINT
+    if args.prompts is None:
+        args.prompts = TASK_EXAMPLES if args.tasks else TUNE_SIZE[0]
+    args.tokens_given = args.max_new_tokens is not None
+    if args.max_new_tokens is None:
+        args.max_new_tokens = DEMO_TOKENS if mode == "demo" else PROMPT_TOKENS
+
+
+def check_args(args):
+    """Every check that needs no checkpoint, before anything is loaded or run."""
+    check_modes(args)
+    for flag, value in (("--max-new-tokens", args.max_new_tokens), ("--new-tokens", args.new_tokens)):
+        if not 1 <= value <= MAX_NEW_TOKENS:
+            raise ValueError(f"{flag} must be from 1 to {MAX_NEW_TOKENS:,}, got {value}")
+    if args.mode == "demo" and args.max_new_tokens > DEMO_TOKENS:
+        raise ValueError(f"--demo shows at most {DEMO_TOKENS} new tokens, got --max-new-tokens "
+                         f"{args.max_new_tokens}; use --prompt TEXT for longer generations")
+    if args.prompts < 1:
+        raise ValueError(f"--prompts must be >= 1, got {args.prompts}")
+    if not 0 <= args.seed < 2 ** 63:
+        raise ValueError(f"--seed must be from 0 to 2**63 - 1, got {args.seed}")
+    if args.prompt is not None and not args.prompt:
+        raise ValueError("the prompt is empty: pass some text, e.g. --prompt 'The import statement'")
+    if args.decoder not in decoders.names(args.temperature) + list(decoders.BASELINES):
+        raise ValueError(f"unknown decoder {args.decoder!r}; choose from {', '.join(decoders.names())}")
+    given = {k: v for k, v in overrides(args).items() if v is not None}
+    if not 0 <= args.temperature < float("inf"):
+        raise ValueError(f"--temperature must be a number >= 0, got {args.temperature}")
+    if args.mode in ("tune", "scale", "tasks") and args.temperature:
+        raise ValueError(f"--{args.mode} measures greedy decoding: drop --temperature")
+    if args.tune and given:
+        raise ValueError(f"--tune chooses {', '.join('--' + k for k in given)} itself; drop the flag")
+    lattice.check_settings(**given)    # the one settings rule; budgets once the model is loaded
+    if args.plot:
+        check_plot_dir(args.plot)
+    if args.tune and args.objective == "tokens_per_s" and not args.tuned:
+        raise ValueError("speed-tuned settings hold for this machine only: add --tuned FILE")
+    documented = (args.prompts, args.new_tokens) == TUNE_SIZE and args.heads is None
+    if args.tune and not documented and not args.tuned:
+        raise ValueError(f"a --tune run other than the documented --prompts {TUNE_SIZE[0]} "
+                         f"--new-tokens {TUNE_SIZE[1]} (all heads) writes only to a file you name: "
+                         "add --tuned FILE")
+
+
+def check_plot_dir(folder):
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise ValueError("--plot needs matplotlib, which is not installed: pip install matplotlib") from None
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"--plot {folder}: cannot create that folder ({e.strerror})") from None
+    if not os.access(folder, os.W_OK):
+        raise ValueError(f"--plot {folder}: that folder is not writable")
+
+
+def resolve_device(name):
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda was asked for but CUDA is not available; use --device cpu")
+    return name
+
+
+
+
+# ----------------------------------------------------------------------------- against the checkpoint
+
+def check_against_checkpoint(args, ck):
+    """Every flag against the checkpoint's header (`ck`, from runtime.checkpoint.read: its config,
+    kind, dtype, splits and tasks), before any model is loaded (SmolLM2's takes 30-70 s). Sets
+    args.tuned_settings (the tuned file, read) and, for --bench, --scale and --tune,
+    args.prompt_text (the text their prompts come from)."""
+    path, cfg, kind = args.checkpoint, ck["config"], ck.get("kind")
+    family_module(ck, path)                          # an unknown kind: refused here
+    if args.dtype is None:
+        dtype_of(ck, path)                           # the checkpoint's own: a torch dtype?
+    if not isinstance(cfg, dict):
+        return                                       # the load says what is wrong with it
+    check_model_flags(args, ck, cfg)
+    if args.scale and kind is not None:
+        raise ValueError(f"--scale projects the character GPT family (minibpd.GPT) to larger "
+                         f"sizes; {path} holds a {kind!r} model: run it on a character checkpoint "
+                         "such as checkpoints/minibpd.pt")
+    if args.tasks:
+        if "tasks" not in ck or "rescorer_tasks" not in ck:
+            raise ValueError(f"checkpoint {path} holds no tasks: use {TASKS_CHECKPOINT} or "
+                             "fine-tune one with `python train_heads.py --tasks`")
+        bench.stored_tasks(ck, args.prompts)
+    if args.bench or args.scale or args.tune:
+        args.prompt_text = prompt_text(args, ck)
+    heads = args.heads or cfg.get("n_bpd_heads")
+    if args.tune:
+        check_tune_out(args)
+    args.tuned_settings = {} if args.tune else decoders.load_tuned(
+        args.tuned or decoders.tuned_path(path), path, heads, cfg.get("n_bpd_heads"),
+        required=args.tuned is not None)
+
+
+def check_model_flags(args, ck, cfg):
+    """--heads, --verify and --dtype against the model the checkpoint's config describes."""
+    path, h = args.checkpoint, cfg.get("n_bpd_heads")
+    if args.heads is not None and is_int(h) and not 1 <= args.heads <= h:
+        raise ValueError(f"--heads: heads must be an integer from 1 to {h} (the heads of {path}), "
+                         f"got {args.heads}")
+    invariant = bool(cfg.get("batch_invariant", False))
+    if args.verify == "tree" and invariant:
+        raise ValueError(f"--verify tree is not exact on {path}: its model is batch-invariant, and "
+                         "a token tree would group a node's keys unlike one-token decoding; use "
+                         "--verify batch or auto")
+    if (args.dtype or ck.get("dtype", "float32")) == "bfloat16" and not invariant:
+        raise ValueError(f"bfloat16 is refused for {path}: its model is not batch-invariant, so its "
+                         "batched verification and one-token decoding round differently in "
+                         "bfloat16 and BPD would not equal greedy; use --dtype float32 or float64")
+
+
+def prompt_text(args, ck):
+    """The text --bench and --scale (the test split, or --text) and --tune (the tune split) take
+    their prompts from, checked to hold --prompts of them (bench.make_prompts' rule)."""
+    if args.tune:
+        text = split_text(ck, "tune")
+    elif args.text:
+        text = read_text(args.text, ck.get("vocab"))
+    else:
+        text = split_text(ck, "test")
+    bench.check_prompt_count(text, args.prompts)
+    return text
+
+
+def read_text(path, vocab):
+    """--text: at most MAX_TEXT_BYTES of UTF-8, mapped into the model's characters (to_vocab;
+    a tokenizer's vocabulary: unchanged), with a warning for what was dropped or mapped."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_TEXT_BYTES + 1)
+        text = raw.decode("utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"cannot read --text {path} as UTF-8: {e}") from None
+    if len(raw) > MAX_TEXT_BYTES:
+        raise ValueError(f"--text {path} holds more than {MAX_TEXT_BYTES:,} bytes, the most the "
+                         "bench reads (its prompts are --prompts x 64 characters): pass a smaller "
+                         "file")
+    counts = {}
+    text = to_vocab(text, vocab, counts)
+    dropped, mapped = (sum(counts.get(k, {}).values()) for k in ("dropped", "mapped"))
+    if dropped or mapped:
+        print(f"warning: --text {path}: dropped {dropped:,} characters the model does not "
+              f"know, mapped {mapped:,} to look-alikes it knows", file=sys.stderr)
+    return text
+
+
+def check_tune_out(args):
+    """--tune writes its settings to --tuned FILE (default CHECKPOINT.tuned.json): refused before
+    the run where that cannot be written, where it holds anything but a tuned file of this
+    checkpoint, or where it is shipped (checkpoints/), unless --force (not for non-tuned files)."""
+    out = args.tuned or decoders.tuned_path(args.checkpoint)
+    if os.path.isdir(out):
+        raise ValueError(f"--tuned {out} is a folder: name a file")
+    shipped = os.path.realpath(CHECKPOINTS)
+    if os.path.commonpath([os.path.realpath(out), shipped]) == shipped and not args.force:
+        raise ValueError(f"--tune would overwrite {out}, shipped in {CHECKPOINTS}: pass --force "
+                         "to rewrite it, or --tuned FILE to write elsewhere")
+    if os.path.exists(out):
+        try:
+            with open(out, encoding="utf-8") as f:
+                data = json.load(f)
+            decoders.check_tuned(out, data)
+        except (OSError, ValueError) as e:   # not UTF-8, not JSON, not tuned settings
+            what = "JSON" if isinstance(e, (OSError, UnicodeDecodeError, json.JSONDecodeError)) \
+                else "tuned settings"
+            raise ValueError(f"--tuned {out} exists and holds no {what}: --tune overwrites only a "
+                             "tuned file of this checkpoint; remove it or name another file") from None
+        if data.get("checkpoint_sha256") != file_sha256(args.checkpoint) and not args.force:
+            raise ValueError(f"--tuned {out} holds settings tuned for another checkpoint (its "
+                             "checkpoint_sha256 differs): pass --force to replace them, or name "
+                             "another file")
+    if not writable(out):
+        raise ValueError(f"--tuned {out}: not writable (tried: the file cannot be opened for "
+                         "writing there)")
