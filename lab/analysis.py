@@ -3,7 +3,7 @@
 Heads are causal, so one forward pass over a prompt plus its greedy continuation gives every
 head's distribution at every position; replaying the decode steps against the known greedy
 tokens then gives each drafter's exact accepted lengths without a single verification call
-(`replay`, proven equal to `bpd_decode` in test_refine.py). That makes sweeps over k, p and alpha
+(`replay`, tested equal to `bpd_decode` in tests/decoders/test_refine.py). That makes sweeps over k, p and alpha
 cheap, and it is what the repetition, head-confidence, oracle and win/tie/loss analyses use.
 """
 import itertools
