@@ -25,7 +25,7 @@ import argparse
 import math
 import os
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import torch
 
@@ -35,7 +35,7 @@ from training.finetune import (DISTILL_DEFAULTS, SMOLLM_DEFAULTS, TASKS_DEFAULTS
 from runtime.checkpoint import CHECKPOINT, FORMAT_VERSION
 from minibpd import GPT, GPTConfig
 from runtime.threads import choose_threads
-from training.fit import as_tensors, evaluate, git_revision, half, load_corpus, train
+from training.fit import TrainConfig, as_tensors, evaluate, git_revision, half, load_corpus, train
 
 # ----------------------------------------------------------------------------- the base model and rescorer
 
@@ -56,7 +56,8 @@ def train_both(args, vocab, splits, gen):
                     args.heads, args.dropout)
     model = GPT(cfg)
     print(f"model: {sum(p.numel() for p in model.parameters()):,} parameters, {cfg}")
-    secs = train(model, splits["train"], args, gen, "heads", splits["tune"])
+    run = TrainConfig.from_args(args)
+    secs = train(model, splits["train"], run, gen, "heads", splits["tune"])
     losses, accs = evaluate(model, splits["test"])
     print("held-out (test) per head:  loss " + " ".join(f"{x:.3f}" for x in losses))
     print("                      top-1 acc " + " ".join(f"{x:.3f}" for x in accs))
@@ -67,8 +68,8 @@ def train_both(args, vocab, splits, gen):
     n, n_base = (sum(p.numel() for p in m.parameters()) for m in (rescorer, model))
     print(f"rescorer: {n:,} parameters ({n / n_base:.1%} of the base), n_layer {rcfg.n_layer}, "
           f"n_embd {rcfg.n_embd}, {args.rescorer_steps:,} steps")
-    rargs = argparse.Namespace(**{**vars(args), "steps": args.rescorer_steps})
-    rsecs = train(rescorer, splits["train"], rargs, gen, "rescorer", splits["tune"])
+    rsecs = train(rescorer, splits["train"], replace(run, steps=args.rescorer_steps),
+                  gen, "rescorer", splits["tune"])
     print(f"rescorer: held-out loss {evaluate(rescorer, splits['test'])[0][0]:.3f}")
     return {"format_version": FORMAT_VERSION, "config": asdict(cfg), "model": half(model),
             "rescorer_config": asdict(rcfg), "rescorer": half(rescorer), "vocab": vocab,
@@ -327,20 +328,20 @@ def main(argv=None):
 def run(args):
     if args.smollm:
         from models import smollm
-        (model, extra), threads = with_threads(args, lambda: smollm_heads(args))
+        (model, extra), threads = with_threads(args, lambda: smollm_heads(TrainConfig.from_args(args)))
         extra["train"]["threads"] = threads
         smollm.save_heads(model, args.out, extra)
         print(f"saved {args.out} ({extra['train']['seconds'] / 60:.1f} min in all, "
               f"{extra['train']['seconds_generating'] / 60:.1f} generating)")
         return
     if args.tasks:
-        ckpt, threads = with_threads(args, lambda: finetune_tasks(args))
+        ckpt, threads = with_threads(args, lambda: finetune_tasks(TrainConfig.from_args(args)))
         ckpt["finetune"]["threads"] = threads
         torch.save(ckpt, args.out)
         print(f"saved {args.out} ({ckpt['finetune']['seconds'] / 60:.1f} min of fine-tuning)")
         return
     if args.distill:
-        ckpt, threads = with_threads(args, lambda: distill(args))
+        ckpt, threads = with_threads(args, lambda: distill(TrainConfig.from_args(args)))
         ckpt["distill"]["threads"] = threads
         torch.save(ckpt, args.out)
         d = ckpt["distill"]

@@ -84,9 +84,12 @@ class LlamaConfig:
 
     @property
     def row_multiple(self):
-        """The smallest row count R such that R x every row width (residual, q/k/v, SwiGLU) is a
-        multiple of VECTOR_LOOP elements: 1 for SmolLM2's widths (576, 960, 1536)."""
-        widths = (self.n_embd, (self.n_head + 2 * self.n_kv_head) * self.head_dim, self.n_hidden)
+        """The smallest row count R such that R x every row width (residual, q/k/v, SwiGLU, the
+        output projection's V) is a multiple of VECTOR_LOOP elements: 1 for SmolLM2's widths
+        (576, 960, 1536, 49,152). V counts too: with V = 2 or 3 and 8-row blocks the projection
+        rounded a row by its place in the block (test_chunked_equals_sequential_bitwise)."""
+        widths = (self.n_embd, (self.n_head + 2 * self.n_kv_head) * self.head_dim, self.n_hidden,
+                  self.vocab_size)
         return max(VECTOR_LOOP // math.gcd(VECTOR_LOOP, w) for w in widths)
 
 

@@ -3,7 +3,6 @@ own greedy output (--distill), and one model for the five tasks (--tasks); and B
 frozen pretrained LM, SmolLM2-135M (--smollm; smollm.py and llama.py). train_heads.py is the
 command line; training.py the fit loop all use.
 """
-import argparse
 import copy
 import dataclasses
 import hashlib
@@ -68,25 +67,25 @@ def greedy_agreement(model, data, rows=64, seed=0):
         return head_losses(model, windows, mask, skip=1)[1].tolist()
 
 
-def distill_loss(model, splits, args, gen, teacher, base=None):
+def distill_loss(model, splits, cfg, gen, teacher, base=None):
     """-> loss_at(step) for fit: joint: head 1 on a corpus batch plus head_weight x heads 2..h and
     anchor x head 1's KL from `base` (training.anchor_kl) on a greedy batch, a weighted mean as
     joint_loss; frozen: heads 2..h only."""
-    T, h, w, a, pool = (model.config.block_size, model.config.n_bpd_heads, args.head_weight,
-                        args.anchor, {})
+    T, h, w, a, pool = (model.config.block_size, model.config.n_bpd_heads, cfg.head_weight,
+                        cfg.anchor, {})
 
     def loss_at(step):
-        if step % args.regen_every == 0:
+        if step % cfg.regen_every == 0:
             g0 = time.time()
-            pool["windows"], pool["mask"] = greedy_windows(teacher, splits["train"], args.gen_rows, gen)
+            pool["windows"], pool["mask"] = greedy_windows(teacher, splits["train"], cfg.gen_rows, gen)
             pool["gen_s"] = pool.get("gen_s", 0.0) + time.time() - g0
-        pick = torch.randint(args.gen_rows, (args.batch_size,), generator=gen)
+        pick = torch.randint(cfg.gen_rows, (cfg.batch_size,), generator=gen)
         windows, mask = pool["windows"][pick], pool["mask"][pick]
         logits = model.head_logits(model(windows[:, :T]))                  # [B, T, h, V]
         heads = head_losses(model, windows, mask, skip=1, logits=logits)[0]
         kl = anchor_kl(base, windows[:, :T], logits[:, :, 0], mask) if a else torch.zeros(())
-        if args.distill == "joint":
-            chunk = batches(splits["train"], args.batch_size, T + h, gen)
+        if cfg.distill == "joint":
+            chunk = batches(splits["train"], cfg.batch_size, T + h, gen)
             first = F.cross_entropy(model.lm_head(model(chunk[:, :T])).flatten(0, 1),
                                     chunk[:, 1:T + 1].flatten())
             loss = (first + a * kl + w * heads.sum()) / (1 + a + w * (h - 1))
@@ -99,39 +98,39 @@ def distill_loss(model, splits, args, gen, teacher, base=None):
     return loss_at, pool
 
 
-def distill(args, log=print):
+def distill(cfg, log=print):
     """Distil --base into a checkpoint dict (written by main)."""
     try:
-        model, ck = load_checkpoint(args.base)
+        model, ck = load_checkpoint(cfg.base)
     except CheckpointError as e:
         raise ValueError(f"--base: {e}") from None
     if model.config.n_bpd_heads < 2 or "splits" not in ck:
-        raise ValueError(f"--base {args.base} has one head or no stored splits: nothing to distil")
+        raise ValueError(f"--base {cfg.base} has one head or no stored splits: nothing to distil")
     splits = as_tensors(ck["splits"], ck["vocab"])
-    torch.manual_seed(args.seed)
-    gen = torch.Generator().manual_seed(args.seed)
+    torch.manual_seed(cfg.seed)
+    gen = torch.Generator().manual_seed(cfg.seed)
     base_loss, base_agree = evaluate(model, splits["test"])[0][0], greedy_agreement(model, splits["tune"])
-    log(f"base {args.base}: test loss head 1 {base_loss:.3f}; tune agreement with greedy, heads "
+    log(f"base {cfg.base}: test loss head 1 {base_loss:.3f}; tune agreement with greedy, heads "
         f"2..{model.config.n_bpd_heads}: " + " ".join(f"{a:.0%}" for a in base_agree))
-    if args.distill == "frozen":       # only heads 2..h learn; lm_head is the tied embedding
+    if cfg.distill == "frozen":       # only heads 2..h learn; lm_head is the tied embedding
         for p in model.parameters():
             p.requires_grad_(False)
         for p in model.heads.parameters():
             p.requires_grad_(True)
-    base = copy.deepcopy(model).eval() if args.teacher == "base" or args.anchor else None
-    teacher = base if args.teacher == "base" else model
-    loss_at, pool = distill_loss(model, splits, args, gen, teacher, base)
-    secs = fit(model, args, loss_at, f"distill {args.distill}",
-               splits["tune"] if args.distill == "joint" else None, log)
+    base = copy.deepcopy(model).eval() if cfg.teacher == "base" or cfg.anchor else None
+    teacher = base if cfg.teacher == "base" else model
+    loss_at, pool = distill_loss(model, splits, cfg, gen, teacher, base)
+    secs = fit(model, cfg, loss_at, f"distill {cfg.distill}",
+               splits["tune"] if cfg.distill == "joint" else None, log)
     losses, accs = evaluate(model, splits["test"])
     agree = greedy_agreement(model, splits["tune"])
     log(f"distilled: test loss head 1 {losses[0]:.3f} (base {base_loss:.3f}); tune agreement "
         "with greedy: " + " ".join(f"{a:.0%}" for a in agree))
     keep = ("steps", "lr", "warmup", "batch_size", "regen_every", "teacher", "gen_rows", "seed")
-    record = {"variant": args.distill, "base": os.path.basename(args.base),
-              "base_sha256": file_sha256(args.base), **{k: getattr(args, k) for k in keep},
-              "head_weight": args.head_weight if args.distill == "joint" else None,
-              "anchor": args.anchor if args.distill == "joint" else None,
+    record = {"variant": cfg.distill, "base": os.path.basename(cfg.base),
+              "base_sha256": file_sha256(cfg.base), **{k: getattr(cfg, k) for k in keep},
+              "head_weight": cfg.head_weight if cfg.distill == "joint" else None,
+              "anchor": cfg.anchor if cfg.distill == "joint" else None,
               "seconds": round(secs), "seconds_generating": round(pool["gen_s"]),
               "test_loss": losses, "test_acc": accs, "tune_greedy_agreement": agree,
               "base_test_loss": base_loss, "base_tune_greedy_agreement": base_agree,
@@ -180,33 +179,33 @@ def task_stream(pairs_by_task, chars, seed):
     return "".join(parts)
 
 
-def finetune_tasks(args, log=print):
+def finetune_tasks(cfg, log=print):
     """Fine-tune --base on the tasks (see above). -> the checkpoint dict: the base's, with the
     widened model, the examples it is tuned and evaluated on (ck["tasks"]: tasks.build_all's
     tune and test splits) and the in-domain control rescorer (ck["rescorer_tasks"])."""
     try:
-        base, ck = load_checkpoint(args.base)
+        base, ck = load_checkpoint(cfg.base)
     except CheckpointError as e:
         raise ValueError(f"--base: {e}") from None
     data = tasks.build_all(ck["vocab"])
     pairs = {t: s["train"] for t, s in data["tasks"].items()}
-    span, gen = args.block_size + base.config.n_bpd_heads, torch.Generator().manual_seed(args.seed)
-    torch.manual_seed(args.seed)
-    stream = task_stream(pairs, args.steps * args.batch_size * span, args.seed)
-    tune = task_stream({t: s["tune"] for t, s in data["tasks"].items()}, 40 * span, args.seed)
+    span, gen = cfg.block_size + base.config.n_bpd_heads, torch.Generator().manual_seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    stream = task_stream(pairs, cfg.steps * cfg.batch_size * span, cfg.seed)
+    tune = task_stream({t: s["tune"] for t, s in data["tasks"].items()}, 40 * span, cfg.seed)
     ids = as_tensors({"train": stream, "tune": tune}, ck["vocab"])
-    model = widen(base, args.block_size)
+    model = widen(base, cfg.block_size)
     log(f"tasks: {sum(map(len, pairs.values())):,} train examples, a stream of {len(stream):,} "
-        f"characters; window {base.config.block_size} -> {args.block_size}; tune loss head 1 "
+        f"characters; window {base.config.block_size} -> {cfg.block_size}; tune loss head 1 "
         f"{evaluate(model, ids['tune'], 16)[0][0]:.3f} before")
-    secs = train(model, ids["train"], args, gen, "tasks", ids["tune"])
-    rescorer = build_model(ck["rescorer_config"], ck["rescorer"], where=f"--base {args.base}'s "
-                           "rescorer", path=args.base, kind=train_kind(ck))
-    rargs = argparse.Namespace(**{**vars(args), "steps": args.rescorer_steps})
+    secs = train(model, ids["train"], cfg, gen, "tasks", ids["tune"])
+    rescorer = build_model(ck["rescorer_config"], ck["rescorer"], where=f"--base {cfg.base}'s "
+                           "rescorer", path=cfg.base, kind=train_kind(ck))
+    rargs = dataclasses.replace(cfg, steps=cfg.rescorer_steps)
     rsecs = train(rescorer, ids["train"], rargs, gen, "tasks rescorer", ids["tune"])
     losses, accs = evaluate(model, ids["tune"])
-    record = {"base": os.path.basename(args.base), "base_sha256": file_sha256(args.base),
-              **{k: getattr(args, k) for k in ("steps", "lr", "warmup", "batch_size", "block_size",
+    record = {"base": os.path.basename(cfg.base), "base_sha256": file_sha256(cfg.base),
+              **{k: getattr(cfg, k) for k in ("steps", "lr", "warmup", "batch_size", "block_size",
                                                 "head_weight", "seed", "rescorer_steps")},
               "seconds": round(secs + rsecs), "stream_chars": len(stream), "tune_loss": losses,
               "tune_acc": accs, "torch": str(torch.__version__), "git_revision": git_revision()}
@@ -302,7 +301,7 @@ def greedy_states(model, rows, n):
     stream after EXIT_LAYERS blocks at the same position."""
     zs, exits = [], []
     grab = model.blocks[EXIT_LAYERS - 1].register_forward_hook(
-        lambda module, args, out: exits.append(out[:, -1].to(torch.bfloat16)))
+        lambda module, inputs, out: exits.append(out[:, -1].to(torch.bfloat16)))
     try:
         out = decode_rows(model, rows, n, states=zs)
     finally:
@@ -364,14 +363,14 @@ class SmolHeads(torch.nn.Module):
         return ys, self.exit(self.norm(exit_states.float()))[:, None]
 
 
-def smollm_loss(trainee, weight, data, args, gen):
+def smollm_loss(trainee, weight, data, cfg, gen):
     """-> loss_at(step) for fit: a random batch of generated positions, heads 2..h on their
     future tokens and the exit adapter on the next token, the two losses added."""
     z, exits, targets = data["z"].flatten(0, 1), data["exit"].flatten(0, 1), data["targets"].flatten(0, 1)
     keep = torch.nonzero(targets[:, 1] >= 0).flatten()       # positions with a head-2 target
 
     def loss_at(step):
-        pick = keep[torch.randint(len(keep), (args.batch_size,), generator=gen)]
+        pick = keep[torch.randint(len(keep), (cfg.batch_size,), generator=gen)]
         ys, ex = trainee(z[pick], exits[pick])
         heads, per_head, _, _ = projected_loss(ys, targets[pick, 1:], weight)
         exit_loss, _, _, _ = projected_loss(ex, targets[pick, :1], weight)
@@ -429,14 +428,14 @@ def smollm_data(model, vocab, texts, gen, log):
     return data
 
 
-def smollm_heads(args, log=print):
+def smollm_heads(cfg, log=print):
     """Train SmolLM2's heads (see above). -> (model with trained heads, the checkpoint's extra
     keys for smollm.save_heads)."""
     from models import smollm
     t0, cpu0, load0 = time.time(), time.process_time(), load_average()
-    torch.manual_seed(args.seed)
-    gen = torch.Generator().manual_seed(args.seed)
-    model, vocab = smollm.load(dtype=torch.bfloat16, n_bpd_heads=args.heads)
+    torch.manual_seed(cfg.seed)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    model, vocab = smollm.load(dtype=torch.bfloat16, n_bpd_heads=cfg.heads)
     exit_head = llama.BPDHead(model.config)
     texts, corpus = smollm_corpus()
     log(f"corpus: {corpus['name']}, characters train/tune/test " +
@@ -450,21 +449,21 @@ def smollm_heads(args, log=print):
     for p in [*trainee.heads.parameters(), *trainee.exit.parameters()]:
         p.requires_grad_(True)
     weight = model.lm_head.weight.detach()         # [V, C] bf16, the tied embedding
-    secs = fit(trainee, args, smollm_loss(trainee, weight, data["train"], args, gen),
+    secs = fit(trainee, cfg, smollm_loss(trainee, weight, data["train"], cfg, gen),
                "smollm heads", None, log)
-    record = smollm_record(trainee, weight, data["tune"], args, log)
+    record = smollm_record(trainee, weight, data["tune"], cfg, log)
     record.update(seconds=round(time.time() - t0), cpu_seconds=round(time.process_time() - cpu0),
                   seconds_generating=round(gen_s), seconds_training=round(secs),
                   load_average_before=load0, load_average_after=load_average(),
                   tokens_generated={s: d["tokens"].numel() for s, d in data.items()})
-    extra = {"dtype": "bfloat16", "splits": texts, "corpus": corpus, "seed": args.seed,
+    extra = {"dtype": "bfloat16", "splits": texts, "corpus": corpus, "seed": cfg.seed,
              "rescorer_config": {"kind": "early-exit", "layers": EXIT_LAYERS},
              "rescorer": {k: v.half() for k, v in exit_head.state_dict().items()},
              "train": record, "git_revision": git_revision()}
     return model.eval(), extra
 
 
-def smollm_record(trainee, weight, tune, args, log):
+def smollm_record(trainee, weight, tune, cfg, log):
     """The training record: held-out agreement with greedy per head and plain BPD's replayed
     block efficiency with 1..h heads (on the tune continuations)."""
     preds, exit_preds = held_out(trainee, weight, tune)
@@ -477,7 +476,7 @@ def smollm_record(trainee, weight, tune, args, log):
     log("tune block efficiency (replayed BPD) with 1..h heads: "
         + " ".join(f"{b:.2f}" for b in be.values()))
     keep = ("steps", "lr", "warmup", "batch_size", "heads", "seed")
-    return {**{k: getattr(args, k) for k in keep}, "continuations": CONTINUATIONS,
+    return {**{k: getattr(cfg, k) for k in keep}, "continuations": CONTINUATIONS,
             "gen_tokens": GEN_TOKENS, "exit_layers": EXIT_LAYERS,
             "tune_greedy_agreement": agree, "tune_exit_agreement": exit_agree,
             "tune_block_efficiency_by_heads": {str(n): b for n, b in be.items()},

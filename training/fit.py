@@ -7,6 +7,7 @@ import math
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, fields
 
 import torch
 import torch.nn.functional as F
@@ -43,6 +44,36 @@ def as_tensors(texts, vocab):
     """{split: text} -> {split: 1-D tensor of token ids}."""
     stoi = {c: i for i, c in enumerate(vocab)}
     return {k: torch.tensor([stoi[c] for c in v]) for k, v in texts.items()}
+
+
+# ----------------------------------------------------------------------------- the settings of a run
+
+@dataclass
+class TrainConfig:
+    """Every setting a training run reads: train_heads.py's flags (argparse stays there:
+    TrainConfig.from_args), so the library takes one typed object. The defaults are the base
+    model's run; --distill, --tasks and --smollm change some (training/finetune.py)."""
+    steps: int = 5000             # optimizer steps
+    lr: float = 3e-3              # peak learning rate (AdamW): linear warm-up, cosine decay
+    warmup: int = 100
+    batch_size: int = 32          # windows per step (SmolLM2: positions per step)
+    head_weight: float = 0.2      # loss weight of heads 2..h relative to head 1
+    log_every: int = 100
+    seed: int = 1337
+    block_size: int = 128         # the context window (--tasks widens it)
+    heads: int = 8                # h, head 1 included
+    rescorer_steps: int = None    # the rescorer LM's steps (default: steps // 2)
+    distill: str = None           # --distill: 'frozen' or 'joint'
+    base: str = None              # --distill, --tasks: the checkpoint to start from
+    regen_every: int = 50         # --distill: steps between regenerations of the greedy data
+    gen_rows: int = 128           # --distill: greedy continuations per regeneration
+    anchor: float = 0.0           # --distill joint: weight of head 1's KL from the base
+    teacher: str = "current"      # --distill: who generates the greedy data
+
+    @classmethod
+    def from_args(cls, args):
+        """The settings from an argparse Namespace (train_heads.parse_args), by field name."""
+        return cls(**{f.name: getattr(args, f.name) for f in fields(cls) if hasattr(args, f.name)})
 
 
 # ----------------------------------------------------------------------------- losses and the fit loop
@@ -86,31 +117,31 @@ def lr_at(step, steps, lr, warmup):
     return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup))))
 
 
-def fit(model, args, loss_at, label, held_out=None, log=print):
+def fit(model, cfg, loss_at, label, held_out=None, log=print):
     """The one optimiser loop (base model, rescorer, distillation): AdamW, warm-up + cosine decay,
     gradient clipping at 1.0, over the parameters that require grad. loss_at(step) -> (loss,
     the log's note on it). held_out: a token tensor whose head-1 loss the log shows now and then.
     -> seconds."""
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.1, betas=(0.9, 0.95))
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.1, betas=(0.9, 0.95))
     model.train()
     t0 = time.time()
-    for step in range(args.steps):
+    for step in range(cfg.steps):
         for group in opt.param_groups:
-            group["lr"] = lr_at(step, args.steps, args.lr, args.warmup)
+            group["lr"] = lr_at(step, cfg.steps, cfg.lr, cfg.warmup)
         loss, note = loss_at(step)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
-        if step % args.log_every == 0 or step == args.steps - 1:
+        if step % cfg.log_every == 0 or step == cfg.steps - 1:
             el, tune = time.time() - t0, ""
-            if held_out is not None and (step % (5 * args.log_every) == 0 or step == args.steps - 1):
+            if held_out is not None and (step % (5 * cfg.log_every) == 0 or step == cfg.steps - 1):
                 model.eval()
                 tune = f" | tune loss head 1 {evaluate(model, held_out, 16)[0][0]:.3f}"
                 model.train()
-            log(f"[{label}] step {step:5d}/{args.steps} {note()} | {el / 60:.1f} min, "
-                f"{(args.steps - step - 1) * el / (step + 1) / 60:.1f} min left" + tune)
+            log(f"[{label}] step {step:5d}/{cfg.steps} {note()} | {el / 60:.1f} min, "
+                f"{(cfg.steps - step - 1) * el / (step + 1) / 60:.1f} min left" + tune)
     model.eval()
     return time.time() - t0
 
@@ -126,16 +157,16 @@ def evaluate(model, data, n_windows=64):
 
 # ----------------------------------------------------------------------------- training runs
 
-def train(model, data, args, gen, label, held_out=None):
+def train(model, data, cfg, gen, label, held_out=None):
     """Joint training (joint_loss) on random windows of `data` -> seconds."""
     span, t0 = model.config.block_size + model.config.n_bpd_heads, time.time()
 
     def loss_at(step):
-        loss, per_head = joint_loss(model, batches(data, args.batch_size, span, gen), args.head_weight)
-        tok_s = (step + 1) * args.batch_size * span / max(1e-9, time.time() - t0)
+        loss, per_head = joint_loss(model, batches(data, cfg.batch_size, span, gen), cfg.head_weight)
+        tok_s = (step + 1) * cfg.batch_size * span / max(1e-9, time.time() - t0)
         return loss, lambda: "loss/head " + " ".join(f"{x:.2f}" for x in per_head.tolist()) + \
             f" | {tok_s:,.0f} tok/s"
-    return fit(model, args, loss_at, label, held_out)
+    return fit(model, cfg, loss_at, label, held_out)
 
 
 def half(model):

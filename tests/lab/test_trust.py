@@ -234,7 +234,7 @@ def test_drafter_option_calls_factories_as_they_ask(tmp_path, signature):
               f"class Mine(ArgmaxDrafter):\n    def __init__({signature}):\n"
               "        assert 'model' not in locals() or hasattr(model, 'config')\n")
     r = student_run(tmp_path, source, "student_factory:Mine")
-    assert r.returncode == 0 and "2 passed" in r.stdout, r.stdout[-1500:] + r.stderr[-1500:]
+    assert r.returncode == 0 and "4 passed" in r.stdout, r.stdout[-1500:] + r.stderr[-1500:]
 
 
 def test_drafter_option_with_a_missing_module_fails_the_run(tmp_path):
@@ -565,7 +565,7 @@ def test_library_refusals_name_what_they_refuse():
         with pytest.raises(ValueError, match="drafter huge: max_drafts 10000000: .*KV cache"):
             bpd_decode(model, [1, 2], 6, Huge(), verify=verify)
 
-    class MetaQ(minibpd.HeadSampler):
+    class MetaQ(decoders.HeadSampler):
         name = "metaq"
 
         def sample(self, logprobs, context, temperature, generator=None):
