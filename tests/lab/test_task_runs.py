@@ -100,6 +100,17 @@ def assert_statistics(r):
             assert lo <= t["block_efficiency"][decoder] + 1e-9 and hi >= t["block_efficiency"][decoder] - 1e-9
 
 
+def test_tasks_command_text(tasks_ckpt, capsys):
+    """The terminal report shows BPD's interval and each correlation's p and leave-one-out range,
+    in rows of at most 80 columns."""
+    assert cli.main(["--tasks", "--checkpoint", tasks_ckpt, "--prompts", "2", "--no-color"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    start = out.index(next(line for line in out if "exact permutation" in line))
+    rows = [line for line in out if line.startswith("  bpd 95%")] + out[start:start + 11]
+    assert rows[0].startswith("  bpd 95%") and "one task left out" in out[start + 1]
+    assert all(len(line) <= 80 for line in rows), [len(line) for line in rows]
+
+
 def test_tasks_command_refuses_a_checkpoint_without_tasks(tiny_ckpt, capsys):
     assert cli.main(["--tasks", "--checkpoint", tiny_ckpt]) == 2
     assert "holds no tasks" in capsys.readouterr().err
