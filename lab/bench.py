@@ -16,6 +16,7 @@ from dataclasses import dataclass, fields
 import torch
 
 from lab import analysis
+from lab import stats
 import decoders
 from lab import tasks
 from decoders import Method, baseline_name, split_text
@@ -316,6 +317,7 @@ class TaskResult:
     quality: dict                   # greedy output against the reference (the task's metric
                                     # first), and its phrase_repeat (a loop guard)
     in_domain: dict                 # {rescoring decoder: block efficiency with in-domain rescorers}
+    block_efficiency_interval: dict = None  # {decoder: [lo, hi]}: 95% bootstrap over examples
 
 
 @dataclass
@@ -369,7 +371,7 @@ def run_task(model, res, res_in, chosen, examples, metric, vocab, verify="auto")
     refined = {k: v for k, v in be.items() if k in decoders.refined()}
     gains = {k: 100 * (v / be[decoders.PLAIN] - 1) for k, v in refined.items()}
     return TaskResult(
-        examples=len(examples), block_efficiency=be,
+        examples=len(examples), block_efficiency=be, block_efficiency_interval=intervals(runs),
         identical_to_greedy={k: v == greedy for k, v in outs.items()}, relative_gain=gains,
         best_refined=max(refined, key=refined.get), oracle_by_k=analysis.oracle_by_k(model, items, res),
         **analysis.head_confidence(items),
@@ -397,20 +399,35 @@ def ranks(xs):
     return [sum(i for i, v in enumerate(order) if v == x) / order.count(x) for x in xs]
 
 
+def spearman(xs, ys):
+    """Spearman's rho: Pearson's r on the ranks."""
+    return pearson(ranks(xs), ranks(ys))
+
+
 def correlations(results):
     """Kim's cross-task claims, measured: Pearson r of h_max and of mean head entropy with BPD's
     block efficiency (Fig. 3b), Spearman's rho of each refined decoder's gain with it (Table 4:
-    gains shrink as it grows) and of the oracle's headroom (Figs. 5-6). n = the tasks."""
-    bpd = [r.block_efficiency[decoders.PLAIN] for r in results.values()]
-    n, spearman = len(bpd), lambda ys: pearson(ranks(bpd), ranks(ys))
-    refined = next(iter(results.values())).relative_gain
-    return {"hmax_vs_bpd_be": {"r": pearson([float(r.hmax) for r in results.values()], bpd), "n": n},
-            "entropy_vs_bpd_be": {"r": pearson([sum(r.head_entropy) / len(r.head_entropy)
-                                                for r in results.values()], bpd), "n": n},
-            "gain_vs_bpd_be": {k: {"rho": spearman([r.relative_gain[k] for r in results.values()]),
-                                   "n": n} for k in refined},
-            "headroom_vs_bpd_be": {"rho": spearman([r.oracle_by_k["8"] / r.block_efficiency[
-                decoders.PLAIN] - 1 for r in results.values()]), "n": n}}
+    gains shrink as it grows) and of the oracle's headroom (Figs. 5-6). Each entry: n (the
+    tasks), the coefficient (r or rho), p (exact permutation, two-sided) and loo ([min, max] of
+    the coefficient with one task dropped; stats.py)."""
+    tasks_ = list(results.values())
+    bpd = [r.block_efficiency[decoders.PLAIN] for r in tasks_]
+    refined = tasks_[0].relative_gain
+    headroom = [r.oracle_by_k["8"] / r.block_efficiency[decoders.PLAIN] - 1 for r in tasks_]
+    return {"hmax_vs_bpd_be": stats.summary(bpd, [float(r.hmax) for r in tasks_], pearson, "r"),
+            "entropy_vs_bpd_be": stats.summary(bpd, [sum(r.head_entropy) / len(r.head_entropy)
+                                                     for r in tasks_], pearson, "r"),
+            "gain_vs_bpd_be": {k: stats.summary(bpd, [r.relative_gain[k] for r in tasks_],
+                                                spearman, "rho") for k in refined},
+            "headroom_vs_bpd_be": stats.summary(bpd, headroom, spearman, "rho")}
+
+
+def intervals(runs, reps=1000, seed=0):
+    """{decoder: [lo, hi]}: the 95% bootstrap interval of its block efficiency over the task's
+    examples (resampled; block efficiency = their tokens / their calls)."""
+    return {k: list(stats.bootstrap_interval([(s["new_tokens"], s["calls"]) for s in v],
+                                             stats.block_efficiency, reps, seed))
+            for k, v in runs.items()}
 
 
 def run_tasks(model, ck, res, res_in, chosen, n=None, verify="auto", log=print):

@@ -193,6 +193,9 @@ def print_tasks(r, color=False):
         cells = "".join(f"{t.block_efficiency[m]:11.2f}{'✓' if t.identical_to_greedy.get(m, True) else '✗'}"
                         for t in r.tasks.values())
         print(f"  {m:{w}s}{cells}")
+    print(f"  {decoders.PLAIN + ' 95%':{w}s}" + "".join(    # bootstrap over the examples
+        f"{'%.2f-%.2f' % tuple(t.block_efficiency_interval[decoders.PLAIN]):>12s}"
+        for t in r.tasks.values() if t.block_efficiency_interval))
     print("\n  " + f"{'task':12s} {'ex.':>4s} {'best':>{best}s} {'gain':>7s} {'oracle8':>8s} {'h_max':>6s} "
           f"{'entropy':>8s} {'rep.':>6s} {'rep.2g':>6s} {'quality':>15s}")
     for name, t in r.tasks.items():
@@ -202,15 +205,24 @@ def print_tasks(r, color=False):
               f"{t.oracle_by_k['8']:8.2f} {t.hmax:6d} {sum(t.head_entropy) / len(t.head_entropy):8.2f} "
               f"{100 * t.repetition['adjacent_repeat']:5.1f}% {100 * t.repetition_2gram['adjacent_repeat']:5.1f}% "
               f"{q:>15s}")
-    c = r.correlation
-    fmt = lambda v: "n/a" if v is None else f"{v:+.2f}"
-    print(f"\n  across tasks (n = {c['hmax_vs_bpd_be']['n']}): Pearson r with BPD block efficiency: "
-          f"h_max {fmt(c['hmax_vs_bpd_be']['r'])}, mean head entropy {fmt(c['entropy_vs_bpd_be']['r'])};"
-          f"\n  Spearman rho of the gain over BPD with it: "
-          + ", ".join(f"{k} {fmt(v['rho'])}" for k, v in c["gain_vs_bpd_be"].items())
-          + f"; oracle headroom (k = 8) {fmt(c['headroom_vs_bpd_be']['rho'])}")
+    print_correlations(r.correlation)
     chart("BPD block efficiency by task", [(n, t.block_efficiency[decoders.PLAIN])
                                            for n, t in r.tasks.items()], color=color)
+
+
+def print_correlations(c):
+    """The cross-task coefficients with n, the exact permutation p and the range with one task
+    left out (bench.correlations), one row each, within 80 columns."""
+    fmt = lambda v: "n/a" if v is None else f"{v:+.2f}"
+    rows = [("h_max", "r", c["hmax_vs_bpd_be"]), ("mean head entropy", "r", c["entropy_vs_bpd_be"])]
+    rows += [(f"gain of {k}", "rho", v) for k, v in c["gain_vs_bpd_be"].items()]
+    rows += [("oracle headroom (k = 8)", "rho", c["headroom_vs_bpd_be"])]
+    print(f"\n  across tasks, against BPD block efficiency (p: exact permutation, two-sided)\n"
+          f"  {'':24s} {'coef.':>10s} {'n':>3s} {'p':>6s} {'one task left out':>18s}")
+    for what, key, e in rows:
+        p = "n/a" if e["p"] is None else f"{e['p']:.3f}"
+        loo = "n/a" if not e["loo"] else f"{fmt(e['loo'][0])} .. {fmt(e['loo'][1])}"
+        print(f"  {what:24s} {key:>4s} {fmt(e[key]):>5s} {e['n']:3d} {p:>6s} {loo:>18s}")
 
 
 def plot_tasks(r, folder):

@@ -3,8 +3,10 @@
 Kim et al. (arXiv 2404.09221 v2) study block efficiency per task: language modelling
 (LAMBADA), extractive QA (SQuAD v1), abstractive and extractive summarisation (XSum,
 CNN/DailyMail), and more. minibpd's character model cannot use those data sets (nothing is
-downloaded), so this module builds one analogue of each family, deterministically, from the
-running Python's standard library and from `pydoc_data.topics` (the base model's own corpus):
+downloaded), so this module builds analogues, deterministically, from the running Python's
+standard library and from `pydoc_data.topics` (the base model's own corpus); both summarisation
+tasks are abstractive (doc2summary's lead, CNN/DM-style, is never in its prompt), so extractive
+summarisation has no analogue:
 
     import tasks, torch
     ck = torch.load("checkpoints/minibpd.pt", weights_only=True)
@@ -50,7 +52,7 @@ TASKS = {
                "-> the span after `Return`"),
     "code2doc": Task("abstractive summarisation (XSum-like)",
                      "a function's source, docstrings removed (ast) -> its one-line summary"),
-    "doc2summary": Task("extractive summarisation (CNN/DM-like)",
+    "doc2summary": Task("abstractive summarisation (a CNN/DM-style lead, never in the prompt)",
                         "signature + a docstring's later paragraphs -> its first paragraph"),
     "code": Task("code completion",
                  "a function's source up to a line boundary -> the next 1-3 lines"),
@@ -359,7 +361,7 @@ def code2doc_pool():
     return dedupe(pool)
 
 
-# ----------------------------------------------------------------------- doc2summary (CNN/DM-like)
+# ------------------------------------------------------ doc2summary (abstractive; CNN/DM's lead)
 # The signature, then the docstring's paragraphs after the first, then a cue -> the first
 # paragraph as one line (the "lead"). Here the prompt is cut at its END, at a line boundary: the
 # signature must stay, and the paragraphs next to the lead are the ones that elaborate on it.

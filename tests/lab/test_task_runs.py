@@ -76,7 +76,39 @@ def test_tasks_command_json(tasks_ckpt, capsys):
         assert set(t["quality"]) == {"exact_match", "rouge_l", "phrase_repeat"}
         assert all(0 <= v <= 1 for v in t["quality"].values())
     assert {"hmax_vs_bpd_be", "entropy_vs_bpd_be", "gain_vs_bpd_be", "headroom_vs_bpd_be"} <= set(r["correlation"])
+    assert_statistics(r)
     assert {"checkpoint", "settings", "seconds"} <= set(r)
+
+
+def assert_statistics(r):
+    """Issue 24: every correlation says n, its coefficient, exact p and leave-one-out range;
+    every task a 95% bootstrap interval of each decoder's block efficiency."""
+    c = r["correlation"]
+    entries = [("r", c["hmax_vs_bpd_be"]), ("r", c["entropy_vs_bpd_be"]),
+               ("rho", c["headroom_vs_bpd_be"])] + [("rho", v) for v in c["gain_vs_bpd_be"].values()]
+    assert set(c["gain_vs_bpd_be"]) == set(r["tasks"]["qa"]["relative_gain"])
+    for key, e in entries:
+        assert set(e) == {key, "n", "p", "loo"} and e["n"] == len(tasks.TASKS)
+        if e[key] is None:
+            assert e["p"] is None and e["loo"] is None
+        else:
+            assert 0 < e["p"] <= 1 and len(e["loo"]) == 2 and e["loo"][0] <= e["loo"][1]
+    for name, t in r["tasks"].items():
+        ci = t["block_efficiency_interval"]
+        assert set(ci) == set(t["block_efficiency"]) - {"greedy"}, name
+        for decoder, (lo, hi) in ci.items():
+            assert lo <= t["block_efficiency"][decoder] + 1e-9 and hi >= t["block_efficiency"][decoder] - 1e-9
+
+
+def test_tasks_command_text(tasks_ckpt, capsys):
+    """The terminal report shows BPD's interval and each correlation's p and leave-one-out range,
+    in rows of at most 80 columns."""
+    assert cli.main(["--tasks", "--checkpoint", tasks_ckpt, "--prompts", "2", "--no-color"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    start = out.index(next(line for line in out if "exact permutation" in line))
+    rows = [line for line in out if line.startswith("  bpd 95%")] + out[start:start + 11]
+    assert rows[0].startswith("  bpd 95%") and "one task left out" in out[start + 1]
+    assert all(len(line) <= 80 for line in rows), [len(line) for line in rows]
 
 
 def test_tasks_command_refuses_a_checkpoint_without_tasks(tiny_ckpt, capsys):

@@ -1,0 +1,75 @@
+"""stats: how much a handful of numbers can hold, in pure Python (bench.py's `--tasks` uses it).
+
+With five tasks a correlation coefficient alone says little; these say how little:
+
+    exact_permutation_p(xs, ys, pearson)      # two-sided p over all n! pairings (n <= 8)
+    leave_one_out(xs, ys, pearson)            # (min, max) of the coefficient, each point dropped
+    bootstrap_interval(per_example, stat)     # 95% percentile interval, examples resampled
+
+`statistic` is any function of (xs, ys) -> a number or None (undefined, e.g. a constant input);
+bootstrap_interval's is a function of a list of examples, e.g. block efficiency of
+[(tokens, calls), ...] as sum of tokens / sum of calls.
+"""
+import itertools
+import random
+import statistics
+
+MAX_EXACT = 8           # 8! = 40,320 pairings: exact; more would take long in pure Python
+TIE = 1e-12             # a permuted coefficient this close to the observed one counts as as large
+
+
+def exact_permutation_p(xs, ys, statistic):
+    """Two-sided exact permutation p: the fraction of all n! orderings of ys whose |statistic|
+    is >= the observed |statistic| (the observed ordering included, so p >= 1/n! * ties).
+    None if the observed statistic is undefined."""
+    n = len(xs)
+    if n != len(ys):
+        raise ValueError(f"xs has {n} values, ys {len(ys)}")
+    if n > MAX_EXACT:
+        raise ValueError(f"an exact permutation test over {n}! orderings is too slow here "
+                         f"(at most {MAX_EXACT} values)")
+    observed = statistic(xs, ys)
+    if observed is None:
+        return None
+    hits = total = 0
+    for perm in itertools.permutations(ys):
+        value = statistic(xs, list(perm))
+        total += 1
+        hits += value is not None and abs(value) >= abs(observed) - TIE
+    return hits / total
+
+
+def leave_one_out(xs, ys, statistic):
+    """(min, max) of the statistic over the n subsets that drop one point each (None values
+    left out); None if no subset gives a value."""
+    values = [statistic(xs[:i] + xs[i + 1:], ys[:i] + ys[i + 1:]) for i in range(len(xs))]
+    values = [v for v in values if v is not None]
+    return (min(values), max(values)) if values else None
+
+
+def bootstrap_interval(values_per_example, statistic, reps=1000, seed=0):
+    """(lo, hi): the 2.5th and 97.5th percentiles (linear interpolation, as numpy's default) of
+    the statistic over `reps` resamples of the examples with replacement, seeded."""
+    items = list(values_per_example)
+    if not items:
+        raise ValueError("no examples to resample")
+    rng = random.Random(seed)
+    draws = [statistic(rng.choices(items, k=len(items))) for _ in range(reps)]
+    if reps == 1:
+        return draws[0], draws[0]
+    cuts = statistics.quantiles(draws, n=40, method="inclusive")
+    return cuts[0], cuts[-1]
+
+
+def block_efficiency(examples):
+    """[(new tokens, calls), ...] -> sum of tokens / sum of calls (analysis.block_eff's)."""
+    return sum(t for t, _ in examples) / sum(c for _, c in examples)
+
+
+def summary(xs, ys, statistic, key):
+    """{key: coefficient, "n", "p": exact permutation p, "loo": [min, max] or None} (a
+    coefficient that is None has p and loo None too)."""
+    value = statistic(xs, ys)
+    loo = leave_one_out(xs, ys, statistic) if value is not None else None
+    p = exact_permutation_p(xs, ys, statistic) if value is not None else None
+    return {key: value, "n": len(xs), "p": p, "loo": list(loo) if loo else None}

@@ -1,0 +1,81 @@
+"""The cross-task evidence of docs/tasks.md from one `--tasks --json` file: each correlation with
+n, its coefficient, the exact permutation p and the leave-one-out range (lab/stats.py), with every
+task and without the degenerate ones, and the verdict by docs/tasks.md's threshold; then BPD's
+block efficiency per task with its 95% bootstrap interval, and the spread.
+
+    python minibpd.py --tasks --json > /tmp/w/tasks.json
+    python tools/task_verdicts.py /tmp/w/tasks.json
+
+Degenerate: a task whose greedy text scores ROUGE-L < 0.1 against the references (`code`: the
+model writes spaces). Verdict: "reproduces" only if p < 0.05 with n >= 5 non-degenerate tasks and
+the sign Kim's claim expects; "same direction, not established" if the sign agrees; "does not
+reproduce" otherwise; "cannot be tested" if the coefficient is undefined (a constant input).
+"""
+import json
+import os
+import sys
+from types import SimpleNamespace
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from lab import bench  # noqa: E402
+
+DEGENERATE_ROUGE = 0.1
+ALPHA, MIN_TASKS = 0.05, 5
+# the sign each claim expects: h_max up with block efficiency (Fig. 3b), head entropy down with
+# it, refinement gains and the oracle's headroom down with it
+EXPECTED = {"hmax_vs_bpd_be": +1, "entropy_vs_bpd_be": -1, "gain_vs_bpd_be": -1,
+            "headroom_vs_bpd_be": -1}
+
+
+def degenerate(tasks):
+    return [n for n, t in tasks.items() if t["quality"]["rouge_l"] < DEGENERATE_ROUGE]
+
+
+def verdict(entry, key, sign, real):
+    """real: the number of non-degenerate tasks behind the entry."""
+    value = entry[key]
+    if value is None:
+        return "cannot be tested"
+    if value * sign > 0 and entry["p"] < ALPHA and real >= MIN_TASKS:
+        return "reproduces"
+    return "same direction, not established" if value * sign > 0 else "does not reproduce"
+
+
+def rows(correlation):
+    """[(name, key, entry, expected sign)], one per coefficient."""
+    out = []
+    for name, entry in correlation.items():
+        subs = entry.items() if name == "gain_vs_bpd_be" else [(None, entry)]
+        for sub, e in subs:
+            key = "r" if "r" in e else "rho"
+            out.append((name + (f".{sub}" if sub else ""), key, e, EXPECTED[name]))
+    return out
+
+
+def main(path):
+    report = json.load(open(path))
+    tasks = report["tasks"]
+    bad = degenerate(tasks)
+    real = {n: t for n, t in tasks.items() if n not in bad}
+    print(f"degenerate (greedy ROUGE-L < {DEGENERATE_ROUGE}): {', '.join(bad) or 'none'}")
+    for label, chosen in (("all tasks", tasks), ("without " + ", ".join(bad), real)):
+        c = bench.correlations({n: SimpleNamespace(**t) for n, t in chosen.items()})
+        print(f"\n{label} (n = {len(chosen)})")
+        for name, key, e, sign in rows(c):
+            loo = "n/a" if not e["loo"] else f"[{e['loo'][0]:+.2f}, {e['loo'][1]:+.2f}]"
+            value = "n/a" if e[key] is None else f"{e[key]:+.2f}"
+            p = "n/a" if e["p"] is None else f"{e['p']:.3f}"
+            print(f"  {name:28s} {key:>3s} {value:>5s}  p {p:>5s}  loo {loo:16s} "
+                  f"{verdict(e, key, sign, len(chosen) - len([n for n in chosen if n in bad]))}")
+    print("\nBPD block efficiency [95% bootstrap interval over examples]")
+    for n, t in tasks.items():
+        lo, hi = t["block_efficiency_interval"]["bpd"]
+        print(f"  {n:12s} {t['block_efficiency']['bpd']:.2f} [{lo:.2f}, {hi:.2f}]"
+              + ("  degenerate" if n in bad else ""))
+    for label, chosen in (("all", tasks), ("non-degenerate", real)):
+        be = [t["block_efficiency"]["bpd"] for t in chosen.values()]
+        print(f"  spread, {label}: {min(be):.2f}-{max(be):.2f} ({max(be) / min(be):.2f}x)")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "/tmp/w/tasks.json")
