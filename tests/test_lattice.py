@@ -339,12 +339,10 @@ import threading  # noqa: E402
 
 import torch  # noqa: E402
 
-from decoders import viterbi
-from decoders.viterbi import NgramAutomaton, best_path_viterbi, ngram_draft
-from decoders.viterbi import ViterbiDrafter
-from lattice import head_lattice
-import lattice
-from decoders import viterbi
+import lattice  # noqa: E402
+from decoders import viterbi  # noqa: E402
+from decoders.viterbi import NgramAutomaton, ViterbiDrafter, best_path_viterbi, ngram_draft  # noqa: E402
+from lattice import head_lattice  # noqa: E402
 
 
 @functools.lru_cache(maxsize=None)
