@@ -59,9 +59,18 @@ def perplexity(model, prompts, outs):
 
 
 def differing(outs, greedy):
-    """Share of the generated tokens that differ from greedy's at the same position."""
+    """Share of the generated tokens that differ from greedy's at the same position (after a first
+    difference the two texts are shifted, so most later positions differ too)."""
     pairs = [(a, b) for o, g in zip(outs, greedy) for a, b in zip(o, g)]
     return sum(a != b for a, b in pairs) / max(1, len(pairs))
+
+
+def first_difference(outs, greedy):
+    """Mean number of generated tokens before the first that differs from greedy's (an output
+    equal to greedy's counts its length)."""
+    firsts = [next((i for i, (a, b) in enumerate(zip(o, g)) if a != b), len(o))
+              for o, g in zip(outs, greedy)]
+    return sum(firsts) / max(1, len(firsts))
 
 
 # ----------------------------------------------------------------------------- the section
@@ -69,8 +78,8 @@ def differing(outs, greedy):
 def section(model, res, prompts, n, verify="auto", rules=RULES, greedy=None):
     """Each APPROXIMATE rule on plain BPD's drafts, for real and timed beside exact BPD (one
     interleaved run, bench.timings). -> {rule: {block_efficiency, tokens_per_s, speedup_vs_bpd,
-    differs_from_greedy, quality: {perplexity, greedy_perplexity, phrase_repeat,
-    greedy_phrase_repeat}}}"""
+    differs_from_greedy, first_difference, quality: {perplexity, greedy_perplexity,
+    phrase_repeat, greedy_phrase_repeat}}}"""
     greedy = greedy or [greedy_decode(model, p, n) for p in prompts]
     drafter = lambda: decoders.make(decoders.PLAIN, res, {})          # plain BPD's, fresh
     methods = [Method(decoders.PLAIN, drafter())] + [Method(r, drafter(), accept=r) for r in rules]
@@ -85,6 +94,7 @@ def section(model, res, prompts, n, verify="auto", rules=RULES, greedy=None):
         out[r] = {"block_efficiency": analysis.block_eff([s for _, s in runs]),
                   "tokens_per_s": tps[r], "speedup_vs_bpd": tps[r] / tps[decoders.PLAIN],
                   "differs_from_greedy": differing(outs, greedy),
+                  "first_difference": first_difference(outs, greedy),
                   "quality": {"perplexity": perplexity(model, prompts, outs),
                               "greedy_perplexity": base["greedy_perplexity"],
                               "phrase_repeat": analysis.phrase_repetition_all(outs),
@@ -98,10 +108,11 @@ def print_section(approx, bpd_block_efficiency):
           "never\n  in '= greedy' above; plain BPD's drafts, tok/s timed against exact BPD in one "
           f"run\n  (exact BPD: block efficiency {bpd_block_efficiency:.3f})")
     print(f"  {'rule':6s} {'block eff.':>10s} {'tok/s':>7s} {'vs bpd':>7s} {'differ':>7s} "
-          f"{'perplexity':>10s} {'greedy':>7s} {'phrase rep.':>11s}")
+          f"{'1st diff':>8s} {'perplexity':>10s} {'greedy':>7s} {'phrase rep.':>11s}")
     for r, v in approx.items():
         q = v["quality"]
         print(f"  {r:6s} {v['block_efficiency']:10.3f} {v['tokens_per_s']:7.0f} "
               f"{v['speedup_vs_bpd']:6.2f}x {100 * v['differs_from_greedy']:6.1f}% "
+              f"{v['first_difference']:8.1f} "
               f"{q['perplexity']:10.3f} {q['greedy_perplexity']:7.3f} "
               f"{100 * q['phrase_repeat']:10.1f}%")

@@ -41,7 +41,7 @@ def test_bench_keeps_the_approximate_rules_apart(tiny_ckpt, capsys):
     assert set(res["block_efficiency"]) == {"greedy", *decoders.DECODERS}
     for rule, v in res["approximate"].items():
         assert set(v) == {"block_efficiency", "tokens_per_s", "speedup_vs_bpd",
-                          "differs_from_greedy", "quality"}
+                          "differs_from_greedy", "first_difference", "quality"}
         assert 1.0 <= v["block_efficiency"] <= 8 and 0.0 <= v["differs_from_greedy"] <= 1.0
         q = v["quality"]
         assert q["perplexity"] >= 1.0 and q["greedy_perplexity"] >= 1.0
@@ -102,3 +102,4 @@ def test_perplexity_reads_the_decode_loops_windows():
     ppl = approximate.perplexity(model, [seq[:5]], [seq[5:]])
     assert ppl == pytest.approx(math.exp(-sum(want) / len(want)), rel=1e-9)
     assert approximate.differing([[1, 2, 3], [4]], [[1, 0, 3], [5]]) == 0.5
+    assert approximate.first_difference([[1, 2, 3], [4, 5]], [[1, 0, 3], [4, 5]]) == 1.5
