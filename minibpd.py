@@ -9,12 +9,14 @@ lattice.py) plugs into that one loop; runtime/sampling.py holds the rule that ke
 sampling, runtime/kvcache.py the cache. Any model with runtime/protocol.py's interface runs in
 the loop (GPT below; models/llama.py). `python minibpd.py --demo` hands over to lab/cli.py.
 
-Exactness: BPD returns exactly the tokens of `greedy_decode`. In float64 this holds bit for bit
-in practice: the batched verification pass and the one-token pass sum in different orders, and
-the rounding differences (~1e-16) cannot flip an argmax unless two logits tie that closely. In
-float32 (~1e-7) or bf16 (~1e-2) such near-ties do happen now and then, so an argmax can flip and
-the two decoders can diverge: this is rounding, not a bug, and it is why the tests run in float64.
-The same holds for sampling: the distribution is exact up to the rounding of the probabilities.
+Exactness: BPD returns exactly the tokens of `greedy_decode` under its default acceptance rule
+(the APPROXIMATE rules of Stern §5, runtime/approximate.py, run only when named and are not). In
+float64 this holds bit for bit in practice: the batched verification pass and the one-token pass
+sum in different orders, and the rounding differences (~1e-16) cannot flip an argmax unless two
+logits tie that closely. In float32 (~1e-7) or bf16 (~1e-2) such near-ties do happen now and
+then, so an argmax can flip and the two decoders can diverge: this is rounding, not a bug, and it
+is why the tests run in float64. The same holds for sampling: the distribution is exact up to the
+rounding of the probabilities.
 """
 import copy
 import dataclasses
@@ -26,9 +28,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from runtime import checkpoint
+from runtime import approximate
 from runtime.checkpoint import CHECKPOINT, CheckpointError, retrain
 from runtime.kvcache import (KVCache, KVSpec, causal_mask, device_of, is_int, model_call, token_ids,
                              tree_call, uncached_from, window_start)
+from runtime.request import check_request
 from runtime.sampling import (check_proposal, check_temperature, own_generator, target_probs,
                               verify_sampled)
 
@@ -345,22 +349,6 @@ def check_drafts(drafts, size, first, V, limit, drafter):
 
 # ----------------------------------------------------------------------------- the reference decoder
 
-def check_request(model, prompt, max_new_tokens):
-    """Clear errors for a bad request, before any model call. -> the prompt as a new list."""
-    try:
-        seq = token_ids(prompt)
-    except TypeError:
-        raise ValueError("the prompt must be a sequence of integer token ids (not bools)") from None
-    if not seq:
-        raise ValueError("the prompt is empty: give at least one token")
-    V = model.config.vocab_size
-    if min(seq) < 0 or max(seq) >= V:
-        raise ValueError(f"prompt token ids must lie in [0, {V})")
-    if not is_int(max_new_tokens) or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
-    return seq
-
-
 def next_token(model, z, temperature, generator=None):
     """The base model's next token from final hidden states z [P, C]: the argmax (temperature 0)
     or a draw from target_probs at `temperature` (generator None: torch's global one; the decode
@@ -521,11 +509,15 @@ def accept_greedy(model, z, drafts):
     return accept(drafts, model.lm_head(z).argmax(-1).tolist())
 
 
-def acceptance_rule(model, temperature, generator):
+def acceptance_rule(model, temperature, generator, spec="exact"):
     """Accept at temperature 0 (accept_greedy) or above it (the speculative sampling rule,
-    sampling.verify_sampled, which also lists its tries). -> rule(z, drafts, q) ->
-    (row, a, token, tries)."""
+    sampling.verify_sampled, which also lists its tries); or, only when `spec` names one, by an
+    APPROXIMATE rule of Stern §5 at T = 0 (runtime/approximate.py: "top2", "min3", ...), whose
+    tokens are not greedy decoding's. -> rule(z, drafts, q) -> (row, a, token, tries)."""
     check_temperature(temperature)
+    relaxed = approximate.rule(spec, temperature)            # None: the exact rule
+    if relaxed is not None:
+        return lambda z, drafts, q: accept(drafts, relaxed.choices(model.lm_head(z), drafts)) + (None,)
     if temperature == 0:
         return lambda z, drafts, q: accept_greedy(model, z, drafts) + (None,)
 
@@ -560,17 +552,19 @@ class Stats:
 
 @torch.no_grad()
 def bpd_decode(model, prompt, max_new_tokens, drafter=None, temperature=0.0, generator=None,
-               verify="auto"):
+               verify="auto", accept="exact"):
     """Blockwise parallel decoding (Stern §3) with merged predict+verify (Stern §4): each call
     verifies the drafts and, through the heads at the last accepted position, yields the next.
     temperature 0 (default): exactly greedy decoding's tokens. temperature T > 0: exactly the
     distribution of sample_decode at T, whatever the drafts (sampling.py; `generator`, or one
     seeded once from torch's, drives all randomness: own_generator). verify: "batch", "tree" or
-    "auto" (Verifier); the same tokens and steps. -> (new tokens, stats: see Stats)."""
+    "auto" (Verifier); the same tokens and steps. accept: "exact" (the default: all of the
+    above), or an APPROXIMATE rule at T = 0 (Stern §5, runtime/approximate.py: "top2", "min3"):
+    NOT greedy's tokens. -> (new tokens, stats: see Stats)."""
     seq, n = check_request(model, prompt, max_new_tokens), max_new_tokens
     generator = own_generator(generator, temperature)       # before any drafter runs
     drafter = drafter or ArgmaxDrafter()
-    rule = acceptance_rule(model, temperature, generator)   # greedy or sampled: chosen once
+    rule = acceptance_rule(model, temperature, generator, accept)   # greedy, sampled, approximate
     call = Verifier(model, max_drafts(drafter), verify, drafter_name(drafter))  # batch or tree
     stats, end, h = Stats(), len(seq) + n, model.config.n_bpd_heads
     z = call.prefill(seq)                                   # the prompt: one call, no draft

@@ -225,24 +225,29 @@ def names(temperature=0.0):
 
 class Method:
     """Something to decode with: the baseline (drafter None: sample_decode, one token per call) or
-    a registered decoder's drafter in bpd_decode. decode() -> (tokens, stats) for both."""
+    a registered decoder's drafter in bpd_decode, with its acceptance rule (`accept`: "exact", or
+    an APPROXIMATE one of runtime/approximate.py, whose tokens are not greedy's). decode() ->
+    (tokens, stats) for both."""
 
-    def __init__(self, name, drafter=None, refines=False):
-        self.name, self.drafter = name, drafter
+    def __init__(self, name, drafter=None, refines=False, accept="exact"):
+        if drafter is None and accept != "exact":
+            raise ValueError(f"{name} drafts nothing: the acceptance rule {accept!r} needs a "
+                             "decoder's drafter")
+        self.name, self.drafter, self.accept = name, drafter, accept
         self.reps = 3 if refines else 5       # timing repetitions: the slow refined ones get fewer
 
     def decode(self, model, prompt, n, temperature=0.0, generator=None, verify="auto"):
         if self.drafter is None:
             return sample_decode(model, prompt, n, temperature, generator), \
                 {"calls": n, "block_efficiency": 1.0, "steps": [], "new_tokens": n}
-        return bpd_decode(model, prompt, n, self.drafter, temperature, generator, verify)
+        return bpd_decode(model, prompt, n, self.drafter, temperature, generator, verify, self.accept)
 
 
-def method(name, res, s, answer=None, temperature=0.0):
+def method(name, res, s, answer=None, temperature=0.0, accept="exact"):
     """The Method called `name` ('greedy' or 'sample': the baseline) with settings s."""
     if name == baseline_name(temperature):
-        return Method(name)
-    return Method(name, make(name, res, s, answer), DECODERS[name].refines)
+        return Method(name, accept=accept)
+    return Method(name, make(name, res, s, answer), DECODERS[name].refines, accept)
 
 
 # ----------------------------------------------------------------------------- settings

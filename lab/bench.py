@@ -234,6 +234,8 @@ class BenchReport:
     win_tie_loss: dict = None
     cost: dict = None
     sweep: dict = None                # --sweep only
+    approximate: dict = None          # --approximate only: {rule: ...} (lab/approximate.py), the
+                                      # APPROXIMATE rules, NOT greedy's: never identical_to_greedy
     seconds: float = None
 
     @property

@@ -11,7 +11,7 @@ import torch
 import decoders
 import lattice
 from decoders import split_text
-from lab import bench
+from lab import approximate, bench
 from minibpd import family_module
 from runtime.checkpoint import (CHECKPOINT, CHECKPOINTS, dtype_of, file_sha256, to_vocab,
                                 writable)
@@ -36,7 +36,7 @@ APPLIES = {"max_new_tokens": ("demo", "prompt"), "decoder": ("prompt",),
            "json": ("bench", "tasks", "scale"), "text": ("bench", "scale"),
            "prompts": ("bench", "tune", "scale", "tasks"), "new_tokens": ("bench", "tune", "scale"),
            "objective": ("tune",), "sweep": ("bench",), "plot": ("bench", "tasks", "scale"),
-           "force": ("tune",)}
+           "force": ("tune",), "approximate": ("bench",)}
 DEFAULTS = {"decoder": "bpd", "new_tokens": TUNE_SIZE[1], "objective": "block_efficiency"}
 
 
@@ -73,9 +73,28 @@ def check_modes(args):
         args.max_new_tokens = DEMO_TOKENS if mode == "demo" else PROMPT_TOKENS
 
 
+def check_approximate(args):
+    """--accept RULE (--prompt only; --approximate, --bench only, is in APPLIES): temperature 0
+    only, and never where it would do nothing."""
+    if approximate.check_spec(args.accept):
+        if args.prompt is None:
+            raise ValueError(f"--accept {args.accept} works with --prompt only (--bench "
+                             "--approximate runs the approximate rules)")
+        if args.temperature:
+            raise ValueError(f"--accept {args.accept} is an approximate rule for greedy decoding "
+                             "only: drop --temperature (sampling keeps the exact rule)")
+        if args.decoder in decoders.BASELINES:
+            raise ValueError(f"--decoder {args.decoder} drafts nothing for --accept "
+                             f"{args.accept} to accept: choose a BPD decoder (e.g. bpd)")
+    if args.approximate and args.temperature:
+        raise ValueError("--approximate runs approximate rules for greedy decoding only: drop "
+                         "--temperature (sampling keeps the exact rule)")
+
+
 def check_args(args):
     """Every check that needs no checkpoint, before anything is loaded or run."""
     check_modes(args)
+    check_approximate(args)
     for flag, value in (("--max-new-tokens", args.max_new_tokens), ("--new-tokens", args.new_tokens)):
         if not 1 <= value <= MAX_NEW_TOKENS:
             raise ValueError(f"{flag} must be from 1 to {MAX_NEW_TOKENS:,}, got {value}")

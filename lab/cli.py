@@ -18,6 +18,7 @@ import time
 import torch
 
 from lab import analysis
+from lab import approximate
 from lab import bench
 from lab.checks import (DEMO_TOKENS, MAX_NEW_TOKENS, MAX_TEXT_BYTES, PROMPT_TOKENS, TASK_EXAMPLES,
                         check_against_checkpoint, check_args, overrides, resolve_device)
@@ -133,6 +134,10 @@ def add_model_flags(p):
     p.add_argument("--k", type=int, default=None, help="lattice width (default: tuned)")
     p.add_argument("--p", type=int, default=None, help="drafts verified per call by p-best")
     p.add_argument("--alpha", type=float, default=None, help="LM interpolation weight in [0, 1]")
+    p.add_argument("--accept", default="exact", metavar="RULE", help="--prompt: the acceptance "
+                   "rule: exact (default) or an APPROXIMATE one of Stern §5 at temperature 0, topK "
+                   "(a drafted token passes when among the base model's top K) or minB (every "
+                   "step keeps at least B tokens): its output is NOT greedy decoding's")
 
 
 def add_run_flags(p):
@@ -150,6 +155,10 @@ def add_run_flags(p):
     p.add_argument("--force", action="store_true", help="--tune: overwrite a tuned file shipped "
                    "in checkpoints/, or one tuned for another checkpoint")
     p.add_argument("--sweep", action="store_true", help="--bench: sweep k, p, alpha, heads (tune split)")
+    p.add_argument("--approximate", action="store_true", help="--bench: also run the APPROXIMATE "
+                   f"acceptance rules {', '.join(approximate.RULES)} (Stern §5) on plain BPD's "
+                   "drafts, in their own section (JSON: approximate) and never in "
+                   "identical_to_greedy: their output is not greedy decoding's")
     p.add_argument("--plot", metavar="DIR", help="--bench, --tasks, --scale: also write PNG "
                    "figures (needs matplotlib)")
     p.add_argument("--no-color", action="store_true")
@@ -192,14 +201,20 @@ def generate(args):
               f"{', '.join(s) or 'none'})", file=sys.stderr)
     peeks = name in decoders.DECODERS and decoders.DECODERS[name].peeks
     greedy = greedy_decode(model, prompt, n) if T == 0 or peeks else None
-    m = decoders.method(name, res, s, prompt + greedy if peeks else None, T)
+    m = decoders.method(name, res, s, prompt + greedy if peeks else None, T, args.accept)
+    approx = args.accept != "exact"
+    if approx:
+        print(f"warning: --accept {args.accept} is APPROXIMATE (Stern §5): the text below is not "
+              "greedy decoding's", file=sys.stderr)
     out, stats = m.decode(model, prompt, n, T, torch.Generator().manual_seed(args.seed), args.verify)
     print(args.prompt + decode(out, ck["vocab"]))
-    how = (f"identical to greedy: {'yes' if out == greedy else 'NO'}" if T == 0 else
+    how = (f"APPROXIMATE acceptance {args.accept}: NOT greedy's output, "
+           f"{approximate.differing([out], [greedy]):.0%} of its tokens differ from greedy's" if approx
+           else f"identical to greedy: {'yes' if out == greedy else 'NO'}" if T == 0 else
            f"sampled at temperature {T} (seed {args.seed})")
     print(f"[{name}: {len(out)} tokens in {stats['calls']} calls, block efficiency "
           f"{len(out) / stats['calls']:.2f}, {how}]", file=sys.stderr)
-    return 0 if T > 0 or out == greedy else 1
+    return 0 if T > 0 or approx or out == greedy else 1
 
 
 # ----------------------------------------------------------------------------- --demo
@@ -325,13 +340,20 @@ def bench_prompts(ck, args):
 
 def run_bench(args):
     model, ck, chosen, res = load(args)
-    r = bench.run_bench(model, ck, res, chosen, bench_prompts(ck, args), args.new_tokens,
-                        args.temperature, args.seed, args.verify, args.sweep)
+    prompts = bench_prompts(ck, args)
+    r = bench.run_bench(model, ck, res, chosen, prompts, args.new_tokens, args.temperature,
+                        args.seed, args.verify, args.sweep)
     r.checkpoint = args.checkpoint
+    if args.approximate:            # their own section: never in identical_to_greedy
+        t0 = time.perf_counter()
+        r.approximate = approximate.section(model, res, prompts, args.new_tokens, args.verify)
+        r.seconds += time.perf_counter() - t0
     if args.json:
         print(json.dumps(r.to_json(), indent=1))
     else:
         figures.print_report(r, model, color=not args.no_color and sys.stdout.isatty())
+        if r.approximate:
+            approximate.print_section(r.approximate, r.block_efficiency[decoders.PLAIN])
     if args.plot and not args.temperature:
         print(f"wrote {', '.join(figures.plot(r, args.plot))} to {args.plot}", file=sys.stderr)
     checks = r.identical_to_greedy.values() if r.identical_to_greedy else \

@@ -1,0 +1,118 @@
+"""approximate: the bench's APPROXIMATE section (`python minibpd.py --bench --approximate`) and the
+command line's checks of `--accept`: Stern §5's relaxed acceptance rules (runtime/approximate.py)
+on plain BPD's drafts, each set against exact BPD (docs/approximate.md).
+
+Their output is NOT greedy decoding's, so they are reported in their own section
+(BenchReport.approximate, the JSON key `approximate`) and never in identical_to_greedy. What a
+rule buys (block efficiency; tokens/s over exact BPD's, timed in one interleaved run) is set
+beside what it costs: the share of generated tokens that differ from greedy's at the same
+position, and the quality of the text: the base model's own perplexity of it (greedy's beside
+it) and its phrase repetition (analysis.phrase_repetition).
+"""
+import math
+
+import torch
+import torch.nn.functional as F
+
+import decoders
+from decoders import Method
+import runtime.approximate
+from lab import analysis
+from lab import bench
+from minibpd import bpd_decode, greedy_decode
+from runtime.kvcache import device_of, window_start
+
+RULES = ("top2", "top3", "top5", "min2", "min3")    # what --bench --approximate runs
+
+
+def check_spec(spec, temperature=0.0):
+    """--accept SPEC checked before anything is loaded. -> whether it names an approximate rule."""
+    try:
+        return runtime.approximate.rule(spec, temperature) is not None
+    except ValueError as e:
+        raise ValueError(f"--accept {spec}: {e}") from None
+
+
+# ----------------------------------------------------------------------------- quality
+
+@torch.no_grad()
+def logprobs_along(model, seq, first):
+    """log p(seq[t]) under the base model (head 1) for every t >= first, each in the context the
+    decode loop gives position t (seq[window_start(t):t], as analysis.heads_along), in float64.
+    -> a list of len(seq) - first floats."""
+    B, dev, out, t = model.config.block_size, device_of(model), [], first
+    while t < len(seq):
+        s = window_start(t, B)
+        end = min(s + B, len(seq) - 1)                  # the last t that shares this window
+        z = model(torch.tensor([seq[s:end]], device=dev))[0, t - 1 - s:]      # predicts t..end
+        logp = F.log_softmax(model.lm_head(z).double(), dim=-1)
+        out += logp[torch.arange(len(logp)), torch.tensor(seq[t:end + 1])].tolist()
+        t = end + 1
+    return out
+
+
+def perplexity(model, prompts, outs):
+    """The base model's perplexity of the generated tokens (each output after its prompt), all
+    outputs together: every generated token counts once."""
+    lp = [x for p, o in zip(prompts, outs) for x in logprobs_along(model, p + o, len(p))]
+    return math.exp(-sum(lp) / max(1, len(lp)))
+
+
+def differing(outs, greedy):
+    """Share of the generated tokens that differ from greedy's at the same position (after a first
+    difference the two texts are shifted, so most later positions differ too)."""
+    pairs = [(a, b) for o, g in zip(outs, greedy) for a, b in zip(o, g)]
+    return sum(a != b for a, b in pairs) / max(1, len(pairs))
+
+
+def first_difference(outs, greedy):
+    """Mean number of generated tokens before the first that differs from greedy's (an output
+    equal to greedy's counts its length)."""
+    firsts = [next((i for i, (a, b) in enumerate(zip(o, g)) if a != b), len(o))
+              for o, g in zip(outs, greedy)]
+    return sum(firsts) / max(1, len(firsts))
+
+
+# ----------------------------------------------------------------------------- the section
+
+def section(model, res, prompts, n, verify="auto", rules=RULES, greedy=None):
+    """Each APPROXIMATE rule on plain BPD's drafts, for real and timed beside exact BPD (one
+    interleaved run, bench.timings). -> {rule: {block_efficiency, tokens_per_s, speedup_vs_bpd,
+    differs_from_greedy, first_difference, quality: {perplexity, greedy_perplexity,
+    phrase_repeat, greedy_phrase_repeat}}}"""
+    greedy = greedy or [greedy_decode(model, p, n) for p in prompts]
+    drafter = lambda: decoders.make(decoders.PLAIN, res, {})          # plain BPD's, fresh
+    methods = [Method(decoders.PLAIN, drafter())] + [Method(r, drafter(), accept=r) for r in rules]
+    tps = bench.tokens_per_s(bench.timings(model, methods, prompts, n, verify=verify),
+                             len(prompts) * n)
+    base = {"greedy_perplexity": perplexity(model, prompts, greedy),
+            "greedy_phrase_repeat": analysis.phrase_repetition_all(greedy)}
+    out = {}
+    for r in rules:
+        runs = [bpd_decode(model, p, n, drafter(), verify=verify, accept=r) for p in prompts]
+        outs = [o for o, _ in runs]
+        out[r] = {"block_efficiency": analysis.block_eff([s for _, s in runs]),
+                  "tokens_per_s": tps[r], "speedup_vs_bpd": tps[r] / tps[decoders.PLAIN],
+                  "differs_from_greedy": differing(outs, greedy),
+                  "first_difference": first_difference(outs, greedy),
+                  "quality": {"perplexity": perplexity(model, prompts, outs),
+                              "greedy_perplexity": base["greedy_perplexity"],
+                              "phrase_repeat": analysis.phrase_repetition_all(outs),
+                              "greedy_phrase_repeat": base["greedy_phrase_repeat"]}}
+    return out
+
+
+def print_section(approx, bpd_block_efficiency):
+    """The section in the terminal, after the exact report."""
+    print("\n  APPROXIMATE acceptance (Stern §5, --approximate): NOT greedy decoding's output, so "
+          "never\n  in '= greedy' above; plain BPD's drafts, tok/s timed against exact BPD in one "
+          f"run\n  (exact BPD: block efficiency {bpd_block_efficiency:.3f})")
+    print(f"  {'rule':6s} {'block eff.':>10s} {'tok/s':>7s} {'vs bpd':>7s} {'differ':>7s} "
+          f"{'1st diff':>8s} {'perplexity':>10s} {'greedy':>7s} {'phrase rep.':>11s}")
+    for r, v in approx.items():
+        q = v["quality"]
+        print(f"  {r:6s} {v['block_efficiency']:10.3f} {v['tokens_per_s']:7.0f} "
+              f"{v['speedup_vs_bpd']:6.2f}x {100 * v['differs_from_greedy']:6.1f}% "
+              f"{v['first_difference']:8.1f} "
+              f"{q['perplexity']:10.3f} {q['greedy_perplexity']:7.3f} "
+              f"{100 * q['phrase_repeat']:10.1f}%")

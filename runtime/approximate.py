@@ -1,0 +1,97 @@
+"""approximate: Stern et al.'s APPROXIMATE acceptance rules (2018, §5, "approximate inference"),
+at temperature 0 only. Their output is NOT greedy decoding's: every exactness property of
+minibpd (test_minibpd.py, docs/exactness.md) is about the default rule, "exact", and these rules
+run only when asked for by name: `bpd_decode(..., accept="top2")`, `python minibpd.py --prompt
+TEXT --accept top2`, `python minibpd.py --bench --approximate` (docs/approximate.md).
+
+Both relax Stern's verify substep, which accepts a drafted token only when it equals the
+verifying model's argmax:
+  topK  top-k selection: a drafted token passes when it is among the verifying model's k most
+        likely tokens at its position (ties ordered as argmax orders them: the smaller id first).
+        top1 is the exact rule.
+  minB  a minimum block size: every step gains at least B tokens, as Stern's block size k̂ >= B
+        (the step's block counts the tokens it gains: the drafted tokens kept and the base
+        model's token after them). The first B - 1 drafted tokens pass unchecked, the rest by the
+        exact rule; a draft shorter than that (at the end, at the window) passes whole. min1 is
+        the exact rule.
+A passing drafted token is emitted as drafted, not replaced by the argmax; at the first that
+fails (or after the last) comes the base model's argmax, as in the exact rule. So a rule changes
+only what counts as the verifier's choice at each position (`Relaxed.choices`); choosing the row
+and the prefix stays minibpd.accept, the one accept step.
+
+Above temperature 0 the speculative sampling rule (sampling.py) is what makes the output the
+base model's distribution; a relaxed rule there has no meaning we could test, so it is refused.
+"""
+import re
+
+import torch
+
+from runtime.kvcache import is_int
+
+EXACT = "exact"
+SPEC = re.compile(r"(top|min)([1-9][0-9]{0,5})")
+
+
+class Relaxed:
+    """An APPROXIMATE acceptance rule (Stern §5): top-k selection (k) and a minimum block size
+    (min_block), together if both are above 1. k = min_block = 1 accepts exactly what the exact
+    rule accepts (tested: the same tokens and steps)."""
+    approximate = True
+
+    def __init__(self, k=1, min_block=1):
+        for what, v in (("k", k), ("min_block", min_block)):
+            if not is_int(v) or v < 1:
+                raise ValueError(f"an approximate rule's {what} must be an integer >= 1, got {v!r}")
+        self.k, self.min_block = int(k), int(min_block)
+
+    @property
+    def name(self):
+        parts = [f"top{self.k}"] * (self.k > 1) + [f"min{self.min_block}"] * (self.min_block > 1)
+        return "+".join(parts) or "top1"
+
+    def __repr__(self):
+        return f"Relaxed({self.name})"
+
+    def passes(self, logits, drafted):
+        """logits [P, m + 1, V] of the verification call, drafted [P, m] token ids -> [P, m]
+        bools: whether drafted[j, i] passes at its position, the verifier's choice after draft
+        j's first i drafted tokens (the rank of the drafted token among logits[j, i] below k, or
+        i < min_block - 1)."""
+        rows = logits[:, :drafted.shape[1]]                                   # [P, m, V]
+        own = rows.gather(-1, drafted[..., None])                             # [P, m, 1]
+        ids = torch.arange(rows.shape[-1], device=rows.device)
+        ahead = ((rows > own) | ((rows == own) & (ids < drafted[..., None]))).sum(-1)
+        forced = torch.arange(drafted.shape[1], device=rows.device) < self.min_block - 1
+        return (ahead < self.k) | forced
+
+    def choices(self, logits, drafts):
+        """What minibpd.accept compares the drafts with, in place of the argmaxes: at each
+        position the drafted token where it passes, else the verifier's argmax. logits
+        [P, m + 1, V], drafts P lists of m + 1 ints -> P lists of m + 1 ints."""
+        best = logits.argmax(-1)                                              # [P, m + 1]
+        if best.shape[1] > 1:
+            drafted = torch.tensor([d[1:] for d in drafts], device=best.device)
+            best[:, :-1] = torch.where(self.passes(logits, drafted), drafted, best[:, :-1])
+        return best.tolist()
+
+
+def rule(spec, temperature=0.0):
+    """The acceptance rule `spec` names: None for "exact" (None too: minibpd's exact rule), else
+    a Relaxed: "topK" (top-k selection), "minB" (minimum block size B), or a Relaxed itself.
+    An approximate rule above temperature 0 is refused (ValueError)."""
+    if spec is None or spec == EXACT:
+        return None
+    if isinstance(spec, Relaxed):
+        relaxed = spec
+    elif isinstance(spec, str) and SPEC.fullmatch(spec):
+        kind, size = SPEC.fullmatch(spec).groups()
+        relaxed = Relaxed(k=int(size)) if kind == "top" else Relaxed(min_block=int(size))
+    else:
+        raise ValueError(f"the acceptance rule must be 'exact' or an approximate one: 'topK' or "
+                         f"'minB' (K, B integers >= 1, e.g. 'top2', 'min3') or a "
+                         f"runtime.approximate.Relaxed; got {spec!r}")
+    if temperature != 0:
+        raise ValueError(f"the acceptance rule {relaxed.name!r} is approximate (Stern §5) and "
+                         f"defined for greedy decoding only, not at temperature {temperature}: "
+                         "sampling keeps the exact rule")
+    return relaxed

@@ -1,0 +1,48 @@
+"""Stern et al.'s Table 1, at our small scale (docs/approximate.md): plain BPD's mean accepted
+block size (block efficiency: new tokens / serial calls) with heads 1..N, N = 2, 4, 6, 8, for
+each checkpoint named, with its quality: head 1's test loss from its training record and the
+phrase repetition of its greedy text.
+
+    python tools/heads_table.py checkpoints/minibpd.pt checkpoints/minibpd-distilled.pt
+
+The bench's prompts and sizes (16 test-split prompts x 128 new tokens): the block efficiency of
+N heads is what `python minibpd.py --bench --heads N --checkpoint CK --json` reports as
+block_efficiency.bpd, and the phrase repetition its repetition.greedy_text.phrase_repeat (greedy
+decoding does not depend on the heads), computed here without the rest of the bench. Exact and
+machine-independent: a few seconds a checkpoint.
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from lab import analysis, bench  # noqa: E402
+from decoders import split_text  # noqa: E402
+from minibpd import bpd_decode, greedy_decode, load_checkpoint  # noqa: E402
+from runtime.threads import set_threads  # noqa: E402
+
+
+def test_loss(ck):
+    """Head 1's test loss of the checkpoint's last training stage (distillation, else training)."""
+    record = ck.get("distill") or ck.get("train") or {}
+    return record.get("test_loss", [None])[0]
+
+
+def main(paths, heads=(2, 4, 6, 8), prompts=16, n=128):
+    set_threads()
+    print("| checkpoint | " + " | ".join(f"{h} heads" for h in heads) +
+          " | test loss, head 1 | greedy phrase repeat |")
+    print("| --- " * (len(heads) + 3) + "|")
+    for path in paths:
+        model, ck = load_checkpoint(path)
+        ps = bench.make_prompts(split_text(ck, "test"), ck["vocab"], prompts)
+        greedy = [greedy_decode(model, p, n) for p in ps]
+        be = [analysis.block_eff([bpd_decode(model.first_heads(h), p, n)[1] for p in ps])
+              for h in heads]
+        loss = test_loss(ck)
+        print(f"| {os.path.basename(path)} | " + " | ".join(f"{b:.3f}" for b in be) +
+              f" | {'-' if loss is None else f'{loss:.3f}'} | "
+              f"{100 * analysis.phrase_repetition_all(greedy):.1f}% |", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:] or ["checkpoints/minibpd.pt"])
