@@ -4,6 +4,7 @@ each checkpoint named, with its quality: head 1's test loss from its training re
 phrase repetition of its greedy text.
 
     python tools/heads_table.py checkpoints/minibpd.pt checkpoints/minibpd-distilled.pt
+    python tools/heads_table.py --replay --checkpoint checkpoints/smollm2-heads.pt --prompts 8 --new-tokens 64
 
 The bench's prompts and sizes (16 test-split prompts x 128 new tokens): the block efficiency of
 N heads is what `python minibpd.py --bench --heads N --checkpoint CK --json` reports as
@@ -17,7 +18,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from lab import analysis, bench  # noqa: E402
 from decoders import split_text  # noqa: E402
-from minibpd import bpd_decode, greedy_decode, load_checkpoint  # noqa: E402
+from minibpd import ArgmaxDrafter, bpd_decode, greedy_decode, load_checkpoint  # noqa: E402
 from runtime.threads import set_threads  # noqa: E402
 
 
@@ -27,8 +28,28 @@ def test_loss(ck):
     return record.get("test_loss", [None])[0]
 
 
+def replayed(model, ps, n, heads):
+    """The same block efficiencies by offline replay (lab.analysis: one greedy decode and one
+    forward pass a prompt, no decoding per head count): for the real model, whose decoding is slow."""
+    items = analysis.prepare(model, ps, n)
+    B = model.config.block_size
+    return [analysis.block_eff([analysis.replay(ArgmaxDrafter(), hd, a, plen, n, h, B)
+                                for plen, a, hd in items]) for h in heads], \
+        [a[plen:] for plen, a, _ in items]
+
+
 def main(paths, heads=(2, 4, 6, 8), prompts=16, n=128):
     set_threads()
+    if "--replay" in paths:        # e.g. SmolLM2: --replay --heads 2,3,4,5 --prompts 8 --new-tokens 64
+        args = dict(zip(paths[1::2], paths[2::2]))
+        heads = tuple(int(x) for x in args.get("--heads", "2,3,4,5").split(","))
+        ps_n, n = int(args.get("--prompts", 8)), int(args.get("--new-tokens", 64))
+        model, ck = load_checkpoint(args.get("--checkpoint", "checkpoints/smollm2-heads.pt"))
+        be, greedy = replayed(model, bench.make_prompts(split_text(ck, "test"), ck["vocab"], ps_n),
+                              n, heads)
+        print(" | ".join(f"{h} heads {b:.3f}" for h, b in zip(heads, be)) +
+              f" | greedy phrase repeat {100 * analysis.phrase_repetition_all(greedy):.1f}%")
+        return
     print("| checkpoint | " + " | ".join(f"{h} heads" for h in heads) +
           " | test loss, head 1 | greedy phrase repeat |")
     print("| --- " * (len(heads) + 3) + "|")
