@@ -285,7 +285,7 @@ def run_bench(model, ck, res, chosen, prompts, n, temperature=0.0, seed=0, verif
 
 # ----------------------------------------------------------------------------- --tune
 
-def tune(model, res, prompts, n, objective="block_efficiency", verify="auto", log=print):
+def tune_timed(model, res, prompts, n, objective="block_efficiency", verify="auto", log=print):
     """Choose each decoder's settings from its grid on the tune split's `prompts` (never the test
     split). block_efficiency: exact, by offline replay; tokens_per_s: one timed decode of the
     prompts per setting (machine-specific). -> (chosen settings, scores)."""

@@ -338,7 +338,7 @@ def bench_prompts(ck, args):
     return make_prompts(args.prompt_text, ck["vocab"], args.prompts)
 
 
-def run_bench(args):
+def bench_command(args):
     model, ck, chosen, res = load(args)
     prompts = bench_prompts(ck, args)
     r = bench.run_bench(model, ck, res, chosen, prompts, args.new_tokens, args.temperature,
@@ -361,7 +361,7 @@ def run_bench(args):
     return 0 if all(checks) else 1
 
 
-def run_tune(args):
+def tune_command(args):
     """`python minibpd.py --tune`: each decoder's settings from its grid on the tune split (never
     the test split), written with this checkpoint's sha256 for the bench and demo."""
     model, ck, _, res = load(args)
@@ -370,8 +370,10 @@ def run_tune(args):
     print(f"tuning on the tune split: {len(prompts)} prompts x {args.new_tokens} tokens, for "
           f"{args.objective}")
     t0 = time.perf_counter()
-    chosen, scores = bench.tune(model, res, prompts, args.new_tokens, args.objective, args.verify)
+    chosen, scores = bench.tune_timed(model, res, prompts, args.new_tokens, args.objective,
+                                      args.verify)
     out = {"settings": chosen, "checkpoint_sha256": file_sha256(args.checkpoint),
+           "plugins": args.plugin,           # a plug-in's decoder needs them to be read back
            "heads": model.config.n_bpd_heads, "objective": args.objective,
            "tune_block_efficiency": scores,
            "prompts": len(prompts), "new_tokens": args.new_tokens,
@@ -382,7 +384,7 @@ def run_tune(args):
     return 0
 
 
-def run_tasks(args):
+def tasks_command(args):
     """`python minibpd.py --tasks`: Kim's per-task findings on the five tasks (bench.run_tasks),
     with the task-independent rescorers (the checkpoint's own) and an in-domain control (an
     n-gram LM fitted on the tasks' train examples, built by the running Python; the small LM
@@ -410,7 +412,7 @@ def run_tasks(args):
     return 0 if all(all(t.identical_to_greedy.values()) for t in r.tasks.values()) else 1
 
 
-def run_scale(args):
+def scale_command(args):
     """`python minibpd.py --scale`: the scale map (scale.py) for the bench's prompts and settings."""
     model, ck, chosen, res = load(args)
     log = (lambda s: print(s, file=sys.stderr)) if args.json else print
@@ -435,13 +437,13 @@ def main(argv=None):
         torch.manual_seed(args.seed)
         check_against_checkpoint(args, read(args.checkpoint, needs=("config",)))   # no model yet
         if args.tune:
-            return run_tune(args)
+            return tune_command(args)
         if args.bench:
-            return run_bench(args)
+            return bench_command(args)
         if args.tasks:
-            return run_tasks(args)
+            return tasks_command(args)
         if args.scale:
-            return run_scale(args)
+            return scale_command(args)
         if args.prompt is not None:
             return generate(args)
         return demo(args)
