@@ -517,7 +517,8 @@ def acceptance_rule(model, temperature, generator, spec="exact"):
     check_temperature(temperature)
     relaxed = approximate.rule(spec, temperature)            # None: the exact rule
     if relaxed is not None:
-        return lambda z, drafts, q: accept(drafts, relaxed.choices(model.lm_head(z), drafts)) + (None,)
+        return lambda z, drafts, q: (*accept(drafts, relaxed.choices(model.lm_head(z), drafts)),
+                                     None)
     if temperature == 0:
         return lambda z, drafts, q: accept_greedy(model, z, drafts) + (None,)
 
