@@ -19,18 +19,26 @@ from runtime.kvcache import device_of, draft_tree, window_start
 # ----------------------------------------------------------------------------- offline replay
 
 @torch.no_grad()
-def heads_along(model, seq, first):
-    """Log-probs of all heads at every position t >= first of seq, as the decode loop computes
-    them (context seq[window_start(t):t]): {t: [h, V]}. Heads are causal, so one forward pass
-    per window position gives them all (Kim §6 analyses; makes sweeps cheap)."""
-    B, dev, out, t = model.config.block_size, device_of(model), {}, first
+def states_along(model, seq, first):
+    """The final hidden states that predict every position t >= first of seq, each in the context
+    the decode loop gives it (seq[window_start(t):t]): one forward pass per window position,
+    since the model is causal. Yields (t, z [L, C]): z[i] predicts position t + i."""
+    B, dev, t = model.config.block_size, device_of(model), first
     while t < len(seq):
         s = window_start(t, B)
         end = min(s + B, len(seq) - 1)                  # the last t that shares this window
-        z = model(torch.tensor([seq[s:end]], device=dev))[0]              # [end - s, C]
-        logp = F.log_softmax(model.head_logits(z[t - 1 - s:]), dim=-1)    # [end - t + 1, h, V]
-        out.update({t + i: row for i, row in enumerate(logp)})
+        yield t, model(torch.tensor([seq[s:end]], device=dev))[0, t - 1 - s:]   # [end - t + 1, C]
         t = end + 1
+
+
+@torch.no_grad()
+def heads_along(model, seq, first):
+    """Log-probs of all heads at every position t >= first of seq, as the decode loop computes
+    them: {t: [h, V]} (Kim §6 analyses; makes sweeps cheap)."""
+    out = {}
+    for t, z in states_along(model, seq, first):
+        logp = F.log_softmax(model.head_logits(z), dim=-1)              # [L, h, V]
+        out.update({t + i: row for i, row in enumerate(logp)})
     return out
 
 

@@ -20,7 +20,6 @@ import runtime.approximate
 from lab import analysis
 from lab import bench
 from minibpd import bpd_decode, greedy_decode
-from runtime.kvcache import device_of, window_start
 
 RULES = ("top2", "top3", "top5", "min2", "min3")    # what --bench --approximate runs
 
@@ -38,16 +37,11 @@ def check_spec(spec, temperature=0.0):
 @torch.no_grad()
 def logprobs_along(model, seq, first):
     """log p(seq[t]) under the base model (head 1) for every t >= first, each in the context the
-    decode loop gives position t (seq[window_start(t):t], as analysis.heads_along), in float64.
-    -> a list of len(seq) - first floats."""
-    B, dev, out, t = model.config.block_size, device_of(model), [], first
-    while t < len(seq):
-        s = window_start(t, B)
-        end = min(s + B, len(seq) - 1)                  # the last t that shares this window
-        z = model(torch.tensor([seq[s:end]], device=dev))[0, t - 1 - s:]      # predicts t..end
-        logp = F.log_softmax(model.lm_head(z).double(), dim=-1)
-        out += logp[torch.arange(len(logp)), torch.tensor(seq[t:end + 1])].tolist()
-        t = end + 1
+    decode loop gives position t (analysis.states_along), in float64. -> len(seq) - first floats."""
+    out = []
+    for t, z in analysis.states_along(model, seq, first):
+        logp = F.log_softmax(model.lm_head(z).double(), dim=-1)        # [L, V]
+        out += logp[torch.arange(len(logp)), torch.tensor(seq[t:t + len(logp)])].tolist()
     return out
 
 

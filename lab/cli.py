@@ -273,7 +273,7 @@ def demo_decoders(model, res, chosen, label, prompt, n, gen, args):
     greedy = greedy_decode(model, prompt, n)
     if T == 0:
         print(f"greedy, {n} calls: '{show(greedy, vocab)}'\n")
-    all_same, plain, w = True, None, max(7, *map(len, decoders.DECODERS))
+    all_same, plain, w = True, None, decoders.label_width(decoders.DECODERS)
     for name in decoders.DECODERS:
         m = decoders.method(name, res, chosen[name], prompt + greedy)
         out, stats = m.decode(model, prompt, n, T, gen, args.verify)
@@ -298,7 +298,7 @@ def draw_steps(model, res, chosen, stats, answer, plen, vocab, limit=5):
     print("\n  how the drafts are checked (• = head 1, the base model's own token; ✓ = equals "
           "greedy, kept; ✗ = first miss, the base model's token replaces it):")
     repeat = next((s for s in stats["steps"][limit:] if repaired(s)), None)
-    w = max(7, *map(len, drafters))
+    w = decoders.label_width(drafters)
     for step in stats["steps"][:limit] + ([repeat] if repeat else []):
         known = step["context"]
         pending, m = known - 1, len(step["drafts"][0]) - 1
