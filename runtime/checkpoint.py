@@ -105,6 +105,11 @@ def dtype_of(ck, path):
     return DTYPES[name]
 
 
+def first_nonfinite(state):
+    """The name of the first tensor of a state dict holding NaN or inf, or None."""
+    return next((k for k, v in state.items() if not torch.isfinite(v.float()).all()), None)
+
+
 def check_state(want, state, where, path=None, kind=None):
     """A checkpoint's state dict against the model's own (`want`): a dict of tensors with the
     same names and shapes, every value finite (NaN or inf would decode garbage). Raises one
@@ -115,7 +120,7 @@ def check_state(want, state, where, path=None, kind=None):
     wrong = state_mismatch(want, state)
     if wrong:
         raise CheckpointError(f"{where} does not match its config ({wrong}); {how}")
-    bad = next((k for k, v in state.items() if not torch.isfinite(v.float()).all()), None)
+    bad = first_nonfinite(state)
     if bad is not None:
         raise CheckpointError(f"{where}: tensor {bad} holds NaN or inf; {how}")
 
