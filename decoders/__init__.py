@@ -20,6 +20,7 @@ p-best's DP must fit lattice.MAX_DP_CELLS and its p rows kvcache.MAX_CACHE_BYTES
 A Method is what the bench times and checks: the baseline (sample_decode, one token per call:
 'greedy' at temperature 0, 'sample' above) or a decoder's drafter in bpd_decode.
 """
+import contextlib
 import copy
 import json
 import re
@@ -57,6 +58,7 @@ class Decoder:
 
 
 DECODERS = {}
+ACTIVE = None                # the names `--decoders` chose (select), or None: every decoder
 
 
 def register(name, make, defaults=None, grid=None, about="", peeks=False, refines=True):
@@ -189,9 +191,39 @@ def label_width(names):
     return max([8] + [len(n) for n in names])
 
 
+def active():
+    """{name: Decoder}: the decoders the commands run, in DECODERS order: every one, or those
+    select() chose (`--decoders a,b`), plain BPD always (every refinement is compared with it)."""
+    return {n: d for n, d in DECODERS.items() if ACTIVE is None or n in ACTIVE or n == PLAIN}
+
+
+def parse_selection(spec):
+    """'a,b' -> ['a', 'b'], each a registered decoder (a clear error otherwise); None -> None."""
+    if spec is None:
+        return None
+    chosen = [n.strip() for n in spec.split(",") if n.strip()]
+    unknown = [n for n in chosen if n not in DECODERS]
+    if not chosen or unknown:
+        what = f"unknown decoder {', '.join(map(repr, unknown))}" if unknown else "names none"
+        raise ValueError(f"--decoders {spec!r} {what}; choose from {', '.join(DECODERS)} "
+                         "(comma-separated; bpd always runs)")
+    return chosen
+
+
+@contextlib.contextmanager
+def select(names):
+    """Within the block, active() holds only `names` (and plain BPD); None: every decoder."""
+    global ACTIVE
+    saved, ACTIVE = ACTIVE, None if names is None else frozenset(names)
+    try:
+        yield
+    finally:
+        ACTIVE = saved
+
+
 def refined():
-    """Names of the decoders that refine BPD's drafts (not bpd itself, nor the ones that peek)."""
-    return [n for n, d in DECODERS.items() if d.refines and not d.peeks]
+    """Names of the active decoders that refine BPD's drafts (not bpd itself, nor those that peek)."""
+    return [n for n, d in active().items() if d.refines and not d.peeks]
 
 
 def make(name, res, s, answer=None):

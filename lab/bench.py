@@ -97,7 +97,7 @@ def clock(model, res, chosen, prompts, n, temperature=0.0, generator=None, verif
     tokens_per_s, speedup, timing_spread, timing_warnings and threads."""
     base = baseline_name(temperature)
     methods = [Method(base)] + [decoders.method(k, res, chosen[k]) for k, d in
-                                decoders.DECODERS.items() if not d.peeks]
+                                decoders.active().items() if not d.peeks]
     times = timings(model, methods, prompts, n, temperature, generator, verify)
     tps = tokens_per_s(times, len(prompts) * n)
     return {"tokens_per_s": tps, "speedup": {k: v / tps[base] for k, v in tps.items()},
@@ -115,7 +115,7 @@ def decode_all(model, res, chosen, prompts, answers, n, temperature=0.0, generat
     -> ({name: [stats]}, {name: [tokens]}, {name: the drafters' summed work counts})."""
     runs, outs, work = {}, {}, {}
     lengths = n if isinstance(n, (list, tuple)) else [n] * len(prompts)
-    for name in decoders.DECODERS:
+    for name in decoders.active():
         runs[name], outs[name], work[name] = [], [], {}
         for p, a, k in zip(prompts, answers or [None] * len(prompts), lengths):
             drafter = decoders.make(name, res, chosen[name], a)
@@ -193,7 +193,7 @@ def sampled_sections(model, res, chosen, prompts, answers, runs, T, seed):
     at = entropy.index(max(entropy))
     check = {name: distribution_check(model, lambda: decoders.make(name, res, chosen[name],
                                                                    answers[at]), prompts[at], T, seed)
-             for name in decoders.DECODERS}
+             for name in decoders.active()}
     return {"distribution_check": check, "distribution_check_prompt": at,
             "acceptance": {k: accepted_share([s for r in v for s in r["steps"]])
                            for k, v in runs.items()}}
@@ -253,7 +253,7 @@ def run_bench(model, ck, res, chosen, prompts, n, temperature=0.0, seed=0, verif
     greedy; T > 0: the distribution check), wall-clock, and at T = 0 the paper's analyses."""
     t0, T, base = time.perf_counter(), temperature, baseline_name(temperature)
     gen = torch.Generator().manual_seed(seed)
-    peeks = any(d.peeks for d in decoders.DECODERS.values())
+    peeks = any(d.peeks for d in decoders.active().values())
     greedy = [greedy_decode(model, p, n) for p in prompts] if T == 0 or peeks else None
     answers = [p + g for p, g in zip(prompts, greedy)] if greedy else None
     runs, outs, work = decode_all(model, res, chosen, prompts, answers, n, T, gen, verify)

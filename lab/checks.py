@@ -109,6 +109,10 @@ def check_args(args):
         raise ValueError("the prompt is empty: pass some text, e.g. --prompt 'The import statement'")
     if args.decoder not in decoders.names(args.temperature) + list(decoders.BASELINES):
         raise ValueError(f"unknown decoder {args.decoder!r}; choose from {', '.join(decoders.names())}")
+    if args.decoders is not None and args.mode not in ("bench", "tasks", "scale"):
+        raise ValueError("--decoders chooses what --bench, --tasks or --scale run; --decoder "
+                         "(one) picks what --prompt runs")
+    decoders.parse_selection(args.decoders)
     given = {k: v for k, v in overrides(args).items() if v is not None}
     if not 0 <= args.temperature < float("inf"):
         raise ValueError(f"--temperature must be a number >= 0, got {args.temperature}")

@@ -144,6 +144,8 @@ def add_run_flags(p):
     """How much to run and what to print."""
     p.add_argument("--json", action="store_true", help="--bench, --tasks, --scale: print one JSON "
                    "object only")
+    p.add_argument("--decoders", metavar="A,B", help="--bench, --tasks, --scale: run only these "
+                   "decoders (and bpd, the comparison), e.g. --decoders lookup,pbest")
     p.add_argument("--text", help="--bench: take prompts from this UTF-8 file, not the test split")
     p.add_argument("--prompts", type=int, default=None, help="--bench, --tune: number of prompts "
                    f"(default 16); --tasks: test examples per task (default {TASK_EXAMPLES})")
@@ -176,7 +178,7 @@ def load(args, used=None):
     chosen = decoders.settings(args.tuned_settings, overrides(args))    # read by the checks
     res = Resources(model, ck, reference=args.reference)    # --reference: the one switch
     model = res.model
-    for name in decoders.DECODERS if used is None else used:
+    for name in decoders.active() if used is None else used:
         decoders.check(name, chosen[name], model)       # budgets need the model
         decoders.make(name, res, chosen[name])          # every drafter builds, before any call
     return model, ck, chosen, res
@@ -274,7 +276,7 @@ def demo_decoders(model, res, chosen, label, prompt, n, gen, args):
     if T == 0:
         print(f"greedy, {n} calls: '{show(greedy, vocab)}'\n")
     all_same, plain, w = True, None, decoders.label_width(decoders.DECODERS)
-    for name in decoders.DECODERS:
+    for name in decoders.active():
         m = decoders.method(name, res, chosen[name], prompt + greedy)
         out, stats = m.decode(model, prompt, n, T, gen, args.verify)
         all_same &= T > 0 or out == greedy
@@ -438,12 +440,13 @@ def main(argv=None):
         check_against_checkpoint(args, read(args.checkpoint, needs=("config",)))   # no model yet
         if args.tune:
             return tune_command(args)
-        if args.bench:
-            return bench_command(args)
-        if args.tasks:
-            return tasks_command(args)
-        if args.scale:
-            return scale_command(args)
+        with decoders.select(decoders.parse_selection(args.decoders)):
+            if args.bench:
+                return bench_command(args)
+            if args.tasks:
+                return tasks_command(args)
+            if args.scale:
+                return scale_command(args)
         if args.prompt is not None:
             return generate(args)
         return demo(args)

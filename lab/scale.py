@@ -290,7 +290,7 @@ def measure_decoders(model, res, chosen, prompts, n):
     greedy = [greedy_decode(model, p, n) for p in prompts]
     runs, outs, _ = bench.decode_all(model, res, chosen, prompts, [p + g for p, g in
                                                                    zip(prompts, greedy)], n)
-    names = [k for k, d in decoders.DECODERS.items() if not d.peeks]
+    names = [k for k, d in decoders.active().items() if not d.peeks]
     B = model.config.block_size
     out = {GREEDY: profile(None, prompts, n, B)}
     for name in names:

@@ -142,6 +142,26 @@ def test_bench_json_smoke(tiny_ckpt, capsys):
     assert any("too short" in w for w in res["timing_warnings"])   # a 3 x 12 run is too short
 
 
+def test_bench_decoders_runs_only_those_and_bpd(tiny_ckpt, capsys):
+    """--decoders a,b: the bench runs those and bpd (the comparison), and nothing else."""
+    code, out, err = run_cli(capsys, "--bench", "--json", "--checkpoint", tiny_ckpt, "--prompts",
+                             "2", "--new-tokens", "8", "--decoders", "lookup, pbest")
+    res = json.loads(out)
+    assert code == 0 and set(res["block_efficiency"]) == {"greedy", "bpd", "lookup", "pbest"}
+    assert set(res["identical_to_greedy"]) == set(res["block_efficiency"])
+    assert all(res["identical_to_greedy"].values()) and decoders.ACTIVE is None   # restored
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--bench", "--decoders", "lookup,nope"], "unknown decoder 'nope'"),
+    (["--bench", "--decoders", ","], "names none"),
+    (["--prompt", "The", "--decoders", "lookup"], "--decoder (one) picks"),
+])
+def test_decoders_flag_refuses_bad_input(argv, message, tiny_ckpt, capsys, no_model_calls):
+    code, out, err = run_cli(capsys, *argv, "--checkpoint", tiny_ckpt)
+    assert code == 2 and message in err and err.count("\n") == 1
+
+
 def test_bench_text_report_warns_on_short_runs(tiny_ckpt, capsys):
     code, out, err = run_cli(capsys, "--bench", "--checkpoint", tiny_ckpt, "--prompts", "2",
                              "--new-tokens", "8", "--no-color")
@@ -312,17 +332,33 @@ def test_tune_writes_only_where_asked(tiny_ckpt, tmp_path, capsys, monkeypatch):
 
 # ----------------------------------------------------------------------------- the README
 
-def test_readme_snippet_runs_on_shipped_checkpoint(capsys):
-    """The README's 'In your own code' example runs as written (and asserts exactness itself)."""
-    text = open(os.path.join(HERE, "README.md"), encoding="utf-8").read()
-    code = text.split("## In your own code", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+def python_blocks():
+    """(file, index, code) of every ```python block in the README and the docs pages."""
+    pages = ["README.md"] + sorted(os.path.join("docs", f) for f in os.listdir(os.path.join(HERE, "docs"))
+                                   if f.endswith(".md"))
+    out = []
+    for page in pages:
+        text = open(os.path.join(HERE, page), encoding="utf-8").read()
+        for i, block in enumerate(text.split("```python\n")[1:]):
+            out.append((page, i, block.split("```", 1)[0]))
+    return out
+
+
+@pytest.mark.parametrize("page, index, code", python_blocks(), ids=lambda v: str(v)[:24])
+def test_docs_python_blocks_run_on_shipped_checkpoint(page, index, code, capsys):
+    """Every Python block in the README and docs runs as written, from the repository, and
+    prints something (the README's asserts exactness itself, at T = 0 and T > 0)."""
     cwd = os.getcwd()
     saved = dict(decoders.DECODERS)
     try:
         os.chdir(HERE)
-        exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
+        exec(compile(code, page, "exec"), {"__name__": "docs"})
     finally:
         os.chdir(cwd)
         decoders.DECODERS.clear()
         decoders.DECODERS.update(saved)
     assert capsys.readouterr().out.strip()                # it printed its text and numbers
+
+
+def test_docs_have_python_blocks():
+    assert {p for p, _, _ in python_blocks()} >= {"README.md", os.path.join("docs", "approximate.md")}
