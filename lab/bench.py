@@ -301,6 +301,10 @@ def tune_timed(model, res, prompts, n, objective="block_efficiency", verify="aut
 
 # ----------------------------------------------------------------------------- --tasks
 
+SUBWORD_TOKENS = (8, 48)      # ours: a subword model decodes its target's length within these
+DEGENERATE_ROUGE = 0.1        # ours: a task whose greedy ROUGE-L is below this is degenerate
+
+
 @dataclass
 class TaskResult:
     """One task of `--tasks` (Kim's per-task findings, §6-7): what `--tasks --json` prints under
@@ -320,6 +324,9 @@ class TaskResult:
                                     # first), and its phrase_repeat (a loop guard)
     in_domain: dict                 # {rescoring decoder: block efficiency with in-domain rescorers}
     block_efficiency_interval: dict = None  # {decoder: [lo, hi]}: 95% bootstrap over examples
+    degenerate: bool = False        # greedy's ROUGE-L < DEGENERATE_ROUGE: left out of correlation
+    lengths: list = None            # [fewest, most] new tokens decoded per example
+    win_tie_loss: dict = None       # Kim §7.3: {refined decoder: {win, tie, loss, ...}}
 
 
 @dataclass
@@ -328,7 +335,9 @@ class TasksReport:
     correlation: dict               # across tasks (see correlations)
     checkpoint: str = None
     settings: dict = None
-    python: str = None              # the Python whose stdlib built the stored examples
+    python: str = None              # the Python whose stdlib built the examples
+    excluded: list = None           # degenerate tasks, left out of the correlations
+    degenerate_below: float = DEGENERATE_ROUGE
     seconds: float = None
 
     def to_json(self):
@@ -360,10 +369,51 @@ def stored_tasks(ck, n=None):
     return stored
 
 
-def run_task(model, res, res_in, chosen, examples, metric, vocab, verify="auto"):
-    """Every decoder on one task's examples, for real (each for its target's length), and the
-    paper's per-task analyses by offline replay. -> TaskResult"""
-    prompts, lengths = [p for p, _ in examples], [len(t) for _, t in examples]
+def built_tasks(vocab, n, names=None, split="test"):
+    """{task: [(prompt ids, target ids)]} for a model whose vocab encodes any text (SmolLM2's
+    subword Vocab): every task of tasks.TASKS (or `names`) built by the running Python, n
+    examples spread evenly over the split, an instruction task's prompt in the model's chat
+    template (vocab.chat), a continuation's raw (tasks.instruction says which)."""
+    out = {}
+    for name in names or tasks.TASKS:
+        pairs = tasks.build(name, split)
+        if len(pairs) < n:
+            raise ValueError(f"task {name} has {len(pairs)} {split} examples, fewer than "
+                             f"--prompts {n}: lower --prompts")
+        chosen_ = [pairs[i * len(pairs) // n] for i in range(n)]
+        out[name] = [(vocab.encode(as_prompt(name, p, vocab)), vocab.encode(t)) for p, t in chosen_]
+    return out
+
+
+def as_prompt(name, prompt, vocab):
+    """The text the model reads: the chat template around an instruction task's user message."""
+    message = tasks.instruction(name, prompt)
+    return prompt if message is None else vocab.chat(message)
+
+
+def up_to_stop(tokens, vocab):
+    """The tokens before the first end token (SmolLM2's <|im_end|>, <|endoftext|>), if any."""
+    stops = getattr(vocab, "stop_tokens", ())
+    return next((tokens[:i] for i, t in enumerate(tokens) if t in stops), tokens)
+
+
+def quality_of(greedy, examples, metric, vocab):
+    """{metric: mean over examples, ...} of greedy's text (up to an end token) against the
+    target, the task's own metric first; plus phrase_repeat, the loop guard."""
+    texts = [(decode(up_to_stop(g, vocab), vocab), decode(t, vocab))
+             for g, (_, t) in zip(greedy, examples)]
+    return {name: sum(fn(g, t) for g, t in texts) / len(texts)
+            for name, fn in sorted(analysis.QUALITY.items(), key=lambda kv: kv[0] != metric)} | {
+        "phrase_repeat": analysis.phrase_repetition_all(greedy)}
+
+
+def run_task(model, res, res_in, chosen, examples, metric, vocab, verify="auto", tokens=None):
+    """Every decoder on one task's examples, for real (each for its target's length, within
+    `tokens` = (fewest, most) if given), and the paper's per-task analyses by offline replay.
+    -> TaskResult"""
+    lo, hi = tokens or (1, None)
+    prompts = [p for p, _ in examples]
+    lengths = [max(lo, min(len(t), hi or len(t))) for _, t in examples]
     greedy = [greedy_decode(model, p, k) for p, k in zip(prompts, lengths)]
     answers = [p + g for p, g in zip(prompts, greedy)]
     runs, outs, _ = decode_all(model, res, chosen, prompts, answers, lengths, verify=verify)
@@ -380,15 +430,16 @@ def run_task(model, res, res_in, chosen, examples, metric, vocab, verify="auto")
         repetition=analysis.repetition([s["drafts"][0] for r in runs[decoders.PLAIN] for s in r["steps"]]),
         repetition_2gram=analysis.repetition([s["drafts"][0] for r in analysis.replay_all(
             model, items, lambda a: decoders.make("ngram", res, two, a)) for s in r["steps"]]),
-        quality={name: sum(fn(decode(g, vocab), decode(t, vocab)) for g, (_, t) in
-                           zip(greedy, examples)) / len(examples)
-                 for name, fn in sorted(analysis.QUALITY.items(), key=lambda kv: kv[0] != metric)}
-        | {"phrase_repeat": analysis.phrase_repetition_all(greedy)},
+        quality=(q := quality_of(greedy, examples, metric, vocab)),
+        degenerate=q["rouge_l"] < DEGENERATE_ROUGE, lengths=[min(lengths), max(lengths)],
+        win_tie_loss=analysis.win_tie_loss(items, runs[decoders.PLAIN], res, chosen),
         in_domain={k: analysis.be_of(model, items, res_in, k, chosen[k]) for k in refined
                    if {"alpha"} <= set(chosen[k]) and chosen[k].get("alpha", 0) > 0})
 
 
 def pearson(xs, ys):
+    if len(xs) < 2:
+        return None
     mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
     sx = math.sqrt(sum((x - mx) ** 2 for x in xs))
     sy = math.sqrt(sum((y - my) ** 2 for y in ys))
@@ -414,7 +465,7 @@ def correlations(results):
     the coefficient with one task dropped; stats.py)."""
     tasks_ = list(results.values())
     bpd = [r.block_efficiency[decoders.PLAIN] for r in tasks_]
-    refined = tasks_[0].relative_gain
+    refined = tasks_[0].relative_gain if tasks_ else {}
     headroom = [r.oracle_by_k["8"] / r.block_efficiency[decoders.PLAIN] - 1 for r in tasks_]
     return {"hmax_vs_bpd_be": stats.summary(bpd, [float(r.hmax) for r in tasks_], pearson, "r"),
             "entropy_vs_bpd_be": stats.summary(bpd, [sum(r.head_entropy) / len(r.head_entropy)
@@ -432,13 +483,16 @@ def intervals(runs, reps=1000, seed=0):
             for k, v in runs.items()}
 
 
-def run_tasks(model, ck, res, res_in, chosen, n=None, verify="auto", log=print):
-    """`--tasks`: run_task on every task stored in the checkpoint, then correlations."""
-    t0, examples = time.perf_counter(), task_examples(ck, n)
-    results = {}
+def run_tasks(model, res, res_in, chosen, examples, vocab, verify="auto", log=print, tokens=None,
+              python=None):
+    """`--tasks`: run_task on every task's examples ({task: [(prompt ids, target ids)]}: the
+    checkpoint's stored ones, task_examples, or built here, built_tasks), then correlations over
+    the tasks that are not degenerate (the others are named in `excluded`)."""
+    t0, results = time.perf_counter(), {}
     for name, ex in examples.items():
         log(f"  {name}: {len(ex)} examples ...")
-        results[name] = run_task(model, res, res_in, chosen, ex, tasks.QUALITY[name], ck["vocab"],
-                                 verify)
-    return TasksReport(results, correlations(results), settings=chosen,
-                       python=ck["tasks"].get("python"), seconds=time.perf_counter() - t0)
+        results[name] = run_task(model, res, res_in, chosen, ex, tasks.QUALITY[name], vocab,
+                                 verify, tokens)
+    kept = {k: r for k, r in results.items() if not r.degenerate}
+    return TasksReport(results, correlations(kept), settings=chosen, python=python,
+                       excluded=sorted(set(results) - set(kept)), seconds=time.perf_counter() - t0)

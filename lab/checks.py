@@ -22,6 +22,7 @@ TUNE_SIZE = (16, 128)         # the documented --tune run: prompts x new tokens
 DEMO_TOKENS = 160             # the demo's most new tokens (its text fits a terminal)
 PROMPT_TOKENS = 200           # --prompt's default
 TASK_EXAMPLES = 32            # --tasks: test examples per task (the run takes minutes)
+SUBWORD_TASK_EXAMPLES = 8     # ... on SmolLM2 (a call costs ~100x the character model's)
 TASKS_CHECKPOINT = os.path.join(os.path.dirname(CHECKPOINT), "minibpd-tasks.pt")
 MAX_TEXT_BYTES = 64 * 2 ** 20  # --text: more is refused (the bench needs --prompts x 64 characters)
 
@@ -66,6 +67,7 @@ def check_modes(args):
         setattr(args, name, value if getattr(args, name) is None else getattr(args, name))
     if args.checkpoint is None:
         args.checkpoint = TASKS_CHECKPOINT if args.tasks else CHECKPOINT
+    args.prompts_given = args.prompts is not None
     if args.prompts is None:
         args.prompts = TASK_EXAMPLES if args.tasks else TUNE_SIZE[0]
     args.tokens_given = args.max_new_tokens is not None
@@ -173,7 +175,9 @@ def check_against_checkpoint(args, ck):
         raise ValueError(f"--scale projects the character GPT family (minibpd.GPT) to larger "
                          f"sizes; {path} holds a {kind!r} model: run it on a character checkpoint "
                          "such as checkpoints/minibpd.pt")
-    if args.tasks:
+    if args.tasks and kind is not None:                # a subword model: tasks built here
+        args.prompts = args.prompts if args.prompts_given else SUBWORD_TASK_EXAMPLES
+    elif args.tasks:
         if "tasks" not in ck or "rescorer_tasks" not in ck:
             raise ValueError(f"checkpoint {path} holds no tasks: use {TASKS_CHECKPOINT} or "
                              "fine-tune one with `python train_heads.py --tasks`")

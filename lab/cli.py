@@ -387,23 +387,18 @@ def tune_command(args):
 
 
 def tasks_command(args):
-    """`python minibpd.py --tasks`: Kim's per-task findings on the five tasks (bench.run_tasks),
-    with the task-independent rescorers (the checkpoint's own) and an in-domain control (an
-    n-gram LM fitted on the tasks' train examples, built by the running Python; the small LM
-    fine-tuned on them, stored)."""
+    """`python minibpd.py --tasks`: Kim's per-task findings (bench.run_tasks) with the
+    task-independent rescorers (the checkpoint's own) and an in-domain control (an n-gram LM
+    fitted on the tasks' train examples, built by the running Python; the character model's small
+    LM fine-tuned on them, stored). The character model runs the five tasks stored in its
+    checkpoint; a subword model (SmolLM2) every task of tasks.TASKS, built here."""
     model, ck, chosen, res = load(args)          # it holds tasks: check_against_checkpoint
-    warnings = [w for name, splits in ck["tasks"]["tasks"].items()
-                if (w := tasks.compare(ck["tasks"], name, "test"))]
-    for w in warnings:
-        print(f"note: {w} (the stored examples are used)", file=sys.stderr)
-    text = "".join(p + t + "\n\n" for name in ck["tasks"]["tasks"]            # in-domain: the train
-                   for p, t in tasks.build(name, "train", ck["vocab"]))          # split, built here
-    small = build_model(ck["rescorer_config"], ck["rescorer_tasks"], model.lm_head.weight.device,
-                        model.lm_head.weight.dtype, "its in-domain rescorer", args.checkpoint,
-                        train_kind(ck))
+    subword = family_module(ck) is not None
+    examples, python, text, small = subword_tasks(args, ck) if subword else char_tasks(args, ck, model)
     res_in = Resources(model, ck, small=small, reference=args.reference, text=text)
     log = (lambda *a: print(*a, file=sys.stderr)) if args.json else print
-    r = bench.run_tasks(model, ck, res, res_in, chosen, args.prompts, args.verify, log)
+    r = bench.run_tasks(model, res, res_in, chosen, examples, ck["vocab"], args.verify, log,
+                        bench.SUBWORD_TOKENS if subword else None, python)
     r.checkpoint = args.checkpoint
     if args.json:
         print(json.dumps(r.to_json(), indent=1))
@@ -412,6 +407,29 @@ def tasks_command(args):
     if args.plot:
         print(f"wrote {', '.join(figures.plot_tasks(r, args.plot))} to {args.plot}", file=sys.stderr)
     return 0 if all(all(t.identical_to_greedy.values()) for t in r.tasks.values()) else 1
+
+
+def char_tasks(args, ck, model):
+    """The character model's tasks: the examples stored in its checkpoint (a note where this
+    Python builds others), the in-domain text and its stored in-domain small LM."""
+    for name in ck["tasks"]["tasks"]:
+        if (w := tasks.compare(ck["tasks"], name, "test")):
+            print(f"note: {w} (the stored examples are used)", file=sys.stderr)
+    text = "".join(p + t + "\n\n" for name in ck["tasks"]["tasks"]          # in-domain: the train
+                   for p, t in tasks.build(name, "train", ck["vocab"]))        # split, built here
+    small = build_model(ck["rescorer_config"], ck["rescorer_tasks"], model.lm_head.weight.device,
+                        model.lm_head.weight.dtype, "its in-domain rescorer", args.checkpoint,
+                        train_kind(ck))
+    return bench.task_examples(ck, args.prompts), ck["tasks"].get("python"), text, small
+
+
+def subword_tasks(args, ck):
+    """A subword model's tasks: every task built by the running Python (bench.built_tasks), the
+    in-domain text (the tasks' train examples, as the model reads them); its own small LM."""
+    vocab = ck["vocab"]
+    text = "".join(bench.as_prompt(name, p, vocab) + t + "\n\n" for name in tasks.TASKS
+                   for p, t in tasks.build(name, "train"))
+    return bench.built_tasks(vocab, args.prompts), sys.version, text, None
 
 
 def scale_command(args):

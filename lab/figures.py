@@ -205,6 +205,9 @@ def print_tasks(r, color=False):
               f"{t.oracle_by_k['8']:8.2f} {t.hmax:6d} {sum(t.head_entropy) / len(t.head_entropy):8.2f} "
               f"{100 * t.repetition['adjacent_repeat']:5.1f}% {100 * t.repetition_2gram['adjacent_repeat']:5.1f}% "
               f"{q:>15s}")
+    if r.excluded:
+        print(f"\n  degenerate (greedy's ROUGE-L < {r.degenerate_below}), left out of the correlations: "
+              f"{', '.join(r.excluded)}")
     print_correlations(r.correlation)
     chart("BPD block efficiency by task", [(n, t.block_efficiency[decoders.PLAIN])
                                            for n, t in r.tasks.items()], color=color)

@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from lab import cli
+from lab import bench, cli
 import minibpd
 from lab import tasks
 from training import finetune
@@ -86,9 +86,13 @@ def assert_statistics(r):
     c = r["correlation"]
     entries = [("r", c["hmax_vs_bpd_be"]), ("r", c["entropy_vs_bpd_be"]),
                ("rho", c["headroom_vs_bpd_be"])] + [("rho", v) for v in c["gain_vs_bpd_be"].values()]
-    assert set(c["gain_vs_bpd_be"]) == set(r["tasks"]["qa"]["relative_gain"])
+    kept = [t for name, t in r["tasks"].items() if name not in r["excluded"]]
+    assert r["excluded"] == sorted(name for name, t in r["tasks"].items() if t["degenerate"])
+    assert all(t["degenerate"] == (t["quality"]["rouge_l"] < bench.DEGENERATE_ROUGE)
+               for t in r["tasks"].values())
+    assert set(c["gain_vs_bpd_be"]) == (set(kept[0]["relative_gain"]) if kept else set())
     for key, e in entries:
-        assert set(e) == {key, "n", "p", "loo"} and e["n"] == len(tasks.TASKS)
+        assert set(e) == {key, "n", "p", "loo"} and e["n"] == len(kept)
         if e[key] is None:
             assert e["p"] is None and e["loo"] is None
         else:
