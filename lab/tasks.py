@@ -1,4 +1,4 @@
-"""tasks: five evaluation tasks built offline from files that ship with CPython itself.
+"""tasks: seven evaluation tasks built offline from files that ship with CPython itself.
 
 Kim et al. (arXiv 2404.09221 v2) study block efficiency per task: language modelling
 (LAMBADA), extractive QA (SQuAD v1), abstractive and extractive summarisation (XSum,
@@ -6,7 +6,11 @@ CNN/DailyMail), and more. minibpd's character model cannot use those data sets (
 downloaded), so this module builds analogues, deterministically, from the running Python's
 standard library and from `pydoc_data.topics` (the base model's own corpus); both summarisation
 tasks are abstractive (doc2summary's lead, CNN/DM-style, is never in its prompt), so extractive
-summarisation has no analogue:
+summarisation has no analogue. The character model was fine-tuned and is measured on the first
+five (CHAR_TASKS: its checkpoint stores them); doc2code and rename (tasks_more.py, for the real
+model) add code generation and a copy-heavy edit. INSTRUCTION says which tasks are instructions
+(for an instruct model's chat template: instruction(name, prompt), the user message) and which
+raw continuations:
 
     import tasks, torch
     ck = torch.load("checkpoints/minibpd.pt", weights_only=True)
@@ -34,6 +38,7 @@ import sys
 import textwrap
 
 from runtime import checkpoint
+from lab import tasks_more
 from lab.stdlib import first_line, functions, signature, source_lines
 from runtime.checkpoint import chunk_size, chunk_split, clean_text
 
@@ -56,9 +61,22 @@ TASKS = {
                         "signature + a docstring's later paragraphs -> its first paragraph"),
     "code": Task("code completion",
                  "a function's source up to a line boundary -> the next 1-3 lines"),
+    "doc2code": Task("code generation (HumanEval-like)",
+                     "a short function's def line and docstring (no nested definitions, a body "
+                     "of 2-12 lines) -> its body"),
+    "rename": Task("copy-heavy editing (a rename)",
+                   "a short function's source + `# Rename the variable OLD to NEW:` (a seeded "
+                   "local name, a seeded fresh one) -> the source renamed token by token"),
 }
+CHAR_TASKS = ("lm", "qa", "code2doc", "doc2summary", "code")    # the character model's (stored)
 QUALITY = {"lm": "rouge_l", "qa": "exact_match", "code2doc": "rouge_l",   # analysis.QUALITY's
-           "doc2summary": "rouge_l", "code": "rouge_l"}
+           "doc2summary": "rouge_l", "code": "rouge_l", "doc2code": "rouge_l",
+           "rename": "exact_match"}
+INSTRUCTION = {"lm": None, "code": None,            # raw continuations (no instruction)
+               "qa": "", "rename": "",              # the prompt ends with its own instruction
+               "code2doc": "Write a one-line summary of this function.",
+               "doc2summary": "Write the first paragraph of this docstring.",
+               "doc2code": "Write the body of this function."}
 
 
 # ----------------------------------------------------------------------------- shared helpers
@@ -450,6 +468,22 @@ def code_pool():
     return dedupe(pool)
 
 
+# ----------------------------------------------------------------- doc2code, rename (tasks_more)
+
+@functools.lru_cache(maxsize=1)
+def doc2code_pool():
+    pool = [(fn.key, *ex) for fn in functions()
+            if (ex := tasks_more.doc2code_example(fn, PROMPT_MAX, TARGET_MAX, WINDOW))]
+    return dedupe(pool)
+
+
+@functools.lru_cache(maxsize=1)
+def rename_pool():
+    pool = [(fn.key, *ex) for fn in functions()
+            if (ex := tasks_more.rename_example(fn, rng(fn.key), PROMPT_MAX, TARGET_MAX, WINDOW))]
+    return dedupe(pool)
+
+
 # -------------------------------------------------------------------------- the model's characters
 # A vocabulary build is the raw build mapped character by character (checkpoint.to_vocab: each
 # character outside the vocabulary becomes ONE known character or is dropped), so every raw
@@ -472,7 +506,7 @@ def unknown_counts(name, split, vocab):
 # ----------------------------------------------------------------------------- building
 
 POOLS = {"qa": qa_pool, "code2doc": code2doc_pool, "doc2summary": doc2summary_pool,
-         "code": code_pool}
+         "code": code_pool, "doc2code": doc2code_pool, "rename": rename_pool}
 
 
 def check(name, split="train"):
@@ -493,13 +527,25 @@ def build(name, split, vocab=None):
     return to_vocab(pairs, vocab) if vocab is not None else pairs
 
 
+def instruction(name, prompt):
+    """The user message of an instruction task's prompt (for a chat template): the prompt
+    without the character model's trailing cue (`Summary: `) and final newlines, then the task's
+    instruction text, if any (INSTRUCTION); a ValueError for a raw continuation (lm, code)."""
+    check(name)
+    if INSTRUCTION[name] is None:
+        raise ValueError(f"task {name!r} is a raw continuation, not an instruction")
+    cue = {"code2doc": CODE2DOC_CUE, "doc2summary": DOC2SUMMARY_CUE}.get(name, "")
+    text = (prompt[:-len(cue)] if cue and prompt.endswith(cue) else prompt).rstrip("\n")
+    return text + "\n\n" + INSTRUCTION[name] if INSTRUCTION[name] else text
+
+
 def build_all(vocab=None):
-    """Every task and split as plain lists and str (it can live in a torch checkpoint loaded with
+    """The character model's tasks (CHAR_TASKS) and splits as plain lists and str (it can live in a torch checkpoint loaded with
     weights_only=True): {"python", "vocab", "tasks": {name: {split: [[p, t], ...]}},
     "unknown": {name: {split: {"mapped": n, "dropped": n}}}}."""
     data = {"python": sys.version, "vocab": None if vocab is None else "".join(vocab),
             "tasks": {}, "unknown": {}}
-    for name in TASKS:
+    for name in CHAR_TASKS:
         data["tasks"][name], data["unknown"][name] = {}, {}
         for split in SPLITS:
             counts = {"mapped": {}, "dropped": {}}

@@ -261,7 +261,7 @@ def smollm_corpus():
     funcs = {s: [] for s in tasks.SPLITS}
     for fn in stdlib.functions():
         funcs[tasks.split_of(fn.key)].append(textwrap.dedent("".join(stdlib.source_lines(fn))))
-    prompts = {s: [p for name in tasks.TASKS if name != "lm" for p, _ in tasks.build(name, s)]
+    prompts = {s: [p for name in tasks.CHAR_TASKS if name != "lm" for p, _ in tasks.build(name, s)]
                for s in tasks.SPLITS}
     texts, sizes = {}, {}
     for split in tasks.SPLITS:

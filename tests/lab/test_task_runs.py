@@ -43,7 +43,7 @@ def test_finetune_stores_what_the_command_needs(tasks_ckpt, tiny_ckpt):
     base = torch.load(tiny_ckpt, weights_only=True)
     assert model.config.block_size == 48 and base["config"]["block_size"] == 32
     assert ck["vocab"] == base["vocab"] and ck["splits"] == base["splits"]     # rescorers: the base's
-    assert set(ck["tasks"]["tasks"]) == set(tasks.TASKS) and "rescorer_tasks" in ck
+    assert set(ck["tasks"]["tasks"]) == set(tasks.CHAR_TASKS) and "rescorer_tasks" in ck
     assert set(ck["tasks"]["tasks"]["qa"]) == {"tune", "test"}          # train: counted, not stored
     assert ck["tasks"]["train_counts"]["qa"] == SMALL
     assert ck["finetune"]["steps"] == 3 and ck["finetune"]["block_size"] == 48
@@ -64,7 +64,7 @@ def test_tasks_command_json(tasks_ckpt, capsys):
     code = cli.main(["--tasks", "--json", "--checkpoint", tasks_ckpt, "--prompts", "2"])
     out = capsys.readouterr().out
     r = json.loads(out)
-    assert code == 0 and set(r["tasks"]) == set(tasks.TASKS)
+    assert code == 0 and set(r["tasks"]) == set(tasks.CHAR_TASKS)
     keys = {"block_efficiency", "identical_to_greedy", "relative_gain", "oracle_by_k",
             "head_entropy", "hmax", "head_accuracy", "repetition", "repetition_2gram", "quality",
             "examples"}

@@ -4,16 +4,19 @@ import textwrap
 import ast
 import functools
 import hashlib
+import io
 import json
 import os
+import random
 import subprocess
 import sys
+import tokenize
 
 import pytest
 import torch
 from hypothesis import given, strategies as st
 
-from lab import stdlib, tasks
+from lab import stdlib, tasks, tasks_more
 from lab import analysis
 from runtime import checkpoint
 from runtime.checkpoint import CHECKPOINT
@@ -26,7 +29,9 @@ HERE = ROOT  # the repository
 # than 64 characters where the source is (see the report).
 TARGET_RANGE = {"lm": (64, tasks.LM_TARGET), "qa": (3, tasks.TARGET_MAX),
                 "code2doc": (8, tasks.TARGET_MAX), "doc2summary": (8, tasks.TARGET_MAX),
-                "code": (16, tasks.TARGET_MAX)}
+                "code": (16, tasks.TARGET_MAX), "doc2code": (16, tasks.TARGET_MAX),
+                "rename": (24, tasks.TARGET_MAX)}
+MORE = [n for n in tasks.TASKS if n not in tasks.CHAR_TASKS]       # built by build(), not stored
 
 
 @pytest.fixture(scope="module")
@@ -56,17 +61,32 @@ def mapped(ck, raw):        # raw first: its build fills the caches
     return tasks.build_all(ck["vocab"])
 
 
+@pytest.fixture(scope="module")
+def every(ck, raw, mapped):
+    """(raw, mapped) as build_all's {"tasks": ...} for every task: the stored ones and MORE."""
+    out = []
+    for data, vocab in ((raw, None), (mapped, ck["vocab"])):
+        more = {n: {s: [list(x) for x in tasks.build(n, s, vocab)] for s in tasks.SPLITS}
+                for n in MORE}
+        out.append({"tasks": {**data["tasks"], **more}})
+    return out
+
+
 def fingerprints(data):
     return {n: {s: tasks.fingerprint(data["tasks"][n][s]) for s in tasks.SPLITS}
-            for n in tasks.TASKS}
+            for n in tasks.CHAR_TASKS}
 
 
 # ----------------------------------------------------------------------------- determinism
 
-def test_table_and_names():
-    assert list(tasks.TASKS) == ["lm", "qa", "code2doc", "doc2summary", "code"]
-    assert set(tasks.QUALITY) == set(tasks.TASKS) and tasks.QUALITY["qa"] == "exact_match"
+def test_table_and_names(raw):
+    assert list(tasks.TASKS) == ["lm", "qa", "code2doc", "doc2summary", "code", "doc2code",
+                                 "rename"]
+    assert list(tasks.TASKS)[:5] == list(tasks.CHAR_TASKS) == list(raw["tasks"])   # stored: five
+    assert set(tasks.QUALITY) == set(tasks.INSTRUCTION) == set(tasks.TASKS)
+    assert tasks.QUALITY["qa"] == tasks.QUALITY["rename"] == "exact_match"
     assert all(t.family and t.recipe for t in tasks.TASKS.values())
+    assert [n for n, text in tasks.INSTRUCTION.items() if text is None] == ["lm", "code"]
 
 
 def test_two_builds_equal(raw):
@@ -74,6 +94,13 @@ def test_two_builds_equal(raw):
                  tasks.code_pool):
         pool.cache_clear()                  # rebuild every example from the parsed files
     assert fingerprints(tasks.build_all()) == fingerprints(raw)
+
+
+def test_more_tasks_build_the_same_twice():
+    first = {n: [tasks.fingerprint(tasks.build(n, s)) for s in tasks.SPLITS] for n in MORE}
+    for n in MORE:
+        tasks.POOLS[n].cache_clear()
+    assert first == {n: [tasks.fingerprint(tasks.build(n, s)) for s in tasks.SPLITS] for n in MORE}
 
 
 def test_fresh_process_builds_the_same(fresh, raw):
@@ -95,21 +122,22 @@ def test_split_hash_is_stable_and_80_10_10():
 # -------------------------------------------------------------------------- splits, sizes, lengths
 
 @pytest.mark.parametrize("name", tasks.TASKS)
-def test_splits_disjoint(name, raw):
+def test_splits_disjoint(name, every):
     """No key, prompt or target-with-prompt in two splits."""
     if name == "lm":
         keys = {s: {k for k, sp, _, _ in tasks.lm_pool() if sp == s} for s in tasks.SPLITS}
     else:
         keys = {s: {k for k, _, _ in tasks.POOLS[name]() if tasks.split_of(k) == s}
                 for s in tasks.SPLITS}
-    prompts = {s: {p for p, _ in raw["tasks"][name][s]} for s in tasks.SPLITS}
+    prompts = {s: {p for p, _ in every[0]["tasks"][name][s]} for s in tasks.SPLITS}
     for a, b in (("train", "tune"), ("train", "test"), ("tune", "test")):
         assert not keys[a] & keys[b] and not prompts[a] & prompts[b]
     assert all(keys.values())
 
 
 @pytest.mark.parametrize("name", tasks.TASKS)
-def test_sizes_and_lengths(name, raw, mapped):
+def test_sizes_and_lengths(name, every):
+    raw, mapped = every
     assert len(raw["tasks"][name]["test"]) >= 64
     lo, hi = TARGET_RANGE[name]
     for data in (raw, mapped):
@@ -119,7 +147,7 @@ def test_sizes_and_lengths(name, raw, mapped):
                 assert len(target) <= hi and (data is mapped or len(target) >= lo), (name, target)
 
 
-@pytest.mark.parametrize("name", tasks.TASKS)
+@pytest.mark.parametrize("name", tasks.CHAR_TASKS)
 def test_vocab_build_is_the_raw_build_mapped(name, ck, raw, mapped):
     known = set(ck["vocab"])
     for split in tasks.SPLITS:
@@ -231,6 +259,100 @@ def test_doc2summary_keeps_the_signature(raw):
     for prompt, target in raw["tasks"]["doc2summary"]["test"]:
         assert "(" in prompt.split("\n")[0] and prompt.endswith("\n" + tasks.DOC2SUMMARY_CUE)
         assert target not in prompt
+
+
+# --------------------------------------------------------------------- doc2code, rename (tasks_more)
+
+def func(source, name="f"):
+    """A stdlib.Func of the first definition in `source` (a made-up module)."""
+    node = ast.parse(textwrap.dedent(source)).body[0]     # its lines stay indented
+    return stdlib.Func(f"m.{name}", "m", name, node, source.splitlines(keepends=True))
+
+
+def tokens(code):
+    """[(start, type, string)] of code's tokens."""
+    return [(t.start, t.type, t.string)
+            for t in tokenize.generate_tokens(io.StringIO(code).readline)]
+
+
+def differs_at_old_only(code, target, old, new):
+    """The token streams pair up and differ exactly where `code` has the identifier `old`; `old`
+    is no identifier of the target."""
+    a, b = tokens(code.rstrip("\n")), tokens(target)
+    names = {(r, c) for r, c, n in tasks_more.name_tokens(code) if n == old}
+    assert len(a) == len(b) and names
+    for (pos, kind, text), (_, kind2, text2) in zip(a, b):
+        renamed = pos in names and kind == tokenize.NAME          # not a DEDENT there
+        assert (kind2, text2) == ((kind, new) if renamed else (kind, text)), (text, text2)
+    assert old not in [n for _, _, n in tasks_more.name_tokens(target)]
+
+
+LIMITS = (tasks.PROMPT_MAX, tasks.TARGET_MAX, tasks.WINDOW)
+
+
+def test_doc2code_small():
+    source = 'class C:\n    @staticmethod\n    def f(a, b):\n        """Sum.\n\n        More."""\n\n' \
+             '        # add\n        return a + b\n'
+    prompt, target = tasks_more.doc2code_example(func(source.split("\n", 1)[1]), *LIMITS)
+    assert prompt == '@staticmethod\ndef f(a, b):\n    """Sum.\n\n    More."""\n\n'
+    assert target == "    # add\n    return a + b"
+    one_line = 'def f(a):\n    """Doc."""\n    return a\n'           # a body of 1 line
+    nested = 'def f(a):\n    """Doc."""\n    def g():\n        pass\n    return g\n'
+    same_line = 'def f(a):\n    """Doc."""; a += 1\n    return a\n'
+    assert [tasks_more.doc2code_example(func(s), *LIMITS) for s in (one_line, nested, same_line)] \
+        == [None] * 3
+
+
+def test_doc2code_targets_are_bodies(every):
+    for split in tasks.SPLITS:
+        for prompt, target in every[0]["tasks"]["doc2code"][split]:
+            [node] = ast.parse(prompt + target).body
+            assert isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            assert ast.get_docstring(node) is not None and len(node.body) >= 2
+            assert 2 <= sum(bool(x.strip()) for x in target.split("\n")) <= 12
+            assert prompt.endswith("\n") and target.strip() and target[0] == " "
+
+
+def test_rename_small():
+    source = ('def f(x, y):\n    """x stays here."""\n    x = x + y  # x too\n'
+              '    return self.x, "x", x\n')
+    assert tasks_more.local_names(func(source).node) == ["x", "y"]
+    target = tasks_more.rename(source, "x", "value")
+    assert target == ('def f(value, y):\n    """x stays here."""\n    value = value + y  # x too\n'
+                      '    return self.x, "x", value\n')
+    differs_at_old_only(source, target.rstrip("\n"), "x", "value")
+    for bad in ('def f(x):\n    return g(x=x)\n', 'def f(x):\n    return f"{x}"\n'):
+        assert tasks_more.rename(bad, "x", "value") is None   # keyword argument; f-string (3.11)
+    prompt, target = tasks_more.rename_example(func(source), random.Random(0),
+                                               *LIMITS)
+    cue = prompt.split("\n")[-2]
+    old, new = cue[len("# Rename the variable "):-1].split(" to ")
+    assert prompt == source + cue + "\n" and old in ("x", "y") and new in tasks_more.NEW_NAMES
+
+
+def test_rename_targets_rename_exactly(every):
+    for split in tasks.SPLITS:
+        for prompt, target in every[0]["tasks"]["rename"][split]:
+            code, cue = prompt[:prompt.rindex("# Rename")], prompt.split("\n")[-2]
+            assert prompt.endswith("\n") and cue.startswith("# Rename the variable ")
+            old, new = cue[len("# Rename the variable "):-1].split(" to ")
+            ast.parse(target)
+            differs_at_old_only(code, target, old, new)
+
+
+def test_instruction_messages():
+    assert tasks.instruction("qa", "ctx\nWhat does f return?\n") == "ctx\nWhat does f return?"
+    assert tasks.instruction("code2doc", "def f(): pass\n\n" + tasks.CODE2DOC_CUE) == \
+        "def f(): pass\n\nWrite a one-line summary of this function."
+    assert tasks.instruction("doc2summary", "f()\n\nMore.\n\n" + tasks.DOC2SUMMARY_CUE) == \
+        "f()\n\nMore.\n\nWrite the first paragraph of this docstring."
+    assert tasks.instruction("doc2code", 'def f():\n    """Doc."""\n') == \
+        'def f():\n    """Doc."""\n\nWrite the body of this function.'
+    prompt = "def f(x):\n    return x\n# Rename the variable x to value:\n"
+    assert tasks.instruction("rename", prompt) == prompt.rstrip("\n")
+    for name in ("lm", "code"):
+        with pytest.raises(ValueError, match="raw continuation"):
+            tasks.instruction(name, "text")
 
 
 # ----------------------------------------------------------------------------- compare, fingerprint
