@@ -301,7 +301,7 @@ def tune_timed(model, res, prompts, n, objective="block_efficiency", verify="aut
 
 # ----------------------------------------------------------------------------- --tasks
 
-SUBWORD_TOKENS = (8, 48)      # ours: a subword model decodes its target's length within these
+SUBWORD_TOKENS = (8, 32)      # ours: a subword model decodes its target's length within these
 DEGENERATE_ROUGE = 0.1        # ours: a task whose greedy ROUGE-L is below this is degenerate
 
 
@@ -387,8 +387,7 @@ def built_tasks(vocab, n, names=None, split="test"):
 
 def as_prompt(name, prompt, vocab):
     """The text the model reads: the chat template around an instruction task's user message."""
-    message = tasks.instruction(name, prompt)
-    return prompt if message is None else vocab.chat(message)
+    return prompt if tasks.INSTRUCTION[name] is None else vocab.chat(tasks.instruction(name, prompt))
 
 
 def up_to_stop(tokens, vocab):

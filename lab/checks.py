@@ -22,7 +22,9 @@ TUNE_SIZE = (16, 128)         # the documented --tune run: prompts x new tokens
 DEMO_TOKENS = 160             # the demo's most new tokens (its text fits a terminal)
 PROMPT_TOKENS = 200           # --prompt's default
 TASK_EXAMPLES = 32            # --tasks: test examples per task (the run takes minutes)
-SUBWORD_TASK_EXAMPLES = 8     # ... on SmolLM2 (a call costs ~100x the character model's)
+SUBWORD_TASK_EXAMPLES = 6     # ... on SmolLM2 (a call costs ~100x the character model's), and
+SUBWORD_TASK_DECODERS = "neural,ngram,pbest,lookup,lookup_pbest"   # its decoders (and bpd): not
+# sampled (bpd's drafts at T = 0), pbest0 (pbest without the LM) nor oracle (replayed by k)
 TASKS_CHECKPOINT = os.path.join(os.path.dirname(CHECKPOINT), "minibpd-tasks.pt")
 MAX_TEXT_BYTES = 64 * 2 ** 20  # --text: more is refused (the bench needs --prompts x 64 characters)
 
@@ -177,6 +179,7 @@ def check_against_checkpoint(args, ck):
                          "such as checkpoints/minibpd.pt")
     if args.tasks and kind is not None:                # a subword model: tasks built here
         args.prompts = args.prompts if args.prompts_given else SUBWORD_TASK_EXAMPLES
+        args.decoders = SUBWORD_TASK_DECODERS if args.decoders is None else args.decoders
     elif args.tasks:
         if "tasks" not in ck or "rescorer_tasks" not in ck:
             raise ValueError(f"checkpoint {path} holds no tasks: use {TASKS_CHECKPOINT} or "

@@ -21,6 +21,7 @@ from lab import analysis
 from lab import approximate
 from lab import bench
 from lab.checks import (DEMO_TOKENS, MAX_NEW_TOKENS, MAX_TEXT_BYTES, PROMPT_TOKENS, TASK_EXAMPLES,
+                        SUBWORD_TASK_DECODERS,
                         check_against_checkpoint, check_args, overrides, resolve_device)
 import decoders
 from lab import figures
@@ -97,8 +98,9 @@ def add_modes(p):
     mode.add_argument("--scale", action="store_true", help="the scale map: projected tokens/s of "
                       "every decoder for GPTs up to ~150x the shipped size, validated at its size")
     mode.add_argument("--tasks", action="store_true", help="per-task block efficiency and the paper's "
-                      "analyses on the five tasks (tasks.py; default checkpoint: "
-                      "checkpoints/minibpd-tasks.pt); --prompts: examples per task")
+                      "analyses: the character model's five tasks (stored in its checkpoint, default "
+                      "checkpoints/minibpd-tasks.pt), or SmolLM2's seven (--checkpoint "
+                      "checkpoints/smollm2-heads.pt; built here, tasks.py); --prompts: examples per task")
 
 
 def add_model_flags(p):
@@ -145,7 +147,8 @@ def add_run_flags(p):
     p.add_argument("--json", action="store_true", help="--bench, --tasks, --scale: print one JSON "
                    "object only")
     p.add_argument("--decoders", metavar="A,B", help="--bench, --tasks, --scale: run only these "
-                   "decoders (and bpd, the comparison), e.g. --decoders lookup,pbest")
+                   "decoders (and bpd, the comparison), e.g. --decoders lookup,pbest; default: all (--tasks on "
+                   f"SmolLM2: {SUBWORD_TASK_DECODERS})")
     p.add_argument("--text", help="--bench: take prompts from this UTF-8 file, not the test split")
     p.add_argument("--prompts", type=int, default=None, help="--bench, --tune: number of prompts "
                    f"(default 16); --tasks: test examples per task (default {TASK_EXAMPLES})")
