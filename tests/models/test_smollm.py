@@ -841,3 +841,23 @@ def test_demo_on_the_real_model(shipped, capsys):
     out = capsys.readouterr().out
     assert all(q in out for q in smollm.DEMO_QUESTIONS) and "DIFFERENT" not in out
     assert out.count("identical to greedy ✓") == 2 * len(decoders.DECODERS)
+
+
+def test_tasks_on_the_real_model(shipped):
+    """Issue 24: --tasks' per-task run on SmolLM2 (two tasks, one example each, two decoders):
+    every decoder identical to greedy, an instruction task in the chat template, a quality
+    measured on greedy's text up to its end token."""
+    model, ck, res = shipped
+    vocab = ck["vocab"]
+    examples = bench.built_tasks(vocab, 1, ["qa", "code"])
+    assert vocab.decode(examples["qa"][0][0]).startswith("<|im_start|>system")   # chat template
+    assert not vocab.decode(examples["code"][0][0]).startswith("<|im_start|>")   # raw text
+    chosen = decoders.settings(decoders.load_tuned(HEADS + ".tuned.json", HEADS))
+    with decoders.select(["lookup"]):
+        r = bench.run_tasks(model, res, res, chosen, examples, vocab, log=lambda *a: None,
+                            tokens=(8, 12))
+    for name, t in r.tasks.items():
+        assert set(t.block_efficiency) == {"greedy", "bpd", "lookup"}, name
+        assert all(t.identical_to_greedy.values()) and 8 <= t.lengths[0] <= t.lengths[1] <= 12
+        assert 0 <= t.quality["rouge_l"] <= 1 and t.degenerate == (t.quality["rouge_l"] < 0.1)
+    assert set(r.correlation) >= {"hmax_vs_bpd_be", "gain_vs_bpd_be"}
