@@ -406,10 +406,12 @@ def quality_of(greedy, examples, metric, vocab):
         "phrase_repeat": analysis.phrase_repetition_all(greedy)}
 
 
-def run_task(model, res, res_in, chosen, examples, metric, vocab, verify="auto", tokens=None):
+def run_task(model, res, res_in, chosen, examples, metric, vocab, verify="auto", tokens=None,
+             same_in_domain=()):
     """Every decoder on one task's examples, for real (each for its target's length, within
-    `tokens` = (fewest, most) if given), and the paper's per-task analyses by offline replay.
-    -> TaskResult"""
+    `tokens` = (fewest, most) if given), and the paper's per-task analyses by offline replay;
+    in_domain replays the rescoring decoders with res_in, but not those in `same_in_domain`
+    (whose rescorer res_in does not change). -> TaskResult"""
     lo, hi = tokens or (1, None)
     prompts = [p for p, _ in examples]
     lengths = [max(lo, min(len(t), hi or len(t))) for _, t in examples]
@@ -433,7 +435,7 @@ def run_task(model, res, res_in, chosen, examples, metric, vocab, verify="auto",
         degenerate=q["rouge_l"] < DEGENERATE_ROUGE, lengths=[min(lengths), max(lengths)],
         win_tie_loss=analysis.win_tie_loss(items, runs[decoders.PLAIN], res, chosen),
         in_domain={k: analysis.be_of(model, items, res_in, k, chosen[k]) for k in refined
-                   if {"alpha"} <= set(chosen[k]) and chosen[k].get("alpha", 0) > 0})
+                   if chosen[k].get("alpha", 0) > 0 and k not in same_in_domain})
 
 
 def pearson(xs, ys):
@@ -483,7 +485,7 @@ def intervals(runs, reps=1000, seed=0):
 
 
 def run_tasks(model, res, res_in, chosen, examples, vocab, verify="auto", log=print, tokens=None,
-              python=None):
+              python=None, same_in_domain=()):
     """`--tasks`: run_task on every task's examples ({task: [(prompt ids, target ids)]}: the
     checkpoint's stored ones, task_examples, or built here, built_tasks), then correlations over
     the tasks that are not degenerate (the others are named in `excluded`)."""
@@ -491,7 +493,7 @@ def run_tasks(model, res, res_in, chosen, examples, vocab, verify="auto", log=pr
     for name, ex in examples.items():
         log(f"  {name}: {len(ex)} examples ...")
         results[name] = run_task(model, res, res_in, chosen, ex, tasks.QUALITY[name], vocab,
-                                 verify, tokens)
+                                 verify, tokens, same_in_domain)
     kept = {k: r for k, r in results.items() if not r.degenerate}
     return TasksReport(results, correlations(kept), settings=chosen, python=python,
                        excluded=sorted(set(results) - set(kept)), seconds=time.perf_counter() - t0)

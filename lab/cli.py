@@ -401,7 +401,8 @@ def tasks_command(args):
     res_in = Resources(model, ck, small=small, reference=args.reference, text=text)
     log = (lambda *a: print(*a, file=sys.stderr)) if args.json else print
     r = bench.run_tasks(model, res, res_in, chosen, examples, ck["vocab"], args.verify, log,
-                        bench.SUBWORD_TOKENS if subword else None, python)
+                        bench.SUBWORD_TOKENS if subword else None, python,
+                        ("neural",) if subword else ())     # its small LM: the base's early exit
     r.checkpoint = args.checkpoint
     if args.json:
         print(json.dumps(r.to_json(), indent=1))
