@@ -4,7 +4,7 @@ task and without the degenerate ones, and the verdict by docs/tasks.md's thresho
 block efficiency per task with its 95% bootstrap interval, and the spread.
 
     python minibpd.py --tasks --json > /tmp/w/tasks.json
-    python tools/task_verdicts.py /tmp/w/tasks.json
+    python tools/task_verdicts.py /tmp/w/tasks.json [--table]    # --table: docs/tasks.md's table
 
 Degenerate: a task whose greedy text scores ROUGE-L < 0.1 against the references (`code`: the
 model writes spaces). Verdict: "reproduces" only if p < 0.05 with n >= 5 non-degenerate tasks and
@@ -19,7 +19,7 @@ from types import SimpleNamespace
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from lab import bench  # noqa: E402
 
-DEGENERATE_ROUGE = 0.1
+DEGENERATE_ROUGE = bench.DEGENERATE_ROUGE
 ALPHA, MIN_TASKS = 0.05, 5
 # the sign each claim expects: h_max up with block efficiency (Fig. 3b), head entropy down with
 # it, refinement gains and the oracle's headroom down with it
@@ -58,7 +58,7 @@ def main(path):
     bad = degenerate(tasks)
     real = {n: t for n, t in tasks.items() if n not in bad}
     print(f"degenerate (greedy ROUGE-L < {DEGENERATE_ROUGE}): {', '.join(bad) or 'none'}")
-    for label, chosen in (("all tasks", tasks), ("without " + ", ".join(bad), real)):
+    for label, chosen in (("all tasks", tasks), ("without " + ", ".join(bad), real))[:2 if bad else 1]:
         c = bench.correlations({n: SimpleNamespace(**t) for n, t in chosen.items()})
         print(f"\n{label} (n = {len(chosen)})")
         for name, key, e, sign in rows(c):
@@ -77,5 +77,30 @@ def main(path):
         print(f"  spread, {label}: {min(be):.2f}-{max(be):.2f} ({max(be) / min(be):.2f}x)")
 
 
+def table(path):
+    """The per-task table of docs/tasks.md (markdown) from one `--tasks --json` file."""
+    report = json.load(open(path))
+    tasks = report["tasks"]
+    methods = [m for m in next(iter(tasks.values()))["block_efficiency"] if m not in ("greedy", "bpd")]
+    print("| task | BPD [95% interval] | " + " | ".join(methods) + " | oracle k=8 | mean head entropy "
+          "| h_max | adjacent repeats: BPD -> 2-gram | greedy quality | phrase repetition |")
+    print("| --- | ---: | " + " | ".join("---:" for _ in methods) + " | ---: | ---: | ---: | --- | --- | ---: |")
+    for n, t in tasks.items():
+        be, (lo, hi) = t["block_efficiency"], t["block_efficiency_interval"]["bpd"]
+        best = max(methods, key=be.get)
+        cells = [f"**{be[m]:.2f}**" if m == best else f"{be[m]:.2f}" for m in methods]
+        metric, value = next(iter(t["quality"].items()))
+        quality = f"{ {'rouge_l': 'ROUGE-L'}.get(metric, metric.replace('_', ' '))} {value:.2f}" + (
+            "" if metric == "rouge_l" else f" (ROUGE-L {t['quality']['rouge_l']:.2f})")
+        quality += " **degenerate**" if t["quality"]["rouge_l"] < DEGENERATE_ROUGE else ""
+        entropy = sum(t["head_entropy"]) / len(t["head_entropy"])
+        print(f"| {n} | {be['bpd']:.2f} [{lo:.2f}, {hi:.2f}] | " + " | ".join(cells) +
+              f" | {t['oracle_by_k']['8']:.2f} | {entropy:.2f} | {t['hmax']} | "
+              f"{100 * t['repetition']['adjacent_repeat']:.1f}% -> "
+              f"{100 * t['repetition_2gram']['adjacent_repeat']:.1f}% | {quality} | "
+              f"{100 * t['quality']['phrase_repeat']:.0f}% |")
+
+
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "/tmp/w/tasks.json")
+    args = [a for a in sys.argv[1:] if a != "--table"]
+    (table if "--table" in sys.argv else main)(args[0] if args else "/tmp/w/tasks.json")
