@@ -7,7 +7,7 @@ model runs): plain BPD's and each refined decoder's exact block efficiency by of
 (lab.analysis.be_of, the tuned settings of checkpoints/smollm2-heads.pt.tuned.json for every head
 set), and each head's agreement with greedy.
 
-    python tools/task_heads.py --tasks qa,code2doc,rename --steps 150 --prompts 192 --examples 8
+    python tools/task_heads.py --tasks qa,code2doc,rename --steps 100 --prompts 128 --examples 8   # docs/tasks.md, ~27 min on 2 shared cores
     python tools/task_heads.py ... --json > /tmp/w/task_heads.json
 """
 import argparse
@@ -33,8 +33,8 @@ def parse_args(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tasks", default="qa,code2doc,rename",
                    help=f"tasks with their own heads, and evaluated (of {','.join(tasks.TASKS)})")
-    p.add_argument("--steps", type=int, default=150, help="optimizer steps of each fine-tune")
-    p.add_argument("--prompts", type=int, default=192, help="train prompts of each fine-tune")
+    p.add_argument("--steps", type=int, default=100, help="optimizer steps of each fine-tune")
+    p.add_argument("--prompts", type=int, default=128, help="train prompts of each fine-tune")
     p.add_argument("--examples", type=int, default=8, help="test examples per task")
     p.add_argument("--new-tokens", type=int, default=32, help="greedy tokens per test example")
     p.add_argument("--seed", type=int, default=1337)
