@@ -1,0 +1,118 @@
+"""task_heads: SmolLM2's heads fine-tuned on a set of tasks' train prompts (issue 24; Kim et al.
+fine-tune per task). From the shipped heads (checkpoints/smollm2-heads.pt) as the common start,
+heads 2..h and the early-exit adapter of 'neural' train further, self-distilled as
+finetune.smollm_heads trains them (its greedy_states, head_targets, SmolHeads, smollm_loss, fit),
+on greedy continuations of whole task prompts as the model reads them (lab.bench.as_prompt: the
+chat template for instruction tasks, raw text for lm and code). The trunk and head 1 stay frozen,
+so greedy output is unchanged; only the heads and the exit adapter move (ours: Kim fine-tunes
+the whole model, heads included, per task).
+
+Prompts of different lengths: sorted by token length and cut into batches of GEN_ROWS, each
+prompt of a batch cut to the batch's shortest by dropping its start (the end, where the
+continuation begins, is kept whole); at most MAX_PROMPT tokens (GEN_WINDOW - GEN_TOKENS).
+tools/task_heads.py is the measurement; docs/tasks.md "Per-task heads on SmolLM2" the result.
+"""
+import dataclasses
+import time
+
+import torch
+
+from lab import tasks
+from lab.bench import as_prompt
+from models import llama
+from training.finetune import (GEN_WINDOW, SmolHeads, greedy_states, head_targets, held_out,
+                               agreement, smollm_loss)
+from training.fit import TrainConfig, fit
+
+GEN_TOKENS = 32                      # greedy tokens generated after each prompt
+GEN_ROWS = 16                        # prompts per generation batch (sorted by length)
+MAX_PROMPT = GEN_WINDOW - GEN_TOKENS
+LR, BATCH = 5e-4, 160                # a gentler peak than smollm_heads' 1e-3: a fine-tune
+
+
+def task_prompts(vocab, names, n, seed, split="train"):
+    """n prompts of `split` drawn evenly from the tasks `names` (n // len(names) each, one more
+    for the first n % len(names)), each task's by a seeded permutation, as the model reads
+    them (bench.as_prompt). -> [(task, text)]"""
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for i, name in enumerate(names):
+        pairs = tasks.build(name, split)
+        want = n // len(names) + (i < n % len(names))
+        if want > len(pairs):
+            raise ValueError(f"task {name} has {len(pairs)} {split} prompts, fewer than {want}")
+        order = torch.randperm(len(pairs), generator=gen)[:want].tolist()
+        out += [(name, as_prompt(name, pairs[j][0], vocab)) for j in order]
+    return out
+
+
+def length_batches(ids, rows=GEN_ROWS, longest=MAX_PROMPT):
+    """Token-id prompts sorted by length, in batches of `rows`, each prompt cut to the batch's
+    shortest (and to `longest`) by dropping its start. -> ([tensor [rows, L]], tokens cut)"""
+    ids = sorted(ids, key=len)
+    out, cut = [], 0
+    for b in range(0, len(ids), rows):
+        group = ids[b:b + rows]
+        L = min(longest, min(len(p) for p in group))
+        out.append(torch.tensor([p[len(p) - L:] for p in group]))
+        cut += sum(len(p) - L for p in group)
+    return out, cut
+
+
+def generate(model, batches, n, log):
+    """greedy_states on each batch, fast as finetune.generate_split (the fixed-shape blocks off,
+    a GEN_WINDOW-slot cache). -> (tokens [N, n], z [N, n, C], exit [N, n, C])"""
+    model.batch_invariant = False
+    fast = model.first_heads(1)
+    fast.config = dataclasses.replace(fast.config, block_size=GEN_WINDOW)
+    out, t0 = [], time.time()
+    try:
+        for rows in batches:
+            out.append(greedy_states(fast, rows, n))
+        done = sum(len(o[0]) for o in out)
+        log(f"[generate] {done} continuations x {n} tokens, {done * n / (time.time() - t0):.0f} tok/s")
+    finally:
+        model.batch_invariant = True
+    return tuple(torch.cat(parts) for parts in zip(*out))
+
+
+def exit_adapter(model, ck):
+    """The checkpoint's early-exit adapter (ck["rescorer"]) as a trainable fp32 head (llama.bpd_head)."""
+    head = llama.bpd_head(model.config)
+    head.load_state_dict({k: v.float() for k, v in ck["rescorer"].items()})
+    return head.float()
+
+
+def finetune_on(model, vocab, prompts, steps, seed, log=print, exit_head=None):
+    """Fine-tune model.heads (heads 2..h), in place, and exit_head (exit_adapter's; None: only
+    the heads train) on greedy continuations of `prompts` (texts as the model reads them),
+    self-distilled (finetune.smollm_loss); the heads return to their dtype. -> the record: sizes,
+    seconds, each head's agreement with greedy on the training continuations."""
+    t0 = time.time()
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    batches, cut = length_batches([vocab.encode(p) for p in prompts])
+    tokens, z, exits = generate(model, batches, GEN_TOKENS, log)
+    data = {"tokens": tokens, "z": z, "exit": exits,
+            "targets": head_targets(tokens, model.config.n_bpd_heads)}
+    gen_s, dtype = time.time() - t0, next(model.heads.parameters()).dtype
+    trained_exit = exit_head is not None
+    exit_head = exit_head if trained_exit else llama.bpd_head(model.config).float()
+    model.heads.float()
+    trainee = SmolHeads(model, exit_head)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for p in [*trainee.heads.parameters(), *(trainee.exit.parameters() if trained_exit else ())]:
+        p.requires_grad_(True)
+    cfg = TrainConfig(steps=steps, lr=LR, warmup=max(1, steps // 10), batch_size=BATCH,
+                      seed=seed, log_every=max(1, steps // 4))
+    weight = model.lm_head.weight.detach()
+    secs = fit(trainee, cfg, smollm_loss(trainee, weight, data, cfg, gen), "task heads", None, log)
+    preds, _ = held_out(trainee, weight, data)
+    for p in trainee.parameters():
+        p.requires_grad_(False)
+    model.heads.to(dtype)
+    return {"prompts": len(prompts), "gen_tokens": GEN_TOKENS, "prompt_tokens_cut": cut,
+            "steps": steps, "lr": LR, "batch_size": BATCH, "seed": seed,
+            "exit_trained": trained_exit, "train_agreement": agreement(preds, data["targets"]),
+            "seconds_generating": round(gen_s), "seconds_training": round(secs)}
