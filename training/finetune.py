@@ -350,7 +350,7 @@ def projected_loss(states, targets, weight):
 
 
 class SmolHeads(torch.nn.Module):
-    """What trains: heads 2..h (model.heads) and the early-exit adapter (llama.BPDHead form on
+    """What trains: heads 2..h (model.heads) and the early-exit adapter (llama.bpd_head, BPDHead form on
     the base's final norm of the residual stream after EXIT_LAYERS blocks)."""
 
     def __init__(self, model, exit_head):
@@ -436,7 +436,7 @@ def smollm_heads(cfg, log=print):
     torch.manual_seed(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
     model, vocab = smollm.load(dtype=torch.bfloat16, n_bpd_heads=cfg.heads)
-    exit_head = llama.BPDHead(model.config)
+    exit_head = llama.bpd_head(model.config)
     texts, corpus = smollm_corpus()
     log(f"corpus: {corpus['name']}, characters train/tune/test " +
         " / ".join(f"{sum(corpus['chars'][s]):,}" for s in tasks.SPLITS))

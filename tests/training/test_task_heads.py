@@ -80,3 +80,26 @@ def test_finetune_on_moves_only_the_heads_and_the_exit_adapter():
     assert any(not torch.equal(v, exit_head.state_dict()[k]) for k, v in exit0.items())
     assert not any(p.requires_grad for p in model.parameters()) and model.batch_invariant
     assert record["prompts"] == 2 and record["exit_trained"] and len(record["train_agreement"]) == 5
+
+
+def test_smollm_heads_trains_a_step(monkeypatch):
+    """`python train_heads.py --smollm`, shrunk to a few continuations and two steps: it builds
+    its exit adapter (llama.bpd_head: the call that once passed a config to BPDHead crashed
+    here), trains, and returns the checkpoint's extra keys."""
+    try:
+        smollm.optional_packages()
+        smollm.find_gguf()
+    except ImportError:
+        pytest.skip(f"SmolLM2 not installed: {smollm.INSTALL}")
+    from training import finetune
+    from training.fit import TrainConfig
+    monkeypatch.setattr(finetune, "CONTINUATIONS", {"train": 4, "tune": 2})
+    monkeypatch.setattr(finetune, "GEN_TOKENS", 6)
+    monkeypatch.setattr(finetune, "GEN_ROWS", 4)
+    monkeypatch.setattr(finetune, "smollm_corpus", lambda: (
+        {s: "def f(x):\n    return x + 1\n" * 60 for s in tasks.SPLITS},
+        {"name": "tiny", "chars": {s: [1560] for s in tasks.SPLITS}}))
+    cfg = TrainConfig(steps=2, lr=1e-3, warmup=1, batch_size=4, heads=3, log_every=1)
+    model, extra = finetune.smollm_heads(cfg, log=lambda *a: None)
+    assert {"rescorer", "rescorer_config", "train", "splits"} <= set(extra)
+    assert len(model.heads) == 2 and extra["train"]["steps"] == 2
