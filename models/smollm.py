@@ -8,13 +8,11 @@ imports only models/llama.py, runtime/checkpoint.py, torch, numpy and the standa
 the top; the optional
 `gguf` and `tokenizers` packages are imported where a file is read.
 """
-import contextlib
 import ctypes
 import dataclasses
 import functools
 import hashlib
 import importlib.metadata
-import io
 import os
 import re
 
@@ -348,34 +346,3 @@ def checked_draft_vocab(ids, V):
             or int(ids.min()) < 0 or int(ids.max()) >= V or len(ids.unique()) != len(ids):
         raise ValueError(f"the checkpoint's draft_vocab must be distinct token ids in [0, {V})")
     return ids.long()
-
-
-# ----------------------------------------------------------------------------- the peer
-
-PEER_INSTALL = "pip install transformers==5.24.0 accelerate==1.15.0"
-
-
-def transformers_model(dtype=torch.float32, gguf_path=None):
-    """The same GGUF loaded by Hugging Face transformers (its own GGUF reader and LlamaForCausalLM:
-    an independent implementation), offline, for the peer bench and the exactness test. Its
-    generation config ends nothing (no eos): like minibpd it decodes exactly the tokens asked for.
-    The optional packages are named in one ImportError when missing."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    try:
-        import accelerate  # noqa: F401  (transformers needs it to read a GGUF)
-        from transformers import AutoModelForCausalLM
-        from transformers.utils import logging
-    except ImportError as e:
-        raise ImportError(f"the transformers peer needs optional packages ({e.name} is missing): "
-                          f"{PEER_INSTALL}") from None
-    optional_packages()
-    path = find_gguf() if gguf_path is None else os.fspath(gguf_path)
-    logging.set_verbosity_error()
-    logging.disable_progress_bar()
-    with contextlib.redirect_stderr(io.StringIO()):        # its GGUF reader's progress bar
-        model = AutoModelForCausalLM.from_pretrained(os.path.dirname(path), dtype=dtype,
-                                                     gguf_file=os.path.basename(path)).eval()
-    model.generation_config.eos_token_id = None
-    model.generation_config.pad_token_id = 0
-    return model

@@ -39,7 +39,7 @@ sys.path.insert(0, HERE)
 import decoders  # noqa: E402
 import minibpd  # noqa: E402
 from lab import bench  # noqa: E402
-from models import smollm  # noqa: E402
+from models import peer, smollm  # noqa: E402
 from runtime import threads  # noqa: E402
 
 LOOKUP = 10                    # prompt_lookup_num_tokens
@@ -136,7 +136,7 @@ def reference_tokens(hf_greedy, prompts, n, dtype):
     """transformers' float32 greedy tokens: the run's own under float32, else a float32 load's."""
     if dtype == torch.float32:
         return None                                 # taken from the run's hf_greedy
-    model = smollm.transformers_model(torch.float32)
+    model = peer.transformers_model(torch.float32)
     ref = HFMethod("hf_greedy_fp32", model)
     out = [ref.decode(p, n)[0] for p in prompts]
     del model, ref
@@ -174,7 +174,7 @@ def main():
     try:
         import transformers
     except ImportError:
-        raise SystemExit(f"error: the peer bench needs transformers: {smollm.PEER_INSTALL}")
+        raise SystemExit(f"error: the peer bench needs transformers: {peer.PEER_INSTALL}")
     n_threads, dtype = threads.set_threads(args.threads), DTYPES[args.dtype]
     load = lambda: " ".join(f"{x:.2f}" for x in os.getloadavg())
     info = {"load_average_before": load(), "threads": n_threads, "torch": torch.__version__,
@@ -184,7 +184,7 @@ def main():
           f"{torch.__version__}, transformers {transformers.__version__}", file=sys.stderr)
     try:
         model, ck = minibpd.load_checkpoint(args.checkpoint, "cpu", dtype)
-        hf = smollm.transformers_model(dtype)
+        hf = peer.transformers_model(dtype)
     except ImportError as e:
         raise SystemExit(f"error: {e}")
     tuned = decoders.load_tuned(args.tuned or decoders.tuned_path(args.checkpoint), args.checkpoint,

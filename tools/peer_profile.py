@@ -23,7 +23,7 @@ import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from models import llama, smollm  # noqa: E402
+from models import llama, peer, smollm  # noqa: E402
 from runtime.kvcache import KVCache  # noqa: E402
 
 CACHED = 64
@@ -113,7 +113,7 @@ def main():
     dtype = getattr(torch, args.dtype)
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {args.dtype}, 1 thread")
     ours, vocab = smollm.load(dtype=dtype)
-    hf = smollm.transformers_model(dtype)
+    hf = peer.transformers_model(dtype)
     calls = callers(ours, hf, vocab.encode(TEXT)[:CACHED + 1])
     got = {name: [] for name in calls}
     with torch.no_grad():

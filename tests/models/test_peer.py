@@ -15,7 +15,7 @@ import torch
 import minibpd
 from conftest import ROOT
 from lab import bench
-from models import smollm
+from models import peer, smollm
 
 HEADS = os.path.join(ROOT, "checkpoints", "smollm2-heads.pt")
 N = 24
@@ -23,8 +23,8 @@ N = 24
 
 @pytest.fixture(scope="module")
 def peers():
-    pytest.importorskip("transformers", reason=f"transformers not installed: {smollm.PEER_INSTALL}")
-    pytest.importorskip("accelerate", reason=f"accelerate not installed: {smollm.PEER_INSTALL}")
+    pytest.importorskip("transformers", reason=f"transformers not installed: {peer.PEER_INSTALL}")
+    pytest.importorskip("accelerate", reason=f"accelerate not installed: {peer.PEER_INSTALL}")
     try:
         smollm.optional_packages()
         smollm.find_gguf()
@@ -36,7 +36,7 @@ def peers():
     torch.set_num_threads(1)
     try:
         ours, ck = minibpd.load_checkpoint(HEADS, "cpu", torch.float32)
-        yield ours, smollm.transformers_model(torch.float32), ck
+        yield ours, peer.transformers_model(torch.float32), ck
     finally:
         torch.set_num_threads(threads)
 
