@@ -2,6 +2,7 @@
 same dtype, 1 thread): the profile behind docs/real-model.md, "Against transformers".
 
     python tools/peer_profile.py [--dtype float32|bfloat16] [--reps 20] [--ops 12]
+    python tools/peer_profile.py --kernels      # only the matmul kernel: 1 row against 8
 
 One decode call with CACHED = 64 tokens cached and 1 new one, logits included (what a greedy step
 costs): minibpd batch-invariant (what runs), minibpd plain (batch_invariant off), transformers
@@ -11,6 +12,10 @@ shapes of that call (one layer's parts x n_layer): the fixed 8-row blocks (by_ro
 against the same part on the single row. Then torch.profiler's operator table for each (self
 CPU time; what the table does not account for is Python and dispatch overhead). The load average
 is printed before and after (a shared machine: compare ratios inside one run).
+
+--kernels (no model needed): x @ W^T for 1 and for 8 rows, float32 and bf16, on 30 random weights
+of gate_up's shape (3,072 x 576) cycled so that they are not cached and on one of the tied
+projection's (49,152 x 576), and the same with the weight stored transposed ([K, N], a copy).
 """
 import argparse
 import os
@@ -103,13 +108,34 @@ def operator_table(fn, n, top):
     return total, rows
 
 
+def kernels():
+    F = torch.nn.functional
+    for dt in (torch.float32, torch.bfloat16):
+        ws = [torch.randn(3072, 576).to(dt) for _ in range(30)]
+        wts = [w.t().contiguous() for w in ws]
+        big = torch.randn(49152, 576).to(dt)
+        big_t = big.t().contiguous()
+        for M in (1, 8):
+            x = torch.randn(M, 576).to(dt)
+            a = ms(lambda: [F.linear(x, w) for w in ws], 30) / 30
+            b = ms(lambda: [x @ w for w in wts], 30) / 30
+            c, d = ms(lambda: F.linear(x, big), 10), ms(lambda: x @ big_t, 10)
+            print(f"{str(dt)[6:]:<9} {M} row(s): 3,072 x 576 {a:.3f} ms (stored [K, N]: {b:.3f}); "
+                  f"49,152 x 576 {c:.2f} ms (stored [K, N]: {d:.2f})")
+
+
 def main():
     p = argparse.ArgumentParser(allow_abbrev=False)
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--ops", type=int, default=12)
+    p.add_argument("--kernels", action="store_true")
     args = p.parse_args()
     torch.set_num_threads(1)
+    if args.kernels:
+        print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; 1 thread")
+        kernels()
+        return print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     dtype = getattr(torch, args.dtype)
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {args.dtype}, 1 thread")
     ours, vocab = smollm.load(dtype=dtype)
