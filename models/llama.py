@@ -106,7 +106,11 @@ def by_rows(fn, x, rows):
     else:
         N = flat.shape[0]
         padded = padded_copy(flat, rows, 1)                              # [ceil(N/R) R, K]
-        out = torch.cat([fn(padded[i:i + rows].clone()) for i in range(0, len(padded), rows)])[:N]
+        if len(padded) == rows:         # one block (every greedy step): already a fresh tensor
+            out = fn(padded)[:N]
+        else:
+            out = torch.cat([fn(padded[i:i + rows].clone())
+                             for i in range(0, len(padded), rows)])[:N]
     return out.view(*x.shape[:-1], out.shape[-1])
 
 

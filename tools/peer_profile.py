@@ -1,0 +1,175 @@
+"""Where minibpd's one-token forward spends its time, beside transformers' (the same GGUF, the
+same dtype, 1 thread): the profile behind docs/real-model.md, "Against transformers".
+
+    python tools/peer_profile.py [--dtype float32|bfloat16] [--reps 20] [--ops 12]
+    python tools/peer_profile.py --kernels      # only the matmul kernel: 1 row against 8
+
+One decode call with CACHED = 64 tokens cached and 1 new one, logits included (what a greedy step
+costs): minibpd batch-invariant (what runs), minibpd plain (batch_invariant off), transformers
+(LlamaForCausalLM, its DynamicCache cropped back to 64 after each call); the median ms of --reps
+calls, the three interleaved in every repetition. Then minibpd's parts, each timed alone on the
+shapes of that call (one layer's parts x n_layer): the fixed 8-row blocks (by_rows/padded_copy)
+against the same part on the single row. Then torch.profiler's operator table for each (self
+CPU time; what the table does not account for is Python and dispatch overhead). The load average
+is printed before and after (a shared machine: compare ratios inside one run).
+
+--kernels (no model needed): x @ W^T for 1 and for 8 rows, float32 and bf16, on 30 random weights
+of gate_up's shape (3,072 x 576) cycled so that they are not cached and on one of the tied
+projection's (49,152 x 576), and the same with the weight stored transposed ([K, N], a copy).
+"""
+import argparse
+import os
+import statistics
+import sys
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import torch  # noqa: E402
+from torch.profiler import ProfilerActivity, profile  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from models import llama, peer, smollm  # noqa: E402
+from runtime.kvcache import KVCache  # noqa: E402
+
+CACHED = 64
+TEXT = "The history of the city goes back more than two thousand years. " * 12
+
+
+def ms(fn, reps):
+    fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return 1e3 * statistics.median(times)
+
+
+def callers(ours, hf, ids):
+    """{name: one-token call} for ours (batch-invariant and plain) and transformers."""
+    from transformers import DynamicCache
+    cache = KVCache(ours)
+    ours(torch.tensor([ids[:CACHED]]), cache)
+    cache.advance(CACHED)
+    new = torch.tensor([ids[CACHED:CACHED + 1]])
+    hf_cache = DynamicCache(config=hf.config)
+    hf(torch.tensor([ids[:CACHED]]), cache=hf_cache, use_cache=True)
+
+    def ours_call(bi):
+        def call():
+            ours.batch_invariant = bi
+            ours.lm_head(ours(new, cache)[:, -1])
+        return call
+
+    def hf_call():
+        hf(new, cache=hf_cache, use_cache=True, logits_to_keep=1)
+        hf_cache.crop(-1)                      # back to CACHED tokens
+    return {"minibpd batch-invariant": ours_call(True), "minibpd plain": ours_call(False),
+            "transformers": hf_call}
+
+
+def parts(ours, reps):
+    """ms of each part of minibpd's one-token call, x n_layer where per layer: 8-row blocks
+    (rows=8) and the single row (rows=None)."""
+    cfg, b = ours.config, ours.blocks[0]
+    H, Hkv, d, C = cfg.n_head, cfg.n_kv_head, cfg.head_dim, cfg.n_embd
+    x = torch.randn(1, 1, C)
+    q, k, v = torch.randn(1, H, 1, d), torch.randn(1, Hkv, CACHED + 1, d), torch.randn(1, Hkv, CACHED + 1, d)
+    bias, y = llama.causal_bias(1, CACHED, torch.float32, x.device), torch.randn(1, 1, C)
+    rope = [t[CACHED:CACHED + 1].float() for t in ours.rope]
+    z = torch.randn(1, C)
+    rows = cfg.row_block
+    L = cfg.n_layer
+    table = {
+        "norm + qkv": (lambda r: llama.by_rows(lambda t: b.qkv(b.attn_norm(t)), x, r), L),
+        "rotary (q, k)": (lambda r: (llama.rotate(q, *rope), llama.rotate(k[:, :, :1], *rope)), L),
+        "attention": (lambda r: llama.attention(q, k, v, bias, r, cfg.key_block), L),
+        "out projection": (lambda r: llama.by_rows(b.out, y, r), L),
+        "MLP (norm, gate_up, SiLU, down)": (lambda r: llama.by_rows(b.mlp, x, r), L),
+        "final norm": (lambda r: llama.by_rows(ours.norm, x, r), 1),
+        "output projection (49,152 x 576)": (lambda r: llama.by_rows(
+            super(llama.TiedHead, ours.lm_head).forward, z, r), 1),
+    }
+    out = []
+    with torch.no_grad():
+        for name, (fn, times) in table.items():
+            blocks, one = ms(lambda: fn(rows), reps) * times, ms(lambda: fn(None), reps) * times
+            out.append((name, times, blocks, one))
+    return out
+
+
+def operator_table(fn, n, top):
+    with torch.no_grad(), profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(n):
+            fn()
+    events = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
+    total = sum(e.self_cpu_time_total for e in events) / 1e3 / n
+    rows = [(e.key, e.count // n, e.self_cpu_time_total / 1e3 / n) for e in events[:top]]
+    return total, rows
+
+
+def kernels():
+    F = torch.nn.functional
+    for dt in (torch.float32, torch.bfloat16):
+        ws = [torch.randn(3072, 576).to(dt) for _ in range(30)]
+        wts = [w.t().contiguous() for w in ws]
+        big = torch.randn(49152, 576).to(dt)
+        big_t = big.t().contiguous()
+        for M in (1, 8):
+            x = torch.randn(M, 576).to(dt)
+            a = ms(lambda: [F.linear(x, w) for w in ws], 30) / 30
+            b = ms(lambda: [x @ w for w in wts], 30) / 30
+            c, d = ms(lambda: F.linear(x, big), 10), ms(lambda: x @ big_t, 10)
+            print(f"{str(dt)[6:]:<9} {M} row(s): 3,072 x 576 {a:.3f} ms (stored [K, N]: {b:.3f}); "
+                  f"49,152 x 576 {c:.2f} ms (stored [K, N]: {d:.2f})")
+
+
+def main():
+    p = argparse.ArgumentParser(allow_abbrev=False)
+    p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    p.add_argument("--reps", type=int, default=20)
+    p.add_argument("--ops", type=int, default=12)
+    p.add_argument("--kernels", action="store_true")
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    if args.kernels:
+        print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; 1 thread")
+        kernels()
+        return print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    dtype = getattr(torch, args.dtype)
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {args.dtype}, 1 thread")
+    ours, vocab = smollm.load(dtype=dtype)
+    hf = peer.transformers_model(dtype)
+    calls = callers(ours, hf, vocab.encode(TEXT)[:CACHED + 1])
+    got = {name: [] for name in calls}
+    with torch.no_grad():
+        for fn in calls.values():
+            fn()
+        for _ in range(args.reps):
+            for name, fn in calls.items():
+                t0 = time.perf_counter()
+                fn()
+                got[name].append(1e3 * (time.perf_counter() - t0))
+    base = statistics.median(got["transformers"])
+    print(f"\none call, {CACHED} cached + 1 new, median of {args.reps} (interleaved):")
+    for name, t in got.items():
+        print(f"  {name:<24} {statistics.median(t):7.2f} ms  {statistics.median(t) / base:.2f}x transformers")
+    print("\nminibpd's parts, each alone (ms per call: x layers where per layer):")
+    print("| part | x | 8-row blocks (batch-invariant) | the one row | blocks / row |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    summed = [0.0, 0.0]
+    for name, times, blocks, one in parts(ours, args.reps):
+        summed = [summed[0] + blocks, summed[1] + one]
+        print(f"| {name} | {times} | {blocks:.2f} | {one:.2f} | {blocks / one:.2f} |")
+    print(f"| sum of the parts | | {summed[0]:.2f} | {summed[1]:.2f} | {summed[0] / summed[1]:.2f} |")
+    for name, fn in calls.items():
+        total, rows = operator_table(fn, 10, args.ops)
+        print(f"\n{name}: operators' self CPU {total:.2f} ms per call (wall {statistics.median(got[name]):.2f};"
+              f" the rest: Python and dispatch outside the operators' own time)")
+        for key, count, t in rows:
+            print(f"  {key:<40} x{count:<5} {t:7.2f} ms")
+    print(f"\nload average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()
