@@ -87,7 +87,7 @@ def table(path):
     print("| --- | ---: | " + " | ".join("---:" for _ in methods) + " | ---: | ---: | ---: | --- | --- | ---: |")
     for n, t in tasks.items():
         be, (lo, hi) = t["block_efficiency"], t["block_efficiency_interval"]["bpd"]
-        best = max(methods, key=be.get)
+        best = max([m for m in methods if m != "oracle"], key=be.get)     # the oracle peeks
         cells = [f"**{be[m]:.2f}**" if m == best else f"{be[m]:.2f}" for m in methods]
         metric, value = next(iter(t["quality"].items()))
         quality = f"{ {'rouge_l': 'ROUGE-L'}.get(metric, metric.replace('_', ' '))} {value:.2f}" + (
