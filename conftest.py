@@ -165,3 +165,26 @@ def takes_model(factory):
 def drafter_factory(request):
     """model -> a fresh drafter, from --drafter MODULE:FACTORY (default minibpd:ArgmaxDrafter)."""
     return request.config.drafter_factory
+
+
+# ----------------------------------------------------------------------------- the real model
+
+SMOLLM_HEADS = os.path.join(ROOT, "checkpoints", "smollm2-heads.pt")
+
+
+def real_model_or_skip():
+    """The GGUF's path, or a clean skip naming the install command (SmolLM2 is optional)."""
+    from models import smollm
+    try:
+        smollm.optional_packages()
+        return smollm.find_gguf()
+    except ImportError:
+        pytest.skip(f"SmolLM2 not installed: {smollm.INSTALL}")
+
+
+def heads_or_skip():
+    """The shipped SmolLM2 heads checkpoint's path, or a clean skip."""
+    real_model_or_skip()
+    if not os.path.isfile(SMOLLM_HEADS):
+        pytest.skip(f"{SMOLLM_HEADS} missing: train it with `python train_heads.py --smollm`")
+    return SMOLLM_HEADS

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import minibpd
-from conftest import ROOT
+from conftest import ROOT, heads_or_skip
 from lab import bench
 from models import peer, smollm
 
@@ -25,13 +25,7 @@ N = 24
 def peers():
     pytest.importorskip("transformers", reason=f"transformers not installed: {peer.PEER_INSTALL}")
     pytest.importorskip("accelerate", reason=f"accelerate not installed: {peer.PEER_INSTALL}")
-    try:
-        smollm.optional_packages()
-        smollm.find_gguf()
-    except ImportError:
-        pytest.skip(f"SmolLM2 not installed: {smollm.INSTALL}")
-    if not os.path.isfile(HEADS):
-        pytest.skip(f"{HEADS} missing: train it with `python train_heads.py --smollm`")
+    heads_or_skip()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

@@ -32,7 +32,7 @@ import lattice
 import minibpd
 from models import smollm
 from conftest import ROOT
-from conftest import examples, random_prompt
+from conftest import examples, heads_or_skip, random_prompt, real_model_or_skip
 from runtime.kvcache import KVCache, window_start
 from minibpd import bpd_decode, greedy_decode
 from models.llama import EarlyExit, Llama, LlamaConfig
@@ -517,14 +517,6 @@ def test_nonfinite_heads_checkpoint_is_refused_before_the_gguf(tmp_path, monkeyp
 
 # ----------------------------------------------------------------------------- the real model
 
-def real_model_or_skip():
-    try:
-        smollm.optional_packages()
-        return smollm.find_gguf()
-    except ImportError:
-        pytest.skip(f"SmolLM2 not installed: {smollm.INSTALL}")
-
-
 @pytest.fixture(scope="module")
 def real():
     """The real model in fp32 and bf16 (4 heads, untrained), loaded once for this module."""
@@ -693,12 +685,6 @@ def check_heads_round_trip(real, model, path, tmp_path):
 
 
 # ----------------------------------------------------------------------------- the shipped heads
-
-def heads_or_skip():
-    real_model_or_skip()
-    if not os.path.isfile(HEADS):
-        pytest.skip(f"{HEADS} missing: train it with `python train_heads.py --smollm`")
-    return HEADS
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,7 @@ import torch
 
 import minibpd
 from lab import tasks
-from models import smollm
-from conftest import ROOT
+from conftest import ROOT, heads_or_skip, real_model_or_skip
 from training import task_heads
 
 HEADS = os.path.join(ROOT, "checkpoints", "smollm2-heads.pt")
@@ -57,13 +56,7 @@ def test_length_batches_keep_each_prompts_end():
 
 
 def test_finetune_on_moves_only_the_heads_and_the_exit_adapter():
-    try:
-        smollm.optional_packages()
-        smollm.find_gguf()
-    except ImportError:
-        pytest.skip(f"SmolLM2 not installed: {smollm.INSTALL}")
-    if not os.path.isfile(HEADS):
-        pytest.skip(f"{HEADS} missing: train it with `python train_heads.py --smollm`")
+    heads_or_skip()
     torch.set_num_threads(1)
     model, ck = minibpd.load_checkpoint(HEADS)
     trunk = {k: v.clone() for k, v in model.state_dict().items() if not k.startswith("heads.")}
@@ -86,11 +79,7 @@ def test_smollm_heads_trains_a_step(monkeypatch):
     """`python train_heads.py --smollm`, shrunk to a few continuations and two steps: it builds
     its exit adapter (llama.bpd_head: the call that once passed a config to BPDHead crashed
     here), trains, and returns the checkpoint's extra keys."""
-    try:
-        smollm.optional_packages()
-        smollm.find_gguf()
-    except ImportError:
-        pytest.skip(f"SmolLM2 not installed: {smollm.INSTALL}")
+    real_model_or_skip()
     from training import finetune
     from training.fit import TrainConfig
     monkeypatch.setattr(finetune, "CONTINUATIONS", {"train": 4, "tune": 2})
