@@ -369,17 +369,24 @@ def stored_tasks(ck, n=None):
     return stored
 
 
+def check_built_counts(n, names=None, split="test"):
+    """A ValueError if a task (of tasks.TASKS, or `names`) has fewer than n `split` examples."""
+    for name in names or tasks.TASKS:
+        count = len(tasks.build(name, split))
+        if count < n:
+            raise ValueError(f"task {name} has {count} {split} examples, fewer than --prompts "
+                             f"{n}: lower --prompts")
+
+
 def built_tasks(vocab, n, names=None, split="test"):
     """{task: [(prompt ids, target ids)]} for a model whose vocab encodes any text (SmolLM2's
     subword Vocab): every task of tasks.TASKS (or `names`) built by the running Python, n
     examples spread evenly over the split, an instruction task's prompt in the model's chat
     template (vocab.chat), a continuation's raw (tasks.instruction says which)."""
+    check_built_counts(n, names, split)
     out = {}
     for name in names or tasks.TASKS:
         pairs = tasks.build(name, split)
-        if len(pairs) < n:
-            raise ValueError(f"task {name} has {len(pairs)} {split} examples, fewer than "
-                             f"--prompts {n}: lower --prompts")
         chosen_ = [pairs[i * len(pairs) // n] for i in range(n)]
         out[name] = [(vocab.encode(as_prompt(name, p, vocab)), vocab.encode(t)) for p, t in chosen_]
     return out

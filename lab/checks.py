@@ -180,6 +180,7 @@ def check_against_checkpoint(args, ck):
     if args.tasks and kind is not None:                # a subword model: tasks built here
         args.prompts = args.prompts if args.prompts_given else SUBWORD_TASK_EXAMPLES
         args.decoders = SUBWORD_TASK_DECODERS if args.decoders is None else args.decoders
+        bench.check_built_counts(args.prompts)          # seconds, before a load of 30-70 s
     elif args.tasks:
         if "tasks" not in ck or "rescorer_tasks" not in ck:
             raise ValueError(f"checkpoint {path} holds no tasks: use {TASKS_CHECKPOINT} or "

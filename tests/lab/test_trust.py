@@ -427,7 +427,7 @@ TASKS_CKPT = os.path.join(checkpoint.CHECKPOINTS, "minibpd-tasks.pt")
     (["--prompt", "The", "--tuned", "/nonexistent.json"], "tuned file /nonexistent.json not found"),
     (["--prompt", "The", "--verify", "tree"], "--verify tree is not exact"),
     (["--bench", "--prompts", "100000"], "holds at most 942: lower --prompts"),
-    (["--tasks"], "holds no tasks"),
+    (["--tasks", "--prompts", "100000"], "fewer than --prompts 100000"),   # its tasks built here
     (["--scale"], "--scale projects the character GPT family"),
 ])
 def test_smollm_refusals_come_before_its_load(capsys, no_model_load, argv, message):
