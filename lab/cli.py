@@ -21,7 +21,7 @@ from lab import analysis
 from lab import approximate
 from lab import bench
 from lab.checks import (DEMO_TOKENS, MAX_NEW_TOKENS, MAX_TEXT_BYTES, PROMPT_TOKENS, TASK_EXAMPLES,
-                        SUBWORD_TASK_DECODERS,
+                        SUBWORD_TASK_DECODERS, SUBWORD_TASK_EXAMPLES,
                         check_against_checkpoint, check_args, overrides, resolve_device)
 import decoders
 from lab import figures
@@ -147,11 +147,12 @@ def add_run_flags(p):
     p.add_argument("--json", action="store_true", help="--bench, --tasks, --scale: print one JSON "
                    "object only")
     p.add_argument("--decoders", metavar="A,B", help="--bench, --tasks, --scale: run only these "
-                   "decoders (and bpd, the comparison), e.g. --decoders lookup,pbest; default: all (--tasks on "
-                   f"SmolLM2: {SUBWORD_TASK_DECODERS})")
+                   "decoders (and bpd, the comparison), e.g. --decoders lookup,pbest; default: "
+                   f"all (--tasks on SmolLM2: {SUBWORD_TASK_DECODERS})")
     p.add_argument("--text", help="--bench: take prompts from this UTF-8 file, not the test split")
     p.add_argument("--prompts", type=int, default=None, help="--bench, --tune: number of prompts "
-                   f"(default 16); --tasks: test examples per task (default {TASK_EXAMPLES})")
+                   f"(default 16); --tasks: test examples per task (default {TASK_EXAMPLES}; SmolLM2: "
+                   f"{SUBWORD_TASK_EXAMPLES})")
     p.add_argument("--new-tokens", type=int, default=None, help="--bench, --tune, --scale: tokens "
                    "per prompt (default 128)")
     p.add_argument("--objective", default=None, choices=analysis.OBJECTIVES,
