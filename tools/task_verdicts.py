@@ -27,8 +27,13 @@ EXPECTED = {"hmax_vs_bpd_be": +1, "entropy_vs_bpd_be": -1, "gain_vs_bpd_be": -1,
             "headroom_vs_bpd_be": -1}
 
 
+def is_degenerate(t):
+    """The run's own flag (`degenerate`); a JSON written before it had one: the same rule."""
+    return t.get("degenerate", t["quality"]["rouge_l"] < DEGENERATE_ROUGE)
+
+
 def degenerate(tasks):
-    return [n for n, t in tasks.items() if t["quality"]["rouge_l"] < DEGENERATE_ROUGE]
+    return [n for n, t in tasks.items() if is_degenerate(t)]
 
 
 def verdict(entry, key, sign, real):
@@ -92,7 +97,7 @@ def table(path):
         metric, value = next(iter(t["quality"].items()))
         quality = f"{ {'rouge_l': 'ROUGE-L'}.get(metric, metric.replace('_', ' '))} {value:.2f}" + (
             "" if metric == "rouge_l" else f" (ROUGE-L {t['quality']['rouge_l']:.2f})")
-        quality += " **degenerate**" if t["quality"]["rouge_l"] < DEGENERATE_ROUGE else ""
+        quality += " **degenerate**" if is_degenerate(t) else ""
         entropy = sum(t["head_entropy"]) / len(t["head_entropy"])
         print(f"| {n} | {be['bpd']:.2f} [{lo:.2f}, {hi:.2f}] | " + " | ".join(cells) +
               f" | {t['oracle_by_k']['8']:.2f} | {entropy:.2f} | {t['hmax']} | "
