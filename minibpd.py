@@ -434,22 +434,16 @@ class Verifier:
     """Stern §3, verify: ONE model call checks every draft. As P rows of a batch ("batch"), or
     as one row holding the drafts' token tree with a tree attention mask ("tree": each drafted
     token once; "auto": tree when a drafter returns several drafts). Both give the same z;
-    `keep` then moves the cache past the accepted tokens. A batch-invariant model (llama.py)
-    verifies as a batch only: in a tree a node's keys sit at other cache slots than in one-token
-    decoding, so its attention groups the same terms otherwise, which flipped a bf16 argmax on
-    SmolLM2 (test_smollm.py)."""
+    `keep` then moves the cache past the accepted tokens. On a batch-invariant model (llama.py)
+    a tree's nodes attend to their keys gathered in one-token order (llama.tree_attention): in a
+    tree a node's ancestors sit at other cache slots than in one-token decoding."""
     MODES = ("auto", "batch", "tree")
 
     def __init__(self, model, n_drafts, mode="auto", who=None):
         if mode not in self.MODES:
             raise ValueError(f"verify must be one of {', '.join(self.MODES)}, got {mode!r}")
-        invariant = getattr(model.config, "batch_invariant", False)
-        if mode == "tree" and invariant:
-            raise ValueError("verify='tree' is not exact on a batch-invariant model (its attention "
-                             "would group a node's keys unlike one-token decoding); use 'batch' "
-                             "or 'auto'")
         self.model = model
-        self.tree = mode == "tree" or (mode == "auto" and n_drafts > 1 and not invariant)
+        self.tree = mode == "tree" or (mode == "auto" and n_drafts > 1)
         spare = (n_drafts - 1) * (model.config.n_bpd_heads - 1)   # extra tree nodes, at most
         try:
             self.cache = KVCache(model, 1, spare) if self.tree else KVCache(model, n_drafts)

@@ -203,10 +203,6 @@ def check_model_flags(args, ck, cfg):
         raise ValueError(f"--heads: heads must be an integer from 1 to {h} (the heads of {path}), "
                          f"got {args.heads}")
     invariant = bool(cfg.get("batch_invariant", False))
-    if args.verify == "tree" and invariant:
-        raise ValueError(f"--verify tree is not exact on {path}: its model is batch-invariant, and "
-                         "a token tree would group a node's keys unlike one-token decoding; use "
-                         "--verify batch or auto")
     if (args.dtype or ck.get("dtype", "float32")) == "bfloat16" and not invariant:
         raise ValueError(f"bfloat16 is refused for {path}: its model is not batch-invariant, so its "
                          "batched verification and one-token decoding round differently in "

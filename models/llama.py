@@ -13,7 +13,8 @@ near-tie (in bf16 often). In batch-invariant mode every operation that rounds in
 shape-dependent way (matmuls, sums, exp, SiLU, rsqrt) runs on blocks of ONE fixed shape:
 `row_block` rows (tokens, zero-padded), each block a fresh, aligned tensor, and in attention key
 tiles of `key_block` slots whose partial results are added in a fixed order (tiles a query cannot
-see add exact zeros). Three things decide a kernel's rounding, and each is fixed: the shape, the
+see add exact zeros); a token tree's node attends to its keys gathered in the order one-token
+decoding holds them (tree_attention). Three things decide a kernel's rounding, and each is fixed: the shape, the
 memory alignment (kernels peel unaligned starts), and an element's place in SIMD loops (SiLU's
 scalar tail rounds differently from its vector body), hence row_block x every layer width is a
 multiple of 64 elements. The one assumption left, that a fixed-shape kernel treats its rows
@@ -125,7 +126,8 @@ def padded_copy(t, row_multiple, col_multiple, fill=0.0):
 
 def attention(q, keys, values, bias, rows=None, key_block=None):
     """softmax(q k^T / sqrt(d) + bias) v with grouped-query attention.
-    q [P, H, L, d]; keys, values [P, Hkv, S, d]; bias [L, S] (0: visible, -inf: hidden).
+    q [P, H, L, d]; keys, values [P, Hkv, S, d]; bias [L, S] or, one per item, [P, L, S] (0:
+    visible, -inf: hidden).
     -> [P, H, L, d]. The g = H / Hkv query heads sharing a key head are g L rows against the
     same keys. rows=None: one product over all rows and keys. rows=R: R-row query blocks against
     key tiles of key_block slots (a multiple of VECTOR_LOOP), each product one fixed shape, the head
@@ -137,12 +139,13 @@ def attention(q, keys, values, bias, rows=None, key_block=None):
     R, T, D = (n, S, 1) if rows is None else (rows, key_block, ALIGN)
     q = padded_copy((q * d ** -0.5).reshape(P, Hkv, n, d), R, D)        # [P, Hkv, nq R, d']
     k, v = (padded_copy(t, T, D) for t in (keys, values))               # [P, Hkv, nk T, d']
-    bias = padded_copy(bias.repeat(H // Hkv, 1), 1, T, -math.inf)       # padded keys: hidden
-    bias = padded_copy(bias, R, 1)                                      # padded rows: see all
+    bias = bias.view(-1, L, S).repeat(1, H // Hkv, 1)                   # [1 or P, n, S]
+    bias = padded_copy(padded_copy(bias, 1, T, -math.inf), R, 1)        # padded keys: hidden
     nq, nk, d2 = q.shape[2] // R, k.shape[2] // T, q.shape[3]
     qb = q.view(P, Hkv, nq, 1, R, d2)
     kb = k.view(P, Hkv, 1, nk, T, d2).transpose(-1, -2).contiguous()    # [.., nk, d', T]
-    s = qb @ kb + bias.view(nq, R, nk, T).transpose(1, 2)              # [P, Hkv, nq, nk, R, T]
+    bias = bias.view(len(bias), 1, nq, R, nk, T).transpose(3, 4)        # padded rows: see all
+    s = qb @ kb + bias                                                  # [P, Hkv, nq, nk, R, T]
     e = torch.exp(s - s.amax(dim=(3, 5), keepdim=True))                 # the max is exact
     num = e @ v.view(P, Hkv, 1, nk, T, d2)                              # [P, Hkv, nq, nk, R, d']
     den = e.sum(-1, keepdim=True)                                       # [P, Hkv, nq, nk, R, 1]
@@ -151,6 +154,44 @@ def attention(q, keys, values, bias, rows=None, key_block=None):
         out, total = out + num[:, :, :, t], total + den[:, :, :, t]
     y = (out / total).reshape(P, Hkv, nq * R, d2)[:, :, :n, :d]
     return y.reshape(P, H, L, d)
+
+
+def tree_attention(q, keys, values, mask, rows, key_block):
+    """attention() for one row holding a token tree (kvcache.tree_layout), batch-invariant. A
+    row whose visible slots are a prefix of the slots (the tail, a first node) sees its keys
+    where one-token decoding does: attention(). A node below another sees its ancestors at
+    scattered slots, and key tiles holding them there would add its terms in another grouping
+    (on SmolLM2 in bf16 that flipped an argmax): its visible keys are gathered, in slot order,
+    into keys of its own, which then sit slot for slot as in one-token decoding of its path,
+    and attention() runs each such row as an item of its own, as a one-token call does.
+    q [1, H, L, d]; keys, values [1, Hkv, S, d]; mask [L, S] (bool: visible). -> [1, H, L, d]."""
+    seen = mask.sum(-1)                                                  # [L]
+    prefix = mask.cumsum(-1).gather(-1, (seen - 1)[:, None])[:, 0] == seen
+    y = torch.empty_like(q)
+    if prefix.any():
+        bias = mask_to_bias(mask[prefix], q.dtype)
+        y[:, :, prefix] = attention(q[:, :, prefix], keys, values, bias, rows, key_block)
+    if not prefix.all():
+        idx, visible = gathered_slots(mask[~prefix], key_block)          # [N, W] each
+        k, v = (t[0][:, idx].transpose(0, 1) for t in (keys, values))   # [N, Hkv, W, d]
+        node_q = q[0, :, ~prefix].transpose(0, 1).unsqueeze(2)           # [N, H, 1, d]
+        bias = mask_to_bias(visible, q.dtype)[:, None]                   # [N, 1, W]
+        y_nodes = attention(node_q, k, v, bias, rows, key_block)         # [N, H, 1, d]
+        y[0, :, ~prefix] = y_nodes[:, :, 0].transpose(0, 1)
+    return y
+
+
+def gathered_slots(mask, key_block):
+    """mask [N, S] -> (idx [N, W], visible [N, W]): row i's visible slots in slot order, then
+    hidden padding (slot 0, not visible) to W, a multiple of key_block. A tree layout's slots all
+    sit in slot order along a path (an ancestor comes before its child), so row i's gathered
+    keys are one-token decoding's keys of its path."""
+    seen = mask.sum(-1)
+    W = int(seen.max()) + -int(seen.max()) % key_block
+    idx = torch.zeros(len(mask), W, dtype=torch.long, device=mask.device)
+    visible = torch.arange(W, device=mask.device)[None] < seen[:, None]  # [N, W]
+    idx[visible] = mask.nonzero()[:, 1]                                  # row-major: in order
+    return idx, visible
 
 
 @functools.lru_cache(maxsize=4096)
@@ -260,8 +301,9 @@ class Block(nn.Module):
         self.out = Linear(cfg.n_embd, cfg.n_embd, bias=False)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, rope, cache, layer, bias, rows):
-        """x [P, L, C] -> [P, L, C]; rope: cos, sin [L, d]; bias [L, cache.length + L]."""
+    def forward(self, x, rope, cache, layer, bias, rows, tree_mask=None):
+        """x [P, L, C] -> [P, L, C]; rope: cos, sin [L, d]; bias [L, cache.length + L]; tree_mask:
+        bias's boolean form when the row holds a token tree (tree_attention)."""
         cfg, (P, L, C) = self.cfg, x.shape
         H, Hkv, d = cfg.n_head, cfg.n_kv_head, cfg.head_dim
         qkv = by_rows(lambda b: self.qkv(self.attn_norm(b)), x, rows)     # [P, L, (H + 2Hkv) d]
@@ -269,7 +311,10 @@ class Block(nn.Module):
         q, k = rotate(q, *rope), rotate(k, *rope)                         # [P, heads, L, d]
         if cache is not None:          # the new keys/values go in; every valid slot comes back
             k, v = cache.write(layer, k, v)                               # [P, Hkv, length + L, d]
-        y = attention(q, k, v, bias, rows, cfg.key_block)                 # [P, H, L, d]
+        if tree_mask is not None and rows is not None:                    # batch-invariant tree
+            y = tree_attention(q, k, v, tree_mask, rows, cfg.key_block)
+        else:
+            y = attention(q, k, v, bias, rows, cfg.key_block)             # [P, H, L, d]
         x = x + by_rows(self.out, y.transpose(1, 2).reshape(P, L, C), rows)
         return by_rows(self.mlp, x, rows)
 
@@ -334,8 +379,9 @@ class Llama(nn.Module):
         rope = [t[pos].to(dev, dtype) for t in self.rope]                 # cos, sin [L, d]
         rows = self.lm_head.rows
         x = self.tok_emb(idx).to(dtype)                                   # [P, L, C]
+        mask = None if tree is None else tree[1]
         for i, block in enumerate(self.blocks):
-            x = block(x, rope, cache, i, bias, rows)
+            x = block(x, rope, cache, i, bias, rows, mask)
         return by_rows(self.norm, x, rows)
 
     def head_logits(self, z):

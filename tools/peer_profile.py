@@ -8,7 +8,7 @@ One decode call with CACHED = 64 tokens cached and 1 new one, logits included (w
 costs): minibpd batch-invariant (what runs), minibpd plain (batch_invariant off), transformers
 (LlamaForCausalLM, its DynamicCache cropped back to 64 after each call); the median ms of --reps
 calls, the three interleaved in every repetition. Then minibpd's parts, each timed alone on the
-shapes of that call (one layer's parts x n_layer): the fixed 8-row blocks (by_rows/padded_copy)
+shapes of that call (one layer's parts x n_layer): the fixed row blocks (by_rows/padded_copy)
 against the same part on the single row. Then torch.profiler's operator table for each (self
 CPU time; what the table does not account for is Python and dispatch overhead). The load average
 is printed before and after (a shared machine: compare ratios inside one run).
@@ -69,8 +69,8 @@ def callers(ours, hf, ids):
 
 
 def parts(ours, reps):
-    """ms of each part of minibpd's one-token call, x n_layer where per layer: 8-row blocks
-    (rows=8) and the single row (rows=None)."""
+    """ms of each part of minibpd's one-token call, x n_layer where per layer: the fixed blocks
+    (rows=row_block: 8, or 16 in bf16 with AMX, smollm.row_block_for) and the single row (rows=None)."""
     cfg, b = ours.config, ours.blocks[0]
     H, Hkv, d, C = cfg.n_head, cfg.n_kv_head, cfg.head_dim, cfg.n_embd
     x = torch.randn(1, 1, C)
@@ -155,7 +155,7 @@ def main():
     for name, t in got.items():
         print(f"  {name:<24} {statistics.median(t):7.2f} ms  {statistics.median(t) / base:.2f}x transformers")
     print("\nminibpd's parts, each alone (ms per call: x layers where per layer):")
-    print("| part | x | 8-row blocks (batch-invariant) | the one row | blocks / row |")
+    print(f"| part | x | {ours.config.row_block}-row blocks (batch-invariant) | the one row | blocks / row |")
     print("| --- | ---: | ---: | ---: | ---: |")
     summed = [0.0, 0.0]
     for name, times, blocks, one in parts(ours, args.reps):

