@@ -14,11 +14,11 @@ shape-dependent way (matmuls, sums, exp, SiLU, rsqrt) runs on blocks of ONE fixe
 `row_block` rows (tokens, zero-padded), each block a fresh, aligned tensor, and in attention key
 tiles of `key_block` slots whose partial results are added in a fixed order (tiles a query cannot
 see add exact zeros); a token tree's node attends to its keys gathered in the order one-token
-decoding holds them (tree_attention). Three things decide a kernel's rounding, and each is fixed: the shape, the
-memory alignment (kernels peel unaligned starts), and an element's place in SIMD loops (SiLU's
-scalar tail rounds differently from its vector body), hence row_block x every layer width is a
-multiple of 64 elements. The one assumption left, that a fixed-shape kernel treats its rows
-alike, is what test_smollm.py checks bit for bit. The other operations (embedding lookup, rotary
+decoding holds them (tree_attention). Three things decide a kernel's rounding, and each is
+fixed: the shape, the memory alignment (kernels peel unaligned starts), and an element's place
+in SIMD loops (SiLU's scalar tail rounds differently from its vector body), hence row_block x
+every layer width is a multiple of 64 elements. The one assumption left, that a fixed-shape
+kernel treats its rows alike, is what test_smollm.py checks bit for bit. The other operations (embedding lookup, rotary
 products, residual adds, divisions) round each element on its own. Weights may be bf16;
 activations, attention and the KV cache stay in fp32.
 """
