@@ -156,7 +156,20 @@ def attention(q, keys, values, bias, rows=None, key_block=None):
     return y.reshape(P, H, L, d)
 
 
-def tree_attention(q, keys, values, mask, rows, key_block):
+def tree_plan(mask, dtype, key_block):
+    """What tree_attention needs of a token tree's mask [L, S] (bool: visible), the same in every
+    layer, so made once a call: (prefix [L]: the rows whose visible slots are a prefix, their bias,
+    and for the others the gathered slots idx [N, W] and bias [N, 1, W]; None when all are)."""
+    seen = mask.sum(-1)                                                  # [L]
+    prefix = mask.cumsum(-1).gather(-1, (seen - 1)[:, None])[:, 0] == seen
+    idx = node_bias = None
+    if not prefix.all():
+        idx, visible = gathered_slots(mask[~prefix], key_block)          # [N, W] each
+        node_bias = mask_to_bias(visible, dtype)[:, None]
+    return prefix, mask_to_bias(mask[prefix], dtype), idx, node_bias
+
+
+def tree_attention(q, keys, values, plan, rows, key_block):
     """attention() for one row holding a token tree (kvcache.tree_layout), batch-invariant. A
     row whose visible slots are a prefix of the slots (the tail, a first node) sees its keys
     where one-token decoding does: attention(). A node below another sees its ancestors at
@@ -164,19 +177,15 @@ def tree_attention(q, keys, values, mask, rows, key_block):
     (on SmolLM2 in bf16 that flipped an argmax): its visible keys are gathered, in slot order,
     into keys of its own, which then sit slot for slot as in one-token decoding of its path,
     and attention() runs each such row as an item of its own, as a one-token call does.
-    q [1, H, L, d]; keys, values [1, Hkv, S, d]; mask [L, S] (bool: visible). -> [1, H, L, d]."""
-    seen = mask.sum(-1)                                                  # [L]
-    prefix = mask.cumsum(-1).gather(-1, (seen - 1)[:, None])[:, 0] == seen
+    q [1, H, L, d]; keys, values [1, Hkv, S, d]; plan: tree_plan(mask). -> [1, H, L, d]."""
+    prefix, bias, idx, node_bias = plan
     y = torch.empty_like(q)
     if prefix.any():
-        bias = mask_to_bias(mask[prefix], q.dtype)
         y[:, :, prefix] = attention(q[:, :, prefix], keys, values, bias, rows, key_block)
-    if not prefix.all():
-        idx, visible = gathered_slots(mask[~prefix], key_block)          # [N, W] each
+    if idx is not None:
         k, v = (t[0][:, idx].transpose(0, 1) for t in (keys, values))   # [N, Hkv, W, d]
         node_q = q[0, :, ~prefix].transpose(0, 1).unsqueeze(2)           # [N, H, 1, d]
-        bias = mask_to_bias(visible, q.dtype)[:, None]                   # [N, 1, W]
-        y_nodes = attention(node_q, k, v, bias, rows, key_block)         # [N, H, 1, d]
+        y_nodes = attention(node_q, k, v, node_bias, rows, key_block)    # [N, H, 1, d]
         y[0, :, ~prefix] = y_nodes[:, :, 0].transpose(0, 1)
     return y
 
@@ -301,9 +310,9 @@ class Block(nn.Module):
         self.out = Linear(cfg.n_embd, cfg.n_embd, bias=False)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, rope, cache, layer, bias, rows, tree_mask=None):
-        """x [P, L, C] -> [P, L, C]; rope: cos, sin [L, d]; bias [L, cache.length + L]; tree_mask:
-        bias's boolean form when the row holds a token tree (tree_attention)."""
+    def forward(self, x, rope, cache, layer, bias, rows, tree=None):
+        """x [P, L, C] -> [P, L, C]; rope: cos, sin [L, d]; bias [L, cache.length + L]; tree:
+        tree_plan of the mask when a batch-invariant row holds a token tree (tree_attention)."""
         cfg, (P, L, C) = self.cfg, x.shape
         H, Hkv, d = cfg.n_head, cfg.n_kv_head, cfg.head_dim
         qkv = by_rows(lambda b: self.qkv(self.attn_norm(b)), x, rows)     # [P, L, (H + 2Hkv) d]
@@ -311,8 +320,8 @@ class Block(nn.Module):
         q, k = rotate(q, *rope), rotate(k, *rope)                         # [P, heads, L, d]
         if cache is not None:          # the new keys/values go in; every valid slot comes back
             k, v = cache.write(layer, k, v)                               # [P, Hkv, length + L, d]
-        if tree_mask is not None and rows is not None:                    # batch-invariant tree
-            y = tree_attention(q, k, v, tree_mask, rows, cfg.key_block)
+        if tree is not None:                                              # batch-invariant tree
+            y = tree_attention(q, k, v, tree, rows, cfg.key_block)
         else:
             y = attention(q, k, v, bias, rows, cfg.key_block)             # [P, H, L, d]
         x = x + by_rows(self.out, y.transpose(1, 2).reshape(P, L, C), rows)
@@ -379,9 +388,10 @@ class Llama(nn.Module):
         rope = [t[pos].to(dev, dtype) for t in self.rope]                 # cos, sin [L, d]
         rows = self.lm_head.rows
         x = self.tok_emb(idx).to(dtype)                                   # [P, L, C]
-        mask = None if tree is None else tree[1]
+        plan = None if tree is None or rows is None else \
+            tree_plan(tree[1], dtype, self.config.key_block)              # once, for every layer
         for i, block in enumerate(self.blocks):
-            x = block(x, rope, cache, i, bias, rows, mask)
+            x = block(x, rope, cache, i, bias, rows, plan)
         return by_rows(self.norm, x, rows)
 
     def head_logits(self, z):

@@ -350,8 +350,8 @@ def projected_loss(states, targets, weight):
 
 
 class SmolHeads(torch.nn.Module):
-    """What trains: heads 2..h (model.heads) and the early-exit adapter (llama.bpd_head, BPDHead form on
-    the base's final norm of the residual stream after EXIT_LAYERS blocks)."""
+    """What trains: heads 2..h (model.heads) and the early-exit adapter (llama.bpd_head, BPDHead
+    form, on the base's final norm of the residual stream after EXIT_LAYERS blocks)."""
 
     def __init__(self, model, exit_head):
         super().__init__()

@@ -7,17 +7,15 @@ tools/peer_bench.py (docs/real-model.md, "Against transformers"), never a timed 
 
     python -m pytest -q tests/models/test_peer.py
 """
-import os
 
 import pytest
 import torch
 
 import minibpd
-from conftest import ROOT, heads_or_skip
+from conftest import heads_or_skip
 from lab import bench
 from models import peer, smollm
 
-HEADS = os.path.join(ROOT, "checkpoints", "smollm2-heads.pt")
 N = 24
 
 
@@ -25,11 +23,11 @@ N = 24
 def peers():
     pytest.importorskip("transformers", reason=f"transformers not installed: {peer.PEER_INSTALL}")
     pytest.importorskip("accelerate", reason=f"accelerate not installed: {peer.PEER_INSTALL}")
-    heads_or_skip()
+    heads = heads_or_skip()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        ours, ck = minibpd.load_checkpoint(HEADS, "cpu", torch.float32)
+        ours, ck = minibpd.load_checkpoint(heads, "cpu", torch.float32)
         yield ours, peer.transformers_model(torch.float32), ck
     finally:
         torch.set_num_threads(threads)

@@ -32,6 +32,7 @@ import lattice
 import minibpd
 from models import smollm
 from conftest import ROOT
+from conftest import SMOLLM_HEADS as HEADS
 from conftest import examples, heads_or_skip, random_prompt, real_model_or_skip
 from runtime.kvcache import KVCache, window_start
 from minibpd import bpd_decode, greedy_decode
@@ -41,7 +42,6 @@ from runtime import checkpoint, kvcache
 from decoders import viterbi
 
 HERE = ROOT  # the repository
-HEADS = os.path.join(HERE, "checkpoints", "smollm2-heads.pt")
 
 
 def tiny_llama(seed, vocab, n_layer, h, block, n_kv, group, head_dim, hidden=12,
@@ -329,8 +329,10 @@ def test_tree_attention_is_needed_under_batch_invariance(monkeypatch):
     every row, as before tree_attention), some node's float32 state differs from one-token
     decoding's (here on 9 of 10 random trees, by up to 2.4e-7; a bf16 argmax flipped on
     SmolLM2)."""
-    monkeypatch.setattr(llama, "tree_attention", lambda q, k, v, mask, rows, key_block:
-                        llama.attention(q, k, v, llama.mask_to_bias(mask, q.dtype), rows, key_block))
+    monkeypatch.setattr(llama, "tree_plan", lambda mask, dtype, key_block:
+                        llama.mask_to_bias(mask, dtype))
+    monkeypatch.setattr(llama, "tree_attention", lambda q, k, v, bias, rows, key_block:
+                        llama.attention(q, k, v, bias, rows, key_block))
     failed = 0
     for seed in range(10):
         m = (seed, 40, 2, 4, 90, 1, 3, 8)
