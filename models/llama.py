@@ -9,17 +9,20 @@ Batch invariance. BPD returns greedy's tokens only if a position's logits do not
 many positions one call computes (Stern §3: verification must reproduce the greedy choices).
 BLAS libraries pick kernels and reduction orders by matrix shape, so a row computed in a chunk of
 16 can differ in its last bits from the same row computed alone, and an argmax can flip at a
-near-tie (in bf16 often). In batch-invariant mode every operation that rounds in a
-shape-dependent way (matmuls, sums, exp, SiLU, rsqrt) runs on blocks of ONE fixed shape:
-`row_block` rows (tokens, zero-padded), each block a fresh, aligned tensor, and in attention key
-tiles of `key_block` slots whose partial results are added in a fixed order (tiles a query cannot
-see add exact zeros); a token tree's node attends to its keys gathered in the order one-token
-decoding holds them (tree_attention). Three things decide a kernel's rounding, and each is
-fixed: the shape, the memory alignment (kernels peel unaligned starts), and an element's place
-in SIMD loops (SiLU's scalar tail rounds differently from its vector body), hence row_block x
-every layer width is a multiple of 64 elements. The one assumption left, that a fixed-shape
-kernel treats its rows alike, is what test_smollm.py checks bit for bit. The other operations (embedding lookup, rotary
-products, residual adds, divisions) round each element on its own. Weights may be bf16;
+near-tie (in bf16 often). In batch-invariant mode every matmul runs on blocks of ONE fixed
+shape: `row_block` rows (tokens, zero-padded), each block a fresh, aligned tensor (linear_rows,
+by_rows), and attention runs on key tiles of `key_block` slots whose partial results are added in
+a fixed order (tiles a query cannot see add exact zeros); a token tree's node attends to its
+keys gathered in the order one-token decoding holds them (tree_attention). Three things decide a
+kernel's rounding, and each is fixed: the shape, the memory alignment (kernels peel unaligned
+starts), and an element's place in SIMD loops (SiLU's scalar tail rounds differently from its
+vector body). Between the matmuls the row-wise operations (RMSNorm's mean and rsqrt, SiLU,
+rotary products, residual adds) run on the call's own rows, zero-padded to a multiple of
+`row_multiple` rows so that no SIMD loop ends in a scalar tail, whatever the row count: each
+reduces or rounds a row, or an element, on its own. Only the matmuls pay for the full block
+(their padded rows cost little: the weights are read once either way). What this rests on, that a
+fixed-shape kernel treats its rows alike and a row-wise operation a row alike whatever the row
+count, is what test_smollm.py checks bit for bit. Weights may be bf16;
 activations, attention and the KV cache stay in fp32.
 """
 import dataclasses
@@ -102,24 +105,42 @@ def by_rows(fn, x, rows):
     tensor: every operation inside fn sees one shape and one memory alignment (BLAS kernels
     branch on both), whatever N is (batch invariance, module docstring)."""
     flat = x.reshape(-1, x.shape[-1])
-    if rows is None:
-        out = fn(flat.contiguous())
-    else:
-        N = flat.shape[0]
-        padded = padded_copy(flat, rows, 1)                              # [ceil(N/R) R, K]
-        if len(padded) == rows:         # one block (every greedy step): already a fresh tensor
-            out = fn(padded)[:N]
-        else:
-            out = torch.cat([fn(padded[i:i + rows].clone())
-                             for i in range(0, len(padded), rows)])[:N]
+    out = blocks(fn, padded_rows(flat, rows), rows)[:len(flat)]
     return out.view(*x.shape[:-1], out.shape[-1])
 
 
-def padded_copy(t, row_multiple, col_multiple, fill=0.0):
-    """A fresh contiguous copy of t [..., n, m], zero-padded (or `fill`) to multiples of the
-    given sizes in its last two dims."""
+def padded_rows(flat, rows):
+    """flat [N, K] -> a fresh [M, K], M = N rounded up to a multiple of rows (zero rows below);
+    rows=None: flat itself, contiguous."""
+    return flat.contiguous() if rows is None else padded_copy(flat, rows, 1)
+
+
+def linear_rows(layer, x, rows):
+    """layer(x) for a Linear on activations x [M, K] -> [M, K'], by blocks of exactly `rows`
+    rows in batch-invariant mode: the rows padded and cast to the weight's dtype in one copy,
+    and only the M real rows of the product cast back. The matmul is what needs the fixed
+    shape; the operations between matmuls run on the call's own rows (module docstring)."""
+    if rows is None:
+        return layer(x)
+    padded = padded_copy(x, rows, 1, dtype=layer.weight.dtype)         # [ceil(M/R) R, K]
+    out = blocks(lambda b: F.linear(b, layer.weight, layer.bias), padded, rows)
+    return out[:len(x)].to(x.dtype)
+
+
+def blocks(fn, x, rows):
+    """fn on x [M, K] (M a multiple of rows, or rows=None: all at once) by blocks of `rows` rows,
+    each a fresh tensor (one block, every greedy step: x itself, which must be one) -> [M, K']."""
+    if rows is None or len(x) == rows:
+        return fn(x)
+    return torch.cat([fn(x[i:i + rows].clone()) for i in range(0, len(x), rows)])
+
+
+def padded_copy(t, row_multiple, col_multiple, fill=0.0, dtype=None):
+    """A fresh contiguous copy of t [..., n, m] (cast to `dtype` if given), zero-padded (or
+    `fill`) to multiples of the given sizes in its last two dims."""
     n, m = t.shape[-2:]
-    out = t.new_full((*t.shape[:-2], n + -n % row_multiple, m + -m % col_multiple), fill)
+    out = t.new_full((*t.shape[:-2], n + -n % row_multiple, m + -m % col_multiple), fill,
+                     dtype=dtype)
     out[..., :n, :m] = t
     return out
 
@@ -133,19 +154,36 @@ def attention(q, keys, values, bias, rows=None, key_block=None):
     key tiles of key_block slots (a multiple of VECTOR_LOOP), each product one fixed shape, the head
     size zero-padded to ALIGN so that every tile starts aligned; the tiles' numerators and
     denominators are added in order, so keys past a query's reach add exact zeros."""
+    tiles = bias_tiles(bias, q.shape[1] // keys.shape[1], rows, key_block)
+    return tiled_attention(q, keys, values, tiles, rows, key_block)
+
+
+def bias_tiles(bias, g, rows, key_block):
+    """bias [L, S] or [P, L, S] -> the bias in attention's blocks, [1 or P, 1, nq, nk, R, T]: each
+    row repeated for the g query heads of a key head, padded keys hidden, padded rows seeing
+    all. The same in every layer of a call: Llama.forward makes it once."""
+    L, S = bias.shape[-2:]
+    R, T = (g * L, S) if rows is None else (rows, key_block)
+    bias = bias.view(-1, L, S).repeat(1, g, 1)                          # [1 or P, g L, S]
+    bias = padded_copy(padded_copy(bias, 1, T, -math.inf), R, 1)        # padded keys: hidden
+    nq, nk = bias.shape[1] // R, bias.shape[2] // T
+    return bias.view(len(bias), 1, nq, R, nk, T).transpose(3, 4)        # padded rows: see all
+
+
+def tiled_attention(q, keys, values, tiles, rows, key_block):
+    """attention() with its bias already in blocks (bias_tiles)."""
     P, H, L, d = q.shape
     Hkv, S = keys.shape[1], keys.shape[2]
     n = H // Hkv * L                                      # query rows per key head
     R, T, D = (n, S, 1) if rows is None else (rows, key_block, ALIGN)
     q = padded_copy((q * d ** -0.5).reshape(P, Hkv, n, d), R, D)        # [P, Hkv, nq R, d']
-    k, v = (padded_copy(t, T, D) for t in (keys, values))               # [P, Hkv, nk T, d']
-    bias = bias.view(-1, L, S).repeat(1, H // Hkv, 1)                   # [1 or P, n, S]
-    bias = padded_copy(padded_copy(bias, 1, T, -math.inf), R, 1)        # padded keys: hidden
+    k, v = keys, values              # a cache's slots come rounded up to whole key tiles
+    if rows is None or S % T or d % D:
+        k, v = (padded_copy(t, T, D) for t in (keys, values))           # [P, Hkv, nk T, d']
     nq, nk, d2 = q.shape[2] // R, k.shape[2] // T, q.shape[3]
     qb = q.view(P, Hkv, nq, 1, R, d2)
     kb = k.view(P, Hkv, 1, nk, T, d2).transpose(-1, -2).contiguous()    # [.., nk, d', T]
-    bias = bias.view(len(bias), 1, nq, R, nk, T).transpose(3, 4)        # padded rows: see all
-    s = qb @ kb + bias                                                  # [P, Hkv, nq, nk, R, T]
+    s = qb @ kb + tiles                                                 # [P, Hkv, nq, nk, R, T]
     e = torch.exp(s - s.amax(dim=(3, 5), keepdim=True))                 # the max is exact
     num = e @ v.view(P, Hkv, 1, nk, T, d2)                              # [P, Hkv, nq, nk, R, d']
     den = e.sum(-1, keepdim=True)                                       # [P, Hkv, nq, nk, R, 1]
@@ -231,6 +269,14 @@ def rotate(x, cos, sin):
 
 # ----------------------------------------------------------------------------- the model
 
+def derived(module, name, key, make):
+    """A tensor made from a module's weights, kept (outside its state dict) until `key` (the
+    weight's address and version) changes: make() runs once, not in every call."""
+    if module.__dict__.get(name + "_key") != key:
+        module.__dict__[name], module.__dict__[name + "_key"] = make(), key
+    return module.__dict__[name]
+
+
 class Linear(nn.Linear):
     """nn.Linear computing in its weight's dtype (bf16 weights: bf16 matmul) and returning the
     input's dtype (fp32 activations)."""
@@ -246,7 +292,11 @@ class RMSNorm(nn.Module):
 
     def forward(self, x):
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return x * self.weight.to(x.dtype)
+        w = self.weight
+        if w.dtype != x.dtype and not torch.is_grad_enabled():   # bf16 weight, fp32 activations:
+            w = derived(self, "_weight", (w.data_ptr(), w._version, x.dtype),   # cast once, not
+                        lambda: w.detach().to(x.dtype))           # in each of 61 norms a call
+        return x * w.to(x.dtype)
 
 
 class TiedHead(Linear):
@@ -281,7 +331,7 @@ class TiedHead(Linear):
             new = ~same.any(-1)
             out[~new] = self.memo[2][same[~new].int().argmax(-1)]
         if new.any():
-            out[new] = by_rows(super().forward, x[new], self.rows)
+            out[new] = linear_rows(self, x[new], self.rows)     # (rows set: no recursion)
         self.memo = (version, x, out) if len(x) <= self.memo_rows else None
         return out
 
@@ -295,9 +345,9 @@ class MLP(nn.Module):
         self.gate_up = Linear(cfg.n_embd, 2 * cfg.n_hidden, bias=False)   # gate and up, stacked
         self.down = Linear(cfg.n_hidden, cfg.n_embd, bias=False)
 
-    def forward(self, x):                                                 # x [N, C]
-        gate, up = self.gate_up(self.norm(x)).chunk(2, dim=-1)            # [N, hidden] each
-        return x + self.down(F.silu(gate) * up)
+    def forward(self, x, rows=None):                                      # x [M, C]
+        gate, up = linear_rows(self.gate_up, self.norm(x), rows).chunk(2, dim=-1)   # [M, hidden]
+        return x + linear_rows(self.down, F.silu(gate) * up, rows)
 
 
 class Block(nn.Module):
@@ -310,22 +360,33 @@ class Block(nn.Module):
         self.out = Linear(cfg.n_embd, cfg.n_embd, bias=False)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, rope, cache, layer, bias, rows, tree=None):
-        """x [P, L, C] -> [P, L, C]; rope: cos, sin [L, d]; bias [L, cache.length + L]; tree:
-        tree_plan of the mask when a batch-invariant row holds a token tree (tree_attention)."""
-        cfg, (P, L, C) = self.cfg, x.shape
-        H, Hkv, d = cfg.n_head, cfg.n_kv_head, cfg.head_dim
-        qkv = by_rows(lambda b: self.qkv(self.attn_norm(b)), x, rows)     # [P, L, (H + 2Hkv) d]
-        q, k, v = qkv.view(P, L, H + 2 * Hkv, d).transpose(1, 2).split([H, Hkv, Hkv], dim=1)
-        q, k = rotate(q, *rope), rotate(k, *rope)                         # [P, heads, L, d]
+    def forward(self, x, shape, rope, cache, layer, tiles, rows, tree=None):
+        """x [M, C]: the residual stream of a call's P x L tokens (shape), a row each, and in
+        batch-invariant mode zero rows up to a multiple of row_multiple (they stay zero) ->
+        [M, C]. rope: cos, sin [L, d]; tiles: bias_tiles of the bias [L, cache.length + L];
+        tree: tree_plan of the mask when a batch-invariant row holds a token tree
+        (tree_attention; tiles unused). rows: the matmuls' fixed block (None: no blocks)."""
+        cfg, (P, L), C = self.cfg, shape, x.shape[1]
+        H, Hkv, d, N = cfg.n_head, cfg.n_kv_head, cfg.head_dim, P * L
+        qkv = linear_rows(self.qkv, self.attn_norm(x), rows)[:N]          # [N, (H + 2Hkv) d]
+        qkv = qkv.view(P, L, H + 2 * Hkv, d).transpose(1, 2)              # [P, heads, L, d]
+        q, k = rotate(qkv[:, :H + Hkv], *rope).split([H, Hkv], dim=1)     # q and k: one rotation
+        v = qkv[:, H + Hkv:]
         if cache is not None:          # the new keys/values go in; every valid slot comes back
-            k, v = cache.write(layer, k, v)                               # [P, Hkv, length + L, d]
+            k, v = cache.write(layer, k, v, cfg.key_block if rows else 1)  # [P, Hkv, S, d]
         if tree is not None:                                              # batch-invariant tree
             y = tree_attention(q, k, v, tree, rows, cfg.key_block)
         else:
-            y = attention(q, k, v, bias, rows, cfg.key_block)             # [P, H, L, d]
-        x = x + by_rows(self.out, y.transpose(1, 2).reshape(P, L, C), rows)
-        return by_rows(self.mlp, x, rows)
+            y = tiled_attention(q, k, v, tiles, rows, cfg.key_block)      # [P, H, L, d]
+        y = stream_rows(y.transpose(1, 2).reshape(N, C), cfg, rows)       # [M, C]
+        x = x + linear_rows(self.out, y, rows)
+        return self.mlp(x, rows)
+
+
+def stream_rows(flat, cfg, rows):
+    """flat [N, C] -> the residual stream's rows [M, C]: in batch-invariant mode zero-padded to
+    a multiple of cfg.row_multiple, so that no elementwise loop ends in a scalar tail."""
+    return flat if rows is None else padded_copy(flat, cfg.row_multiple, 1)
 
 
 def bpd_head(cfg):
@@ -386,13 +447,16 @@ class Llama(nn.Module):
             raise ValueError(f"position {int(pos.max())} is past the model's "
                              f"{self.config.n_positions} positions")
         rope = [t[pos].to(dev, dtype) for t in self.rope]                 # cos, sin [L, d]
-        rows = self.lm_head.rows
-        x = self.tok_emb(idx).to(dtype)                                   # [P, L, C]
-        plan = None if tree is None or rows is None else \
-            tree_plan(tree[1], dtype, self.config.key_block)              # once, for every layer
+        rows, cfg = self.lm_head.rows, self.config
+        x = stream_rows(self.tok_emb(idx).to(dtype).view(P * L, -1), cfg, rows)   # [M, C]
+        plan = tiles = None                                               # made once, for every layer
+        if tree is not None and rows is not None:
+            plan = tree_plan(tree[1], dtype, cfg.key_block)
+        else:
+            tiles = bias_tiles(bias, cfg.n_head // cfg.n_kv_head, rows, cfg.key_block)
         for i, block in enumerate(self.blocks):
-            x = block(x, rope, cache, i, bias, rows, plan)
-        return by_rows(self.norm, x, rows)
+            x = block(x, (P, L), rope, cache, i, tiles, rows, plan)
+        return self.norm(x)[:P * L].view(P, L, -1)
 
     def head_logits(self, z):
         """z [..., C] -> logits of all h heads [..., h, V]; head i predicts i - 1 tokens further.
@@ -413,10 +477,8 @@ class Llama(nn.Module):
         """Heads 2..h's logits [..., h - 1, V]: over draft_vocab by fixed-shape row blocks (the
         embedding rows of those tokens, copied once), DRAFT_FILL elsewhere."""
         W, ids = self.lm_head.weight, self.draft_vocab
-        key = (W.data_ptr(), W._version, W.dtype, id(ids))
-        if self.__dict__.get("_draft_key") != key:
-            self.__dict__["_draft_w"], self.__dict__["_draft_key"] = W[ids].detach().contiguous(), key
-        w = self.__dict__["_draft_w"]                                     # [S, C]
+        w = derived(self, "_draft_w", (W.data_ptr(), W._version, W.dtype, id(ids)),
+                    lambda: W[ids].detach().contiguous())                 # [S, C]
         sub = by_rows(lambda b: F.linear(b.to(w.dtype), w).to(b.dtype), zs, self.lm_head.rows)
         out = sub.new_full((*zs.shape[:-1], self.config.vocab_size), DRAFT_FILL)
         out[..., ids] = sub

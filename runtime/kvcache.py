@@ -101,14 +101,18 @@ class KVCache:
                    for _ in range(spec.layers)]
         self.rows, self.start, self.length, self.written = rows, 0, 0, 1
 
-    def write(self, layer, k, v):
+    def write(self, layer, k, v, round_to=1):
         """k, v: [P, heads, L, head_dim] -> every valid slot's keys and values, new ones included:
-        [P, heads, length + L, head_dim] each."""
+        [P, heads, length + L, head_dim] each; with round_to, the slots after them up to a
+        multiple of round_to too where the cache has them (stale or zero: the caller hides them,
+        as batch-invariant attention does its key tiles' padding)."""
         P, end = k.shape[0], self.length + k.shape[2]
         rows = slice(None) if P == 1 else slice(0, P)
         kc, vc = self.kv[layer]
         kc[rows, :, self.length:end], vc[rows, :, self.length:end] = k, v
         self.written = P
+        rounded = end + -end % round_to
+        end = rounded if rounded <= kc.shape[2] else end
         return kc[:P, :, :end], vc[:P, :, :end]
 
     def advance(self, n, row=0):

@@ -58,6 +58,7 @@ def callers(ours, hf, ids):
     def ours_call(bi):
         def call():
             ours.batch_invariant = bi
+            ours.lm_head.memo = None           # a new row each step: no logits to copy
             ours.lm_head(ours(new, cache)[:, -1])
         return call
 

@@ -301,7 +301,8 @@ def greedy_states(model, rows, n):
     stream after EXIT_LAYERS blocks at the same position."""
     zs, exits = [], []
     grab = model.blocks[EXIT_LAYERS - 1].register_forward_hook(
-        lambda module, inputs, out: exits.append(out[:, -1].to(torch.bfloat16)))
+        lambda module, inputs, out: exits.append(out[:math.prod(inputs[1])].view(
+            *inputs[1], -1)[:, -1].to(torch.bfloat16)))   # inputs[1]: (P, L); out [M, C]
     try:
         out = decode_rows(model, rows, n, states=zs)
     finally:
