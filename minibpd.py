@@ -498,9 +498,16 @@ def accept(drafts, choices):
     return row, ok[row], choices[row][ok[row]] if ok[row] < len(choices[row]) else None
 
 
+def verified_logits(model, z):
+    """Head 1's logits [P, m + 1, V] at the verified positions z [P, m + 1, C]. A model may
+    project more rows in the same call (Llama.verified_logits: the next draft's heads)."""
+    own = getattr(model, "verified_logits", None)
+    return model.lm_head(z) if own is None else own(z)
+
+
 def accept_greedy(model, z, drafts):
     """accept on the verification call's z [P, m + 1, C]: its greedy choices, P lists of m + 1."""
-    return accept(drafts, model.lm_head(z).argmax(-1).tolist())
+    return accept(drafts, verified_logits(model, z).argmax(-1).tolist())
 
 
 def acceptance_rule(model, temperature, generator, spec="exact"):
@@ -511,13 +518,13 @@ def acceptance_rule(model, temperature, generator, spec="exact"):
     check_temperature(temperature)
     relaxed = approximate.rule(spec, temperature)            # None: the exact rule
     if relaxed is not None:
-        return lambda z, drafts, q: (*accept(drafts, relaxed.choices(model.lm_head(z), drafts)),
-                                     None)
+        return lambda z, drafts, q: (*accept(drafts, relaxed.choices(verified_logits(model, z),
+                                                                     drafts)), None)
     if temperature == 0:
         return lambda z, drafts, q: accept_greedy(model, z, drafts) + (None,)
 
     def sampled(z, drafts, q):
-        probs = target_probs(model.lm_head(z).double(), temperature).cpu()      # [P, m + 1, V]
+        probs = target_probs(verified_logits(model, z).double(), temperature).cpu()  # [P, m+1, V]
         return verify_sampled(probs, [d[1:] for d in drafts], None if q is None else q[1:],
                               generator)
     return sampled

@@ -316,22 +316,27 @@ class TiedHead(Linear):
             return by_rows(super().forward, z, self.rows)
         flat = z.reshape(-1, z.shape[-1])
         x, where = torch.unique(flat, dim=0, return_inverse=True)         # [n, C], [N]
+        if len(x) == len(flat):         # all distinct (most calls): no gather of [N, V] logits
+            return self.distinct(flat).view(*z.shape[:-1], -1)
         logits = self.distinct(x)                                         # [n, V]
         return logits[where].view(*z.shape[:-1], logits.shape[-1])
 
     def distinct(self, x):
         """Logits of distinct rows x [n, C]: copied from the memo where it has them, by blocks
         otherwise (the memo only holds for the weight it was made with)."""
-        out = torch.empty(len(x), self.weight.shape[0], dtype=x.dtype, device=x.device)
-        new = torch.ones(len(x), dtype=torch.bool, device=x.device)
         version = (self.weight.data_ptr(), self.weight._version, self.weight.dtype, x.dtype)
+        same = None
         if self.memo is not None and self.memo[0] == version and \
                 len(x) * len(self.memo[1]) <= self.memo_rows ** 2:
             same = (x[:, None] == self.memo[1][None]).all(-1)             # [n, N]
+        if same is None or not same.any():                                # nothing to copy
+            out = linear_rows(self, x, self.rows)                         # (rows set: no recursion)
+        else:
+            out = torch.empty(len(x), self.weight.shape[0], dtype=x.dtype, device=x.device)
             new = ~same.any(-1)
             out[~new] = self.memo[2][same[~new].int().argmax(-1)]
-        if new.any():
-            out[new] = linear_rows(self, x[new], self.rows)     # (rows set: no recursion)
+            if new.any():
+                out[new] = linear_rows(self, x[new], self.rows)
         self.memo = (version, x, out) if len(x) <= self.memo_rows else None
         return out
 
@@ -467,11 +472,31 @@ class Llama(nn.Module):
         every token (lm_head's memo has its row from verification)."""
         if not self.heads:
             return self.lm_head(z).unsqueeze(-2)
-        zs = by_rows(self._head_states, z, self.lm_head.rows)             # [..., h C]
-        zs = zs.view(*z.shape[:-1], len(self.heads) + 1, z.shape[-1])     # [..., h, C]
+        zs = self.head_rows(z)                                            # [..., h, C]
         if self.draft_vocab is None or torch.is_grad_enabled():
             return self.lm_head(zs)
         return torch.cat([self.lm_head(zs[..., :1, :]), self._draft_logits(zs[..., 1:, :])], -2)
+
+    def head_rows(self, z):
+        """z [..., C] -> the states heads 1..h project, [..., h, C] (z itself first)."""
+        zs = by_rows(self._head_states, z, self.lm_head.rows)             # [..., h C]
+        return zs.view(*z.shape[:-1], len(self.heads) + 1, z.shape[-1])
+
+    def verified_logits(self, z):
+        """lm_head(z) for verification (minibpd.verified_logits): z [P, m + 1, C] -> [P, m + 1, V].
+        Batch-invariant, the block's spare rows carry heads 2..h's states at the first
+        positions of draft 0: one projection block for the verified logits and the next
+        draft's heads, which head_logits then copies from lm_head's memo when the next draft
+        comes from one of those positions (most steps accept 0 or 1 drafted tokens). The
+        verified rows' logits are the same bits either way: a fixed-shape block treats its
+        rows alike."""
+        rows, n, C = self.lm_head.rows, z.shape[0] * z.shape[1], z.shape[-1]
+        k = 0 if rows is None or not self.heads or self.draft_vocab is not None else \
+            min(z.shape[1], (-n % rows) // len(self.heads))               # positions that fit
+        if k == 0:
+            return self.lm_head(z)
+        heads = self.head_rows(z[0, :k])[:, 1:].reshape(-1, C)           # [k (h - 1), C]
+        return self.lm_head(torch.cat([z.reshape(n, C), heads]))[:n].view(*z.shape[:-1], -1)
 
     def _draft_logits(self, zs):
         """Heads 2..h's logits [..., h - 1, V]: over draft_vocab by fixed-shape row blocks (the

@@ -380,6 +380,36 @@ def test_projection_copies_are_the_projections(dtype):
         assert not torch.equal(head(z[1:2]), fresh[1:2])                  # memo not used
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("m", [0, 1, 4])
+def test_one_projection_block_for_verification_and_the_next_heads(dtype, m):
+    """verified_logits projects the next draft's heads (at draft 0's first positions) in the
+    verified logits' block: the verified logits are lm_head's bits, and head_logits at a
+    covered position gets the bits of a fresh projection, copied from the memo (no new block)."""
+    model = tiny_llama(5, 50, 1, 4, 16, 1, 2, 4, hidden=24, dtype=dtype, batch_invariant=True, rows=2)
+    head, g = model.lm_head, torch.Generator().manual_seed(1)
+    z = torch.randn(1, m + 1, model.config.n_embd, generator=g)
+    head.memo_rows = 0
+    fresh = head(z), [model.head_logits(z[0, a]) for a in range(m + 1)]
+    head.memo_rows = llama.MEMO_ROWS
+    rows = model.config.row_block
+    k = min(m + 1, (-(m + 1) % rows) // (model.config.n_bpd_heads - 1))
+    assert k >= 1                                          # the case is the one it is about
+    projected = []
+    real = llama.linear_rows
+    try:
+        llama.linear_rows = lambda layer, x, r: projected.append(len(x)) or real(layer, x, r)
+        for a in range(m + 1):
+            head.memo = None
+            with torch.no_grad():
+                assert torch.equal(model.verified_logits(z), fresh[0])
+                projected.clear()
+                assert torch.equal(model.head_logits(z[0, a]), fresh[1][a])
+            assert (projected == []) == (a < k), (a, k, projected)     # copied iff covered
+    finally:
+        llama.linear_rows = real
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
 def test_draft_vocabulary_changes_drafts_only(dtype):
     """Heads 2..h over a subset of the tokens: their logits there are the full projection's (up to
