@@ -2,7 +2,7 @@
 same dtype, 1 thread): the profile behind docs/real-model.md, "Against transformers".
 
     python tools/peer_profile.py [--dtype float32|bfloat16] [--reps 20] [--ops 12]
-    python tools/peer_profile.py --kernels      # only the matmul kernel: 1 row against 8
+    python tools/peer_profile.py --kernels      # only the matmul kernel: 1 row against 8 and 16
 
 One decode call with CACHED = 64 tokens cached and 1 new one, logits included (what a greedy step
 costs): minibpd batch-invariant (what runs), minibpd plain (batch_invariant off), transformers
@@ -13,7 +13,7 @@ against the same part on the single row. Then torch.profiler's operator table fo
 CPU time; what the table does not account for is Python and dispatch overhead). The load average
 is printed before and after (a shared machine: compare ratios inside one run).
 
---kernels (no model needed): x @ W^T for 1 and for 8 rows, float32 and bf16, on 30 random weights
+--kernels (no model needed): x @ W^T for 1, 8 and 16 rows, float32 and bf16, on 30 random weights
 of gate_up's shape (3,072 x 576) cycled so that they are not cached and on one of the tied
 projection's (49,152 x 576), and the same with the weight stored transposed ([K, N], a copy).
 """
@@ -116,7 +116,7 @@ def kernels():
         wts = [w.t().contiguous() for w in ws]
         big = torch.randn(49152, 576).to(dt)
         big_t = big.t().contiguous()
-        for M in (1, 8):
+        for M in (1, 8, 16):
             x = torch.randn(M, 576).to(dt)
             a = ms(lambda: [F.linear(x, w) for w in ws], 30) / 30
             b = ms(lambda: [x @ w for w in wts], 30) / 30

@@ -80,6 +80,7 @@ def call_ms(model, vocab, L, modes=(None,)):
             if mode is not None:
                 model.batch_invariant = mode
             cache.truncate(CACHED)
+            model.lm_head.memo = None          # else the repeated rows' logits come from the memo
             t0 = time.perf_counter()
             model.lm_head(model(new, cache))
             if rep:
