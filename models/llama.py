@@ -19,8 +19,8 @@ starts), and an element's place in SIMD loops (SiLU's scalar tail rounds differe
 vector body). Between the matmuls the row-wise operations (RMSNorm's mean and rsqrt, SiLU,
 rotary products, residual adds) run on the call's own rows, zero-padded to a multiple of
 `row_multiple` rows so that no SIMD loop ends in a scalar tail, whatever the row count: each
-reduces or rounds a row, or an element, on its own. Only the matmuls pay for the full block
-(their padded rows cost little: the weights are read once either way). What this rests on, that a
+reduces or rounds a row, or an element, on its own, so only the matmuls pay for whole blocks
+(docs/real-model.md, "Rows per block", measures what a block costs). What this rests on, that a
 fixed-shape kernel treats its rows alike and a row-wise operation a row alike whatever the row
 count, is what test_smollm.py checks bit for bit. Weights may be bf16;
 activations, attention and the KV cache stay in fp32.
@@ -293,10 +293,10 @@ class RMSNorm(nn.Module):
     def forward(self, x):
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
         w = self.weight
-        if w.dtype != x.dtype and not torch.is_grad_enabled():   # bf16 weight, fp32 activations:
-            w = derived(self, "_weight", (w.data_ptr(), w._version, x.dtype),   # cast once, not
-                        lambda: w.detach().to(x.dtype))           # in each of 61 norms a call
-        return x * w.to(x.dtype)
+        if w.dtype != x.dtype:          # bf16 weight, fp32 activations: cast once while unchanged
+            w = w.to(x.dtype) if torch.is_grad_enabled() else derived(   # (61 norms a call)
+                self, "_weight", (w.data_ptr(), w._version, x.dtype), lambda: w.detach().to(x.dtype))
+        return x * w
 
 
 class TiedHead(Linear):

@@ -20,6 +20,8 @@ transformers' float32 greedy tokens (a float32 transformers model is loaded for 
 --dtype bfloat16; bf16 texts leave float32's at near-ties, docs/real-model.md "Precision").
 Prompts: the bench's test-split prompts (make_prompts on the checkpoint's test text, every
 16/--prompts-th as tools/smollm_parts.py), or with --chat the demo's two chat-template prompts.
+"identical to minibpd greedy": each minibpd decoder's tokens against minibpd's own greedy's in
+the same run (same dtype), on every prompt.
 Transformers under bf16 computes activations in bf16 too; minibpd keeps them in fp32.
 """
 import argparse
@@ -149,7 +151,8 @@ def rows_of(got, ref, prompts, n, dtype_name):
     rows = []
     for name, g in got.items():
         same = sum(a == b for a, b in zip(g["tokens"], ref))
-        rows.append({"method": name, "dtype": dtype_name,
+        own = None if name.startswith("hf_") else g["tokens"] == got["greedy"]["tokens"]
+        rows.append({"method": name, "dtype": dtype_name, "identical_to_own_greedy": own,
                      "block_efficiency": tokens / g["calls"],
                      "tokens_per_s": tokens / statistics.median(g["times"]),
                      "vs_hf_greedy": statistics.median(b / t for b, t in zip(base, g["times"])),
@@ -161,12 +164,14 @@ def rows_of(got, ref, prompts, n, dtype_name):
 def table(rows, n_prompts):
     w = max(len(r["method"]) for r in rows)
     print(f"\n| {'method':<{w}} | dtype | block efficiency | tok/s | vs HF greedy | identical to "
-          f"HF fp32 greedy |\n| {'-' * w} | --- | ---: | ---: | ---: | :---: |")
+          f"HF fp32 greedy | identical to minibpd greedy |\n| {'-' * w} | --- | ---: | ---: | ---: "
+          "| :---: | :---: |")
     for r in rows:
         same = "yes" if r["identical_to_hf_fp32_greedy"] else \
             f"no ({r['prompts_identical']}/{n_prompts} prompts)"
+        own = {None: "", True: "yes", False: "**NO**"}[r["identical_to_own_greedy"]]
         print(f"| {r['method']:<{w}} | {r['dtype']} | {r['block_efficiency']:.3f} | "
-              f"{r['tokens_per_s']:.1f} | {r['vs_hf_greedy']:.2f}x | {same} |")
+              f"{r['tokens_per_s']:.1f} | {r['vs_hf_greedy']:.2f}x | {same} | {own} |")
 
 
 def main():
