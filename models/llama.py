@@ -194,17 +194,18 @@ def tiled_attention(q, keys, values, tiles, rows, key_block):
     return y.reshape(P, H, L, d)
 
 
-def tree_plan(mask, dtype, key_block):
+def tree_plan(mask, dtype, g, rows, key_block):
     """What tree_attention needs of a token tree's mask [L, S] (bool: visible), the same in every
-    layer, so made once a call: (prefix [L]: the rows whose visible slots are a prefix, their bias,
-    and for the others the gathered slots idx [N, W] and bias [N, 1, W]; None when all are)."""
+    layer, so made once a call: (prefix [L]: the rows whose visible slots are a prefix, their bias
+    in tiles, and for the others the gathered slots idx [N, W] and their bias in tiles, one item
+    each; None when all are prefix rows). g: query heads per key head (bias_tiles)."""
     seen = mask.sum(-1)                                                  # [L]
     prefix = mask.cumsum(-1).gather(-1, (seen - 1)[:, None])[:, 0] == seen
-    idx = node_bias = None
+    idx = node_tiles = None
     if not prefix.all():
         idx, visible = gathered_slots(mask[~prefix], key_block)          # [N, W] each
-        node_bias = mask_to_bias(visible, dtype)[:, None]
-    return prefix, mask_to_bias(mask[prefix], dtype), idx, node_bias
+        node_tiles = bias_tiles(mask_to_bias(visible, dtype)[:, None], g, rows, key_block)
+    return prefix, bias_tiles(mask_to_bias(mask[prefix], dtype), g, rows, key_block), idx, node_tiles
 
 
 def tree_attention(q, keys, values, plan, rows, key_block):
@@ -216,14 +217,14 @@ def tree_attention(q, keys, values, plan, rows, key_block):
     into keys of its own, which then sit slot for slot as in one-token decoding of its path,
     and attention() runs each such row as an item of its own, as a one-token call does.
     q [1, H, L, d]; keys, values [1, Hkv, S, d]; plan: tree_plan(mask). -> [1, H, L, d]."""
-    prefix, bias, idx, node_bias = plan
+    prefix, tiles, idx, node_tiles = plan
     y = torch.empty_like(q)
     if prefix.any():
-        y[:, :, prefix] = attention(q[:, :, prefix], keys, values, bias, rows, key_block)
+        y[:, :, prefix] = tiled_attention(q[:, :, prefix], keys, values, tiles, rows, key_block)
     if idx is not None:
         k, v = (t[0][:, idx].transpose(0, 1) for t in (keys, values))   # [N, Hkv, W, d]
         node_q = q[0, :, ~prefix].transpose(0, 1).unsqueeze(2)           # [N, H, 1, d]
-        y_nodes = attention(node_q, k, v, node_bias, rows, key_block)    # [N, H, 1, d]
+        y_nodes = tiled_attention(node_q, k, v, node_tiles, rows, key_block)   # [N, H, 1, d]
         y[0, :, ~prefix] = y_nodes[:, :, 0].transpose(0, 1)
     return y
 
@@ -456,7 +457,7 @@ class Llama(nn.Module):
         x = stream_rows(self.tok_emb(idx).to(dtype).view(P * L, -1), cfg, rows)   # [M, C]
         plan = tiles = None                                               # made once, for every layer
         if tree is not None and rows is not None:
-            plan = tree_plan(tree[1], dtype, cfg.key_block)
+            plan = tree_plan(tree[1], dtype, cfg.n_head // cfg.n_kv_head, rows, cfg.key_block)
         else:
             tiles = bias_tiles(bias, cfg.n_head // cfg.n_kv_head, rows, cfg.key_block)
         for i, block in enumerate(self.blocks):

@@ -329,7 +329,7 @@ def test_tree_attention_is_needed_under_batch_invariance(monkeypatch):
     every row, as before tree_attention), some node's float32 state differs from one-token
     decoding's (here on 9 of 10 random trees, by up to 2.4e-7; a bf16 argmax flipped on
     SmolLM2)."""
-    monkeypatch.setattr(llama, "tree_plan", lambda mask, dtype, key_block:
+    monkeypatch.setattr(llama, "tree_plan", lambda mask, dtype, g, rows, key_block:
                         llama.mask_to_bias(mask, dtype))
     monkeypatch.setattr(llama, "tree_attention", lambda q, k, v, bias, rows, key_block:
                         llama.attention(q, k, v, bias, rows, key_block))
