@@ -166,6 +166,18 @@ def add_distill_args(p, arg):
     arg("--teacher", "--distill: which model generates the greedy data: 'current' (the model "
         "being trained, as it trains) or 'base' (a frozen copy of --base)", default="current",
         metavar="WHO")
+    arg("--teacher-tokens", "--smollm: positions of offline train text run through the base in "
+        "batched windows (teacher forcing, no generation), whose argmaxes (--teacher-targets) the "
+        f"heads pre-train on before self-distillation; 0: none (default: "
+        f"{SMOLLM_DEFAULTS['teacher_tokens']:,} with --smollm)", type=int)
+    arg("--teacher-targets", "--smollm: which teacher-forced argmaxes are targets: 'exact' "
+        "(only where the text's tokens in between were greedy's, so that the target is greedy's "
+        "own token) or 'all'", default="exact", metavar="WHICH")
+    arg("--teacher-steps", "--smollm: optimizer steps on the teacher-forced positions "
+        f"(default: {SMOLLM_DEFAULTS['teacher_steps']} with --smollm)", type=int)
+    arg("--draft-vocab", "--smollm: heads 2..h train on, and draft among, the S tokens the base "
+        "chose most often (exact: verification keeps every token); 0: all of them (default: "
+        f"{SMOLLM_DEFAULTS['draft_vocab']} with --smollm)", type=int, metavar="S")
 
 
 def explicit_flags(parser, argv):
@@ -181,11 +193,13 @@ def check_distill_args(args):
     if len(chosen) > 1:
         fail(f"{' and '.join(chosen)} are different ways to train: choose one")
     mode = chosen[0] if chosen else None
-    own = {"--distill": ("regen_every", "gen_rows", "teacher", "anchor"), "--tasks": (), "--smollm": ()}
+    own = {"--distill": ("regen_every", "gen_rows", "teacher", "anchor"), "--tasks": (),
+           "--smollm": ("teacher_tokens", "teacher_steps", "teacher_targets", "draft_vocab")}
     for flag in ("base",) * (mode in (None, "--smollm")) + sum((v for k, v in own.items() if k != mode), ()):
         if flag in args.given:
             fail(f"--{flag.replace('_', '-')} only applies with "
-                 f"{'--distill or --tasks' if flag == 'base' else '--distill'}")
+                 + ("--distill or --tasks" if flag == "base" else
+                    next(m for m, names in own.items() if flag in names)))
     if mode is None:
         return
     if args.distill is not None and args.distill not in VARIANTS:
@@ -238,9 +252,20 @@ def check_base(path, mode):
 
 
 def check_smollm_args(args):
-    """--smollm: heads 2..h need h >= 2, and the optional packages must be there."""
+    """--smollm: heads 2..h need h >= 2, the teacher-forced phase steps if it has positions, a
+    draft vocabulary at least 2 tokens and at most the vocabulary; the optional packages."""
     if args.heads < 2:
         fail(f"--heads must be >= 2 with --smollm (head 1 is the base model itself), got {args.heads}")
+    for name in ("teacher_tokens", "teacher_steps", "draft_vocab"):
+        if getattr(args, name) < 0:
+            fail(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
+    if args.teacher_targets not in ("exact", "all"):
+        fail(f"--teacher-targets must be 'exact' or 'all', got {args.teacher_targets!r}")
+    if args.teacher_tokens and not args.teacher_steps:
+        fail("--teacher-tokens needs --teacher-steps >= 1 (or --teacher-tokens 0: no teacher forcing)")
+    if args.draft_vocab == 1 or args.draft_vocab > 49152:
+        fail(f"--draft-vocab must be 0 (all tokens) or 2..49152 (SmolLM2's vocabulary), got "
+             f"{args.draft_vocab}")
     from models import smollm
     try:
         smollm.optional_packages()

@@ -5,6 +5,7 @@ phrase repetition of its greedy text.
 
     python tools/heads_table.py checkpoints/minibpd.pt checkpoints/minibpd-distilled.pt
     python tools/heads_table.py --replay --checkpoint checkpoints/smollm2-heads.pt --prompts 8 --new-tokens 64
+    python tools/heads_table.py --replay --chat --checkpoint checkpoints/smollm2-heads.pt --new-tokens 64
 
 The bench's prompts and sizes (16 test-split prompts x 128 new tokens): the block efficiency of
 N heads is what `python minibpd.py --bench --heads N --checkpoint CK --json` reports as
@@ -41,12 +42,18 @@ def replayed(model, ps, n, heads):
 def main(paths, heads=(2, 4, 6, 8), prompts=16, n=128):
     set_threads()
     if "--replay" in paths:        # e.g. SmolLM2: --replay --heads 2,3,4,5 --prompts 8 --new-tokens 64
-        args = dict(zip(paths[1::2], paths[2::2]))
+        chat = "--chat" in paths   # the demo's chat-template prompts (SmolLM2) instead of the bench's
+        rest = [a for a in paths if a not in ("--replay", "--chat")]
+        args = dict(zip(rest[::2], rest[1::2]))
         heads = tuple(int(x) for x in args.get("--heads", "2,3,4,5").split(","))
         ps_n, n = int(args.get("--prompts", 8)), int(args.get("--new-tokens", 64))
         model, ck = load_checkpoint(args.get("--checkpoint", "checkpoints/smollm2-heads.pt"))
-        be, greedy = replayed(model, bench.make_prompts(split_text(ck, "test"), ck["vocab"], ps_n),
-                              n, heads)
+        if chat:
+            from models import smollm
+            ps = [ids for _, ids in smollm.demo_prompts(ck["vocab"])][:ps_n]
+        else:
+            ps = bench.make_prompts(split_text(ck, "test"), ck["vocab"], ps_n)
+        be, greedy = replayed(model, ps, n, heads)
         print(" | ".join(f"{h} heads {b:.3f}" for h, b in zip(heads, be)) +
               f" | greedy phrase repeat {100 * analysis.phrase_repetition_all(greedy):.1f}%")
         return

@@ -3,6 +3,7 @@ own greedy output (--distill), and one model for the five tasks (--tasks); and B
 frozen pretrained LM, SmolLM2-135M (--smollm; smollm.py and llama.py). train_heads.py is the
 command line; training.py the fit loop all use.
 """
+import contextlib
 import copy
 import dataclasses
 import hashlib
@@ -23,6 +24,8 @@ from minibpd import GPT, build_model, decode_rows, load_checkpoint
 from training.fit import (anchor_kl, as_tensors, batches, evaluate, fit, git_revision, half,
                           head_losses, train)
 from models import llama
+from training.teacher import (TEACHER_WINDOW, draft_vocabulary, head_targets, in_vocab,
+                              teacher_forced)
 
 
 # ----------------------------------------------------------------------------- self-distillation
@@ -225,20 +228,33 @@ def finetune_tasks(cfg, log=print):
 #               the trunk's final hidden state z at every generated position (the states that
 #               predicted each token: the "hidden states precomputed once" come for free) and
 #               the residual stream after EXIT_LAYERS blocks (for the early-exit rescorer).
-#   3. train    the heads on those states alone: head i at state s is scored on generated token
-#               s + i - 1, the output projection (the tied embedding, frozen) in bf16, batched
-#               over all heads. The early-exit rescorer's adapter trains beside them.
+#   3. teacher  (--teacher-tokens N, 0: skip) more train-split text (teacher_text: every
+#               train-split stdlib function, past the cap of 1.) in windows of TEACHER_WINDOW
+#               tokens, one batched forward a window and no generation (more positions per CPU
+#               second than generating them, docs/training.md): head i at state s is scored on
+#               the base's argmax at s + i - 1, which is greedy's own token i - 1 steps on where
+#               the text's tokens in between were the argmaxes. teacher.forced_targets keeps
+#               only those (exact targets); --teacher-targets all keeps every argmax
+#               (docs/training.md has both). The heads pre-train on it for --teacher-steps.
+#   4. train    the heads on the generated states alone: head i at state s is scored on generated
+#               token s + i - 1, the output projection (the tied embedding, frozen) in bf16,
+#               batched over all heads. The early-exit rescorer's adapter trains beside them.
+# --draft-vocab S (0: all): heads 2..h are trained, and draft, over the S tokens the base chose
+# most often on the teacher text (Llama.draft_vocab; exact: verification keeps every token):
+# their projection is then S/V of a full one, in training and in each step.
 # Generation runs without the fixed-shape blocks (the plain, faster kernels); the rare argmax
 # it flips at a near-tie changes a training target, not the model.
 
 SMOLLM_OUT = os.path.join(os.path.dirname(CHECKPOINT), "smollm2-heads.pt")
 SMOLLM_DEFAULTS = {"steps": 3000, "lr": 1e-3, "warmup": 50, "batch_size": 160, "heads": 5,
+                   "teacher_tokens": 1_000_000, "teacher_steps": 4000, "draft_vocab": 8192,
                    "out": SMOLLM_OUT}
 SMOLLM_TEXT = {"topics": None, "functions": (400_000, 20_000), "task prompts": (400_000, 20_000)}
 CONTINUATIONS = {"train": 2304, "tune": 64}   # greedy continuations generated per split
 GEN_TOKENS, GEN_ROWS, GEN_WINDOW = 128, 64, 256   # tokens each, rows per batch, cache window
 PROMPT_TOKENS = (12, 48)                      # each batch's prompt length, drawn in this range
 EXIT_LAYERS = 6                               # the early-exit rescorer: the base's first blocks
+TEACHER_BATCH = 256                           # positions a step of the teacher-forced phase
 
 
 def capped(pieces, budget):
@@ -258,9 +274,7 @@ def smollm_corpus():
     is capped (SMOLLM_TEXT: train, tune/test characters), pieces joined by blank lines."""
     from runtime.checkpoint import split_corpus
     topics = split_corpus(tasks.topics_text()[0])
-    funcs = {s: [] for s in tasks.SPLITS}
-    for fn in stdlib.functions():
-        funcs[tasks.split_of(fn.key)].append(textwrap.dedent("".join(stdlib.source_lines(fn))))
+    funcs = split_functions()
     prompts = {s: [p for name in tasks.CHAR_TASKS if name != "lm" for p, _ in tasks.build(name, s)]
                for s in tasks.SPLITS}
     texts, sizes = {}, {}
@@ -274,6 +288,22 @@ def smollm_corpus():
     return texts, {"name": "pydoc_data.topics + stdlib function sources + task prompts",
                    "python": sys.version.split()[0], "chars": sizes,
                    "sha256": {s: hashlib.sha256(t.encode()).hexdigest() for s, t in texts.items()}}
+
+
+def split_functions():
+    """{split: [the dedented source of every stdlib function of that split]} (tasks.split_of)."""
+    funcs = {s: [] for s in tasks.SPLITS}
+    for fn in stdlib.functions():
+        funcs[tasks.split_of(fn.key)].append(textwrap.dedent("".join(stdlib.source_lines(fn))))
+    return funcs
+
+
+def teacher_text(train):
+    """The teacher-forced phase's text: the train split `train`, then every train-split stdlib
+    function it left out (its cap, SMOLLM_TEXT), in stable-hash order: no tune or test text."""
+    funcs = split_functions()["train"]
+    kept = set(capped(funcs, SMOLLM_TEXT["functions"][0]))
+    return "\n\n".join([train] + [f for f in sorted(funcs, key=tasks.digest) if f not in kept])
 
 
 def prompt_batches(text, vocab, n, gen):
@@ -300,14 +330,22 @@ def greedy_states(model, rows, n):
     z[:, s] is the final hidden state whose head 1 gave tokens[:, s], exit[:, s] the residual
     stream after EXIT_LAYERS blocks at the same position."""
     zs, exits = [], []
-    grab = model.blocks[EXIT_LAYERS - 1].register_forward_hook(
-        lambda module, inputs, out: exits.append(out[:math.prod(inputs[1])].view(
-            *inputs[1], -1)[:, -1].to(torch.bfloat16)))   # inputs[1]: (P, L); out [M, C]
-    try:
+    with exit_states(model, lambda states: exits.append(states[:, -1])):
         out = decode_rows(model, rows, n, states=zs)
+    return out[:, rows.shape[1]:], torch.stack(zs, 1).float(), torch.stack(exits, 1)
+
+
+@contextlib.contextmanager
+def exit_states(model, keep):
+    """Within: keep(states [P, L, C] bf16) gets each forward's residual stream after EXIT_LAYERS
+    blocks (a hook: Block.forward's inputs[1] is (P, L), its output the stream [M >= P L, C])."""
+    grab = model.blocks[EXIT_LAYERS - 1].register_forward_hook(
+        lambda module, inputs, out: keep(out[:math.prod(inputs[1])].view(
+            *inputs[1], -1).to(torch.bfloat16)))
+    try:
+        yield
     finally:
         grab.remove()
-    return out[:, rows.shape[1]:], torch.stack(zs, 1).float(), torch.stack(exits, 1)
 
 
 def generate_split(model, text, vocab, n, gen, log, label):
@@ -326,14 +364,6 @@ def generate_split(model, text, vocab, n, gen, log, label):
     finally:
         model.batch_invariant = True
     return tuple(torch.cat(parts) for parts in zip(*out))
-
-
-def head_targets(tokens, h):
-    """tokens [N, T] -> targets [N, T, h]: head i (1-based) at state s is scored on token
-    s + i - 1; -1 past the continuation's end (no target)."""
-    N, T = tokens.shape
-    padded = torch.cat([tokens, tokens.new_full((N, h), -1)], dim=1)
-    return torch.stack([padded[:, i:i + T] for i in range(h)], dim=-1)
 
 
 def projected_loss(states, targets, weight):
@@ -358,39 +388,47 @@ class SmolHeads(torch.nn.Module):
         super().__init__()
         self.heads, self.exit, self.norm = model.heads, exit_head, model.norm
 
-    def forward(self, z, exit_states):
-        """z [B, C], exit_states [B, C] -> heads 2..h's states [B, h - 1, C], exit's [B, 1, C]."""
+    def forward(self, z, exit_states=None):
+        """z [B, C], exit_states [B, C] -> heads 2..h's states [B, h - 1, C], exit's [B, 1, C]
+        (None without exit_states)."""
         ys = torch.stack([head(z) for head in self.heads], dim=1)
-        return ys, self.exit(self.norm(exit_states.float()))[:, None]
+        return ys, None if exit_states is None else self.exit(self.norm(exit_states.float()))[:, None]
 
 
-def smollm_loss(trainee, weight, data, cfg, gen):
-    """-> loss_at(step) for fit: a random batch of generated positions, heads 2..h on their
-    future tokens and the exit adapter on the next token, the two losses added."""
-    z, exits, targets = data["z"].flatten(0, 1), data["exit"].flatten(0, 1), data["targets"].flatten(0, 1)
+def smollm_loss(trainee, weight, data, cfg, gen, ids=None, exit=True):
+    """-> loss_at(step) for fit: a random batch of positions, heads 2..h on their future tokens
+    (over the draft vocabulary `ids`, None: all) and, with `exit`, the exit adapter on the next
+    token (every token), the two losses added."""
+    z, targets = data["z"].flatten(0, 1), data["targets"].flatten(0, 1)
+    exits = data["exit"].flatten(0, 1) if exit else None
+    future = in_vocab(targets[:, 1:], ids, len(weight))           # heads 2..h's, in the vocabulary
     keep = torch.nonzero(targets[:, 1] >= 0).flatten()       # positions with a head-2 target
+    sub = weight if ids is None else weight[ids]            # [S, C]: the heads' projection
 
     def loss_at(step):
         pick = keep[torch.randint(len(keep), (cfg.batch_size,), generator=gen)]
-        ys, ex = trainee(z[pick], exits[pick])
-        heads, per_head, _, _ = projected_loss(ys, targets[pick, 1:], weight)
-        exit_loss, _, _, _ = projected_loss(ex, targets[pick, :1], weight)
+        ys, ex = trainee(z[pick], None if exits is None else exits[pick])
+        heads, per_head, _, _ = projected_loss(ys, future[pick], sub)
+        exit_loss = projected_loss(ex, targets[pick, :1], weight)[0] if exit else torch.zeros(())
         return heads + exit_loss, lambda: ("heads 2..h " + " ".join(f"{x:.2f}" for x in per_head.tolist())
-                                           + f" | exit {exit_loss.item():.2f}")
+                                           + (f" | exit {exit_loss.item():.2f}" if exit else ""))
     return loss_at
 
 
 @torch.no_grad()
-def held_out(trainee, weight, data, chunk=256):
-    """On held-out continuations: each state's argmax of heads 1..h and of the exit adapter
-    -> (preds [N, T, h], exit preds [N, T]; each scored against targets [N, T, h] (head 1 and the
-    exit: the next token)."""
+def held_out(trainee, weight, data, ids=None, chunk=256):
+    """On held-out continuations: each state's argmax of heads 1..h (heads 2..h over the draft
+    vocabulary `ids`, as they draft) and of the exit adapter -> (preds [N, T, h], exit preds
+    [N, T]); each scored against targets [N, T, h] (head 1 and the exit: the next token)."""
     z, exits, (N, T, h) = data["z"].flatten(0, 1), data["exit"].flatten(0, 1), data["targets"].shape
-    preds = []
+    sub, preds = weight if ids is None else weight[ids], []
     for i in range(0, len(z), chunk):
         ys, ex = trainee(z[i:i + chunk], exits[i:i + chunk])
-        states = torch.cat([z[i:i + chunk, None], ys, ex], dim=1)            # [b, h + 1, C]
-        preds.append(F.linear(states.to(weight.dtype), weight).argmax(-1))   # [b, h + 1]
+        first = torch.cat([z[i:i + chunk, None], ex], dim=1)                 # [b, 2, C]
+        full = F.linear(first.to(weight.dtype), weight).argmax(-1)           # [b, 2]
+        drafts = F.linear(ys.to(weight.dtype), sub).argmax(-1)               # [b, h - 1]
+        drafts = drafts if ids is None else ids[drafts]
+        preds.append(torch.cat([full[:, :1], drafts, full[:, 1:]], dim=1))   # [b, h + 1]
     preds = torch.cat(preds).view(N, T, h + 1)
     return preds[..., :h], preds[..., h]
 
@@ -443,31 +481,73 @@ def smollm_heads(cfg, log=print):
         " / ".join(f"{sum(corpus['chars'][s]):,}" for s in tasks.SPLITS))
     data = smollm_data(model, vocab, texts, gen, log)
     gen_s = time.time() - t0
+    teacher, teacher_record = teacher_data(model, vocab, texts["train"], cfg, log)
+    trainee, weight = smollm_trainee(model, exit_head)
+    V = len(weight)
+    ids = draft_vocabulary(data["train"]["tokens"] if teacher is None else teacher["tokens"],
+                           cfg.draft_vocab, V)
+    if teacher is not None:
+        phase = dataclasses.replace(cfg, steps=cfg.teacher_steps, batch_size=TEACHER_BATCH)
+        teacher_record["seconds_training"] = round(fit(
+            trainee, phase, smollm_loss(trainee, weight, teacher, phase, gen, ids, exit=False),
+            "smollm heads, teacher-forced", None, log))
+        teacher_record["tune_greedy_agreement"] = agreement(
+            held_out(trainee, weight, data["tune"], ids)[0], data["tune"]["targets"])
+        log("after teacher forcing, tune agreement with greedy, heads 1..h: "
+            + " ".join(f"{a:.0%}" for a in teacher_record["tune_greedy_agreement"]))
+        del teacher                                # GBs of states: free them before the next phase
+    secs = fit(trainee, cfg, smollm_loss(trainee, weight, data["train"], cfg, gen, ids),
+               "smollm heads", None, log)
+    record = smollm_record(trainee, weight, data["tune"], cfg, log, ids)
+    record.update(seconds=round(time.time() - t0), cpu_seconds=round(time.process_time() - cpu0),
+                  seconds_generating=round(gen_s), seconds_training=round(secs),
+                  load_average_before=load0, load_average_after=load_average(),
+                  tokens_generated={s: d["tokens"].numel() for s, d in data.items()},
+                  teacher=teacher_record, draft_vocab=0 if ids is None else len(ids))
+    extra = {"dtype": "bfloat16", "splits": texts, "corpus": corpus, "seed": cfg.seed,
+             "rescorer_config": {"kind": "early-exit", "layers": EXIT_LAYERS},
+             "rescorer": {k: v.half() for k, v in exit_head.state_dict().items()},
+             "train": record, "git_revision": git_revision(),
+             **({} if ids is None else {"draft_vocab": ids})}
+    model.draft_vocab = ids
+    return model.eval(), extra
+
+
+def smollm_trainee(model, exit_head):
+    """-> (SmolHeads: heads 2..h and the exit adapter in fp32, the only parameters that train;
+    the tied embedding [V, C] bf16, frozen)."""
     model.heads.float()                            # fp32 heads train on the bf16 trunk's states
     trainee = SmolHeads(model, exit_head)
     for p in model.parameters():
         p.requires_grad_(False)
     for p in [*trainee.heads.parameters(), *trainee.exit.parameters()]:
         p.requires_grad_(True)
-    weight = model.lm_head.weight.detach()         # [V, C] bf16, the tied embedding
-    secs = fit(trainee, cfg, smollm_loss(trainee, weight, data["train"], cfg, gen),
-               "smollm heads", None, log)
-    record = smollm_record(trainee, weight, data["tune"], cfg, log)
-    record.update(seconds=round(time.time() - t0), cpu_seconds=round(time.process_time() - cpu0),
-                  seconds_generating=round(gen_s), seconds_training=round(secs),
-                  load_average_before=load0, load_average_after=load_average(),
-                  tokens_generated={s: d["tokens"].numel() for s, d in data.items()})
-    extra = {"dtype": "bfloat16", "splits": texts, "corpus": corpus, "seed": cfg.seed,
-             "rescorer_config": {"kind": "early-exit", "layers": EXIT_LAYERS},
-             "rescorer": {k: v.half() for k, v in exit_head.state_dict().items()},
-             "train": record, "git_revision": git_revision()}
-    return model.eval(), extra
+    return trainee, model.lm_head.weight.detach()
 
 
-def smollm_record(trainee, weight, tune, cfg, log):
+def teacher_data(model, vocab, train, cfg, log):
+    """The teacher-forced phase's data (teacher_forced on teacher_text) and its record; (None, None)
+    with --teacher-tokens 0."""
+    if cfg.teacher_tokens == 0:
+        return None, None
+    t0, text = time.time(), teacher_text(train)
+    ids = torch.tensor(vocab.encode(text))
+    log(f"teacher text: {len(text):,} characters, {len(ids):,} tokens; forcing "
+        f"{min(cfg.teacher_tokens, len(ids)):,} of them")
+    data = teacher_forced(model, ids, cfg.teacher_tokens, log, cfg.teacher_targets == "exact")
+    kept = [(data["targets"][..., i] >= 0).float().mean().item() for i in range(cfg.heads)]
+    log("teacher-forced positions with a target, heads 1..h: " + " ".join(f"{k:.0%}" for k in kept))
+    return data, {"tokens": data["tokens"].numel(), "text_chars": len(text), "text_tokens": len(ids),
+                  "targets": cfg.teacher_targets, "with_target": kept,
+                  "text_sha256": hashlib.sha256(text.encode()).hexdigest(),
+                  "window": TEACHER_WINDOW, "steps": cfg.teacher_steps, "batch_size": TEACHER_BATCH,
+                  "seconds_forcing": round(time.time() - t0)}
+
+
+def smollm_record(trainee, weight, tune, cfg, log, ids=None):
     """The training record: held-out agreement with greedy per head and plain BPD's replayed
     block efficiency with 1..h heads (on the tune continuations)."""
-    preds, exit_preds = held_out(trainee, weight, tune)
+    preds, exit_preds = held_out(trainee, weight, tune, ids)
     agree = agreement(preds, tune["targets"])
     exit_agree = agreement(exit_preds, tune["targets"][..., 0])
     h = tune["targets"].shape[-1]

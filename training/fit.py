@@ -69,6 +69,10 @@ class TrainConfig:
     gen_rows: int = 128           # --distill: greedy continuations per regeneration
     anchor: float = 0.0           # --distill joint: weight of head 1's KL from the base
     teacher: str = "current"      # --distill: who generates the greedy data
+    teacher_tokens: int = 0       # --smollm: positions of teacher forcing before self-distillation
+    teacher_steps: int = 0        # --smollm: optimizer steps on them
+    teacher_targets: str = "exact"  # --smollm: 'exact' (greedy's tokens only) or 'all' argmaxes
+    draft_vocab: int = 0          # --smollm: tokens heads 2..h draft among (0: all)
 
     @classmethod
     def from_args(cls, args):

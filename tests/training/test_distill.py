@@ -1,6 +1,8 @@
 """Tests for train_heads.py --distill (self-distillation): the frozen variant leaves greedy output and the
 trunk/head-1 weights bit-identical, the joint variant saves a loadable checkpoint whose BPD output
 is its own greedy output, batched greedy generation matches greedy_decode, bad flags exit 2."""
+import os
+
 import pytest
 import torch
 from hypothesis import given, strategies as st
@@ -11,7 +13,7 @@ import train_heads
 from training import fit as training
 from conftest import examples, tiny_model
 from test_train_heads import CODE, TINY, fails, files_under
-from training import finetune
+from training import finetune, teacher
 from runtime import checkpoint
 
 DISTIL = ["--steps", "4", "--batch-size", "4", "--log-every", "1000", "--threads", "1",
@@ -98,6 +100,50 @@ def test_bad_distill_arguments_exit_2(bad, named, base, tmp_path, capsys):
     err = fails(["--threads", "1"] + argv, capsys)
     assert named in err
     assert files_under(tmp_path) == before
+
+
+@pytest.mark.parametrize("bad, named", [
+    (["--teacher-tokens", "5"], "--teacher-tokens only applies with --smollm"),
+    (["--draft-vocab", "5"], "--draft-vocab only applies with --smollm"),
+    (["--smollm", "--teacher-tokens", "-1"], "--teacher-tokens must be >= 0, got -1"),
+    (["--smollm", "--teacher-steps", "0"], "--teacher-tokens needs --teacher-steps >= 1"),
+    (["--smollm", "--teacher-targets", "some"], "--teacher-targets must be 'exact' or 'all'"),
+    (["--teacher-targets", "all"], "--teacher-targets only applies with --smollm"),
+    (["--smollm", "--draft-vocab", "1"], "--draft-vocab must be 0 (all tokens) or 2..49152"),
+    (["--smollm", "--draft-vocab", "49153"], "--draft-vocab must be 0 (all tokens) or 2..49152"),
+])
+def test_bad_smollm_arguments_exit_2(bad, named, tmp_path, capsys):
+    """--smollm's own flags, refused before any model is read (no optional package needed)."""
+    err = fails(["--threads", "1", "--out", str(tmp_path / "o.pt")] + bad, capsys)
+    assert named in err and not os.path.exists(tmp_path / "o.pt")
+
+
+def test_draft_vocabulary_and_targets_in_it():
+    """teacher.draft_vocabulary: the S most frequent ids, ties to the smaller id, sorted;
+    in_vocab: a target's index in it, -1 for none (-1) and for a token outside."""
+    tokens = torch.tensor([[5, 5, 5, 2, 2, 9], [9, 7, 7, 0, 3, 3]])    # counts 5:3, then 2, 3, 7, 9: 2
+    ids = teacher.draft_vocabulary(tokens, 3, 10)
+    assert ids.tolist() == [2, 3, 5] and teacher.draft_vocabulary(tokens, 0, 10) is None
+    with pytest.raises(ValueError, match="2 to 10 tokens"):
+        teacher.draft_vocabulary(tokens, 11, 10)
+    targets = torch.tensor([[5, -1, 9], [2, 3, 0]])
+    assert teacher.in_vocab(targets, ids, 10).tolist() == [[2, -1, -1], [0, 1, -1]]
+    assert teacher.in_vocab(targets, None, 10) is targets
+
+
+@examples(0.4)
+@given(seed=st.integers(0, 10**6), h=st.integers(2, 5), T=st.integers(1, 9))
+def test_forced_targets_are_greedy_tokens_only(seed, h, T):
+    """teacher.forced_targets by brute force: head i's target at s is the argmax at s + i - 1
+    exactly where the text's tokens s + 1 .. s + i - 1 were the argmaxes before them, else -1."""
+    g = torch.Generator().manual_seed(seed)
+    windows, tokens = torch.randint(3, (2, T), generator=g), torch.randint(3, (2, T), generator=g)
+    got = teacher.forced_targets(windows, tokens, h)
+    for w in range(2):
+        for s in range(T):
+            for i in range(1, h + 1):
+                kept = s + i - 1 < T and all(windows[w, s + j] == tokens[w, s + j - 1] for j in range(1, i))
+                assert got[w, s, i - 1] == (tokens[w, s + i - 1] if kept else -1), (w, s, i)
 
 
 def test_distill_defaults(tmp_path):

@@ -80,7 +80,8 @@ def test_smollm_heads_trains_a_step(monkeypatch):
     its exit adapter (llama.bpd_head: the call that once passed a config to BPDHead crashed
     here), trains, and returns the checkpoint's extra keys."""
     real_model_or_skip()
-    from training import finetune
+    from models import smollm
+    from training import finetune, teacher
     from training.fit import TrainConfig
     monkeypatch.setattr(finetune, "CONTINUATIONS", {"train": 4, "tune": 2})
     monkeypatch.setattr(finetune, "GEN_TOKENS", 6)
@@ -88,7 +89,15 @@ def test_smollm_heads_trains_a_step(monkeypatch):
     monkeypatch.setattr(finetune, "smollm_corpus", lambda: (
         {s: "def f(x):\n    return x + 1\n" * 60 for s in tasks.SPLITS},
         {"name": "tiny", "chars": {s: [1560] for s in tasks.SPLITS}}))
-    cfg = TrainConfig(steps=2, lr=1e-3, warmup=1, batch_size=4, heads=3, log_every=1)
+    monkeypatch.setattr(finetune, "teacher_text", lambda train: train * 4)
+    monkeypatch.setattr(teacher, "TEACHER_WINDOW", 16)
+    cfg = TrainConfig(steps=2, lr=1e-3, warmup=1, batch_size=4, heads=3, log_every=1,
+                      teacher_tokens=40, teacher_steps=2, draft_vocab=20)
     model, extra = finetune.smollm_heads(cfg, log=lambda *a: None)
-    assert {"rescorer", "rescorer_config", "train", "splits"} <= set(extra)
+    assert {"rescorer", "rescorer_config", "train", "splits", "draft_vocab"} <= set(extra)
     assert len(model.heads) == 2 and extra["train"]["steps"] == 2
+    forced = extra["train"]["teacher"]                  # two windows of 16: 32 of the 40 tokens
+    assert forced["tokens"] == 32 and forced["steps"] == 2 and len(forced["tune_greedy_agreement"]) == 3
+    assert forced["targets"] == "exact" and forced["with_target"][0] == 1.0
+    assert len(extra["draft_vocab"]) == 20 and torch.equal(model.draft_vocab, extra["draft_vocab"])
+    assert smollm.checked_draft_vocab(extra["draft_vocab"], model.config.vocab_size) is not None
