@@ -190,6 +190,7 @@ def subset_decodes(model, ck, ranked, subsets, prompts, tokens, reps=3):
     chosen = bench.make_prompts(ck["splits"]["tune"], ck["vocab"], 16)[::16 // prompts]
     settings = {"all tokens": None, **{f"{S:,}": ranked[:S].sort().values for S in subsets}}
     bpd, runs = decoders.Method("bpd", decoders.make("bpd", None, {})), {k: [] for k in settings}
+    shipped = model.draft_vocab             # the checkpoint's own (ck["draft_vocab"]), put back after
     for rep in range(reps + 1):
         for name, ids in settings.items():
             model.draft_vocab = ids
@@ -197,7 +198,7 @@ def subset_decodes(model, ck, ranked, subsets, prompts, tokens, reps=3):
             calls = sum(bpd.decode(model, q, tokens)[1]["calls"] for q in chosen)
             if rep:
                 runs[name].append((time.perf_counter() - t0, calls))
-    model.draft_vocab = None
+    model.draft_vocab = shipped
     print(f"\n| heads 2..h draft over | BPD block efficiency | BPD tok/s | ms per step |\n|---|---:|---:|---:|")
     for name, r in runs.items():
         secs, calls = statistics.median(t for t, _ in r), r[0][1]
