@@ -3,7 +3,6 @@ own greedy output (--distill), and one model for the five tasks (--tasks); and B
 frozen pretrained LM, SmolLM2-135M (--smollm; smollm.py and llama.py). train_heads.py is the
 command line; training.py the fit loop all use.
 """
-import contextlib
 import copy
 import dataclasses
 import hashlib
@@ -330,22 +329,14 @@ def greedy_states(model, rows, n):
     z[:, s] is the final hidden state whose head 1 gave tokens[:, s], exit[:, s] the residual
     stream after EXIT_LAYERS blocks at the same position."""
     zs, exits = [], []
-    with exit_states(model, lambda states: exits.append(states[:, -1])):
-        out = decode_rows(model, rows, n, states=zs)
-    return out[:, rows.shape[1]:], torch.stack(zs, 1).float(), torch.stack(exits, 1)
-
-
-@contextlib.contextmanager
-def exit_states(model, keep):
-    """Within: keep(states [P, L, C] bf16) gets each forward's residual stream after EXIT_LAYERS
-    blocks (a hook: Block.forward's inputs[1] is (P, L), its output the stream [M >= P L, C])."""
     grab = model.blocks[EXIT_LAYERS - 1].register_forward_hook(
-        lambda module, inputs, out: keep(out[:math.prod(inputs[1])].view(
-            *inputs[1], -1).to(torch.bfloat16)))
+        lambda module, inputs, out: exits.append(out[:math.prod(inputs[1])].view(
+            *inputs[1], -1)[:, -1].to(torch.bfloat16)))   # inputs[1]: (P, L); out [M, C]
     try:
-        yield
+        out = decode_rows(model, rows, n, states=zs)
     finally:
         grab.remove()
+    return out[:, rows.shape[1]:], torch.stack(zs, 1).float(), torch.stack(exits, 1)
 
 
 def generate_split(model, text, vocab, n, gen, log, label):
