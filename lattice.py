@@ -398,21 +398,30 @@ class PromptLookupDrafter:
     The fast path keeps an index {n-gram: where it last ended} and adds only the new tokens'
     n-grams each call; a context that does not extend the one indexed (another sequence) rebuilds
     it. reference=True runs the reverse scan instead: the same drafts. One drafter object serves
-    one sequence at a time (the drafter contract)."""
+    one sequence at a time (the drafter contract).
 
-    def __init__(self, ngram=3, base=None, name="lookup", reference=False):
+    copy (ours): the most tokens one copy drafts. 0, the default: h - 1, the heads' reach. More
+    (transformers' prompt_lookup_num_tokens is 10) declares max_draft_tokens = copy, so a copy
+    may run past the heads; the base drafter's drafts keep their h tokens (a copy under h - 1
+    shortens every draft to it, as max_draft_tokens does)."""
+
+    def __init__(self, ngram=3, base=None, name="lookup", reference=False, copy=0):
         check_ngram(ngram)
+        if not is_int(copy) or copy < 0:
+            raise ValueError(f"copy must be an integer >= 0 (0: h - 1 tokens), got {copy!r}")
         self.base = ArgmaxDrafter() if base is None else base
-        self.ngram, self.name, self.reference = ngram, name, reference
+        self.ngram, self.name, self.reference, self.copy = ngram, name, reference, int(copy)
+        if copy:
+            self.max_draft_tokens = int(copy)
         self.max_drafts = getattr(self.base, "max_drafts", 1) + 1
         self.counts = getattr(self.base, "counts", {})
         self.seen, self.last = [], {}       # the context indexed; n-gram tuple -> its last end
 
     def __call__(self, logprobs, context):
         drafts = self.base(logprobs, context)
-        m = len(logprobs)
-        copy = (copied_continuation(context, self.ngram, m - 1) if self.reference
-                else self.indexed_continuation(context, m - 1))
+        most = self.copy or len(logprobs) - 1
+        copy = (copied_continuation(context, self.ngram, most) if self.reference
+                else self.indexed_continuation(context, most))
         if not copy:
             return drafts
         heads = logprobs[1 + len(copy):].argmax(-1).tolist()   # the positions the copy misses

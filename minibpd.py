@@ -30,7 +30,9 @@ import torch.nn.functional as F
 from runtime import checkpoint
 from runtime import approximate
 from runtime.checkpoint import CHECKPOINT, CheckpointError, retrain
-from runtime.kvcache import (KVCache, KVSpec, causal_mask, device_of, is_int, model_call, token_ids,
+from runtime.contract import (check_drafts, drafter_name, longest_draft, max_draft_tokens,
+                              max_drafts)
+from runtime.kvcache import (KVCache, KVSpec, causal_mask, device_of, is_int, model_call,
                              tree_call, uncached_from, window_start)
 from runtime.request import check_request
 from runtime.sampling import (check_proposal, check_temperature, own_generator, target_probs,
@@ -285,7 +287,7 @@ def load_checkpoint(path=CHECKPOINT, device="cpu", dtype=None):
 class ArgmaxDrafter:
     """Plain BPD drafter (Stern §3, predict): each head's most likely token.
 
-    The drafter contract, checked by bpd_decode at every step (check_drafts):
+    The drafter contract, checked by bpd_decode at every step (runtime/contract.py):
       drafter(logprobs, context) -> drafts
         logprobs  [m, V]: log-probs of heads 1..m at the last accepted position
         context   the tokens so far, prompt included; context[-1] was just verified
@@ -293,6 +295,11 @@ class ArgmaxDrafter:
                   is context[-1] (head 1 is the base model: its token is certain)
       max_drafts  attribute: the most drafts one call returns (default 1); p-best verifies up
                   to this many in one call
+      max_draft_tokens  attribute (ours; neither paper has it): the most tokens a draft holds
+                  after context[-1] (default h - 1, the heads' reach). A drafter that declares
+                  it may return drafts of m to max_draft_tokens + 1 ints, of lengths that differ
+                  (a copy from the context is not bound to the heads, PromptLookupDrafter);
+                  the loop cuts each at the output's end and the window's edge
     Both arguments are the drafter's own copies: changing them cannot change the output. A
     drafter may keep per-sequence state (NeuralDrafter keeps a small LM's KV cache), so one
     drafter object serves one sequence at a time."""
@@ -302,49 +309,6 @@ class ArgmaxDrafter:
     def __call__(self, logprobs, context):
         # Under greedy decoding head 1's argmax is context[-1]; when sampling it need not be.
         return [[context[-1]] + logprobs[1:].argmax(-1).tolist()]
-
-
-def max_drafts(drafter):
-    n = getattr(drafter, "max_drafts", 1)
-    if not is_int(n) or n < 1:
-        raise ValueError(f"drafter {drafter_name(drafter)}: max_drafts must be an integer >= 1, "
-                         f"got {n!r}")
-    return n
-
-
-def drafter_name(drafter):
-    return getattr(drafter, "name", None) or type(drafter).__name__
-
-
-def check_drafts(drafts, size, first, V, limit, drafter):
-    """The drafter contract (see ArgmaxDrafter) -> the drafts as new lists of ints, or a
-    ValueError naming the rule broken and the drafter. At most p x h ints: microseconds."""
-    def broken(rule, detail):
-        return ValueError(f"drafter {drafter_name(drafter)} broke the drafter contract "
-                          f"({rule}): {detail}")
-    if not isinstance(drafts, (list, tuple)) or not 1 <= len(drafts) <= limit:
-        got = f"{len(drafts)}" if isinstance(drafts, (list, tuple)) else f"a {type(drafts).__name__}"
-        raise broken("1..max_drafts drafts", f"return a list of 1 to {limit} drafts; got {got}")
-    out = []
-    for j, d in enumerate(drafts):
-        if not isinstance(d, (list, tuple)):
-            hint = " (call .tolist())" if hasattr(d, "tolist") else ""
-            raise broken("lists of ints", f"draft {j} is a {type(d).__name__}{hint}")
-        if len(d) != size:
-            raise broken("length", f"each draft has {size} tokens, one per row of logprobs; "
-                                   f"draft {j} has {len(d)}")
-        try:
-            d = token_ids(d)
-        except TypeError:
-            raise broken("lists of ints", f"draft {j} holds a non-integer token") from None
-        if d[0] != first:
-            raise broken("first token", f"each draft starts with context[-1] = {first}, the "
-                                        f"verified token; draft {j} starts with {d[0]}")
-        if min(d) < 0 or max(d) >= V:
-            raise broken("ids in [0, V)", f"draft {j} holds {min(d) if min(d) < 0 else max(d)}, "
-                                          f"outside [0, {V})")
-        out.append(d)
-    return out
 
 
 # ----------------------------------------------------------------------------- the reference decoder
@@ -393,10 +357,11 @@ def greedy_decode(model, prompt, max_new_tokens):
 
 # ----------------------------------------------------------------------------- BPD: predict, verify, accept
 
-def draft_budget(t, end, h, block_size):
+def draft_budget(t, end, most, block_size):
     """How many tokens to draft when t tokens are known and the output ends at `end`: at most
-    h - 1, no more than are still missing, none that would cross the window."""
-    return max(0, min(h - 1, end - t, window_start(t, block_size) + block_size - t))
+    `most` (h - 1, or the drafter's max_draft_tokens), no more than are still missing, none that
+    would cross the window."""
+    return max(0, min(most, end - t, window_start(t, block_size) + block_size - t))
 
 
 def drafter_generator(generator):
@@ -410,14 +375,15 @@ class DrafterError(RuntimeError):
 
 
 def predict(model, drafter, z, seq, m, temperature=0.0, generator=None):
-    """Stern §3, predict: the heads at the last accepted position (z [C]) give m + 1 rows of
-    log-probs (head 1's token, seq[-1], is already chosen); the drafter turns them into drafts,
-    checked against the contract. -> (drafts, q): q [m + 1, V] when a sampling drafter declares its
-    proposal (checked too), else None. The drafter gets its own copy of seq and, when sampling,
-    a generator of its own for this call, so nothing it does to either reaches verification."""
+    """Stern §3, predict: the heads at the last accepted position (z [C]) give r = min(m, h - 1)
+    + 1 rows of log-probs (head 1's token, seq[-1], is already chosen); the drafter turns them
+    into drafts of r tokens (up to m + 1 if it declares max_draft_tokens), checked against the
+    contract. -> (drafts, q): q [r, V] when a sampling drafter declares its proposal (checked
+    too), else None. The drafter gets its own copy of seq and, when sampling, a generator of its
+    own for this call, so nothing it does to either reaches verification."""
     if m == 0:                                   # nothing to draft: a plain one-token step
         return [[seq[-1]]], None
-    logprobs = F.log_softmax(model.head_logits(z)[:m + 1], dim=-1)          # [m + 1, V]
+    logprobs = F.log_softmax(model.head_logits(z)[:m + 1], dim=-1)          # [r, V]
     sampling = temperature > 0 and hasattr(drafter, "sample")
     try:
         own = drafter_generator(generator) if sampling else None
@@ -425,8 +391,10 @@ def predict(model, drafter, z, seq, m, temperature=0.0, generator=None):
             (drafter(logprobs, list(seq)), None)
     except (Exception, SystemExit, GeneratorExit) as e:     # sys.exit() too: its failure, reported
         raise DrafterError(f"drafter {drafter_name(drafter)} failed: {type(e).__name__}: {e}") from e
-    V, name = model.config.vocab_size, drafter_name(drafter)
-    drafts = check_drafts(drafts, m + 1, seq[-1], V, max_drafts(drafter), drafter)
+    V, name, r = model.config.vocab_size, drafter_name(drafter), len(logprobs)
+    longest = longest_draft(drafter, r, model.config.n_bpd_heads, sampling)
+    drafts = check_drafts(drafts, r, seq[-1], V, max_drafts(drafter), drafter, longest)
+    drafts = [d[:m + 1] for d in drafts]         # the output's end, the window's edge
     return drafts, None if not sampling else check_proposal(q, drafts, V, name)
 
 
@@ -439,12 +407,13 @@ class Verifier:
     tree a node's ancestors sit at other cache slots than in one-token decoding."""
     MODES = ("auto", "batch", "tree")
 
-    def __init__(self, model, n_drafts, mode="auto", who=None):
+    def __init__(self, model, n_drafts, mode="auto", who=None, reach=None):
         if mode not in self.MODES:
             raise ValueError(f"verify must be one of {', '.join(self.MODES)}, got {mode!r}")
         self.model = model
         self.tree = mode == "tree" or (mode == "auto" and n_drafts > 1)
-        spare = (n_drafts - 1) * (model.config.n_bpd_heads - 1)   # extra tree nodes, at most
+        reach = model.config.n_bpd_heads - 1 if reach is None else reach   # drafted per draft
+        spare = (n_drafts - 1) * reach                      # extra tree nodes, at most
         try:
             self.cache = KVCache(model, 1, spare) if self.tree else KVCache(model, n_drafts)
         except ValueError as e:                 # over the cache budget: whose drafts are they?
@@ -458,9 +427,10 @@ class Verifier:
         return z[0, -1]
 
     def __call__(self, seq, drafts):
-        """-> z [P, m + 1, C]: z[j, i] is the base model after seq + drafts[j][1:i + 1]."""
+        """-> z [P, m + 1, C]: z[j, i] is the base model after seq + drafts[j][1:i + 1] (m: the
+        longest draft's; past a shorter draft's end, rows that accept never reads)."""
         proposed, self.paths = [d[1:] for d in drafts], None
-        if self.tree and proposed[0]:          # (nothing drafted: a plain one-token call)
+        if self.tree and any(proposed):        # (nothing drafted: a plain one-token call)
             z, self.tail, self.paths = tree_call(self.model, self.cache, seq, proposed)
         else:
             z, self.tail = model_call(self.model, self.cache, seq, proposed)
@@ -478,7 +448,7 @@ class Verifier:
         if self.paths is not None:
             drafted = len(set(sum(self.paths, [])))
             return drafted + self.tail, drafted
-        drafted = len(drafts) * (len(drafts[0]) - 1)
+        drafted = len(drafts) * (max(map(len, drafts)) - 1)     # padded rows run in full
         return drafted + self.tail * len(drafts), drafted
 
 
@@ -567,13 +537,13 @@ def bpd_decode(model, prompt, max_new_tokens, drafter=None, temperature=0.0, gen
     generator = own_generator(generator, temperature)       # before any drafter runs
     drafter = drafter or ArgmaxDrafter()
     rule = acceptance_rule(model, temperature, generator, accept)   # greedy, sampled, approximate
-    call = Verifier(model, max_drafts(drafter), verify, drafter_name(drafter))  # batch or tree
-    stats, end, h = Stats(), len(seq) + n, model.config.n_bpd_heads
+    stats, end, reach = Stats(), len(seq) + n, max_draft_tokens(drafter, model.config.n_bpd_heads)
+    call = Verifier(model, max_drafts(drafter), verify, drafter_name(drafter), reach)  # batch/tree
     z = call.prefill(seq)                                   # the prompt: one call, no draft
     seq.append(int(next_token(model, z[None], temperature, generator)))
     stats.call(1, (call.tail, 0))
     while len(seq) < end:
-        m = draft_budget(len(seq), end, h, model.config.block_size)
+        m = draft_budget(len(seq), end, reach, model.config.block_size)
         drafts, q = predict(model, drafter, z, seq, m, temperature, generator)    # predict
         zs = call(seq, drafts)                                                     # verify
         row, a, token, tries = rule(zs, drafts, q)                                 # accept

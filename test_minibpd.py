@@ -19,6 +19,7 @@ import torch
 from hypothesis import given, strategies as st
 
 import minibpd
+from runtime import contract
 from conftest import (DEVICES, bound, exact, examples, l1, model_and_prompt, models,
                       on_random_models, random_prompt, tiny_model)
 from minibpd import GPT, ArgmaxDrafter, GPTConfig, bpd_decode, greedy_decode
@@ -84,6 +85,47 @@ def test_extremes_all_and_none_accepted(device, m, plen, n):
     assert stats["calls"] == n and stats["block_efficiency"] == 1.0
 
 
+class LongDrafts:
+    """Drafts past the heads' reach (max_draft_tokens = reach): each call, `right` (the greedy
+    continuation, of a random length from the heads' rows to reach + 1) beside a wrong draft of
+    another length; None: random tokens (under sampling, where no continuation is known)."""
+    name, max_drafts = "long", 2
+
+    def __init__(self, reach, seed, right=None):
+        self.max_draft_tokens, self.right = reach, right
+        self.rng = torch.Generator().manual_seed(seed)
+
+    def length(self, rows):
+        return int(torch.randint(rows, self.max_draft_tokens + 2, (1,), generator=self.rng))
+
+    def __call__(self, logprobs, context):
+        n, V, rows = len(context), logprobs.shape[-1], len(logprobs)
+        a, b = self.length(rows), self.length(rows)
+        wrong = [context[-1]] + torch.randint(V, (b - 1,), generator=self.rng).tolist()
+        if self.right is None or self.right[:n] != context:
+            return [wrong, [context[-1]] + torch.randint(V, (a - 1,), generator=self.rng).tolist()]
+        right = self.right[n - 1:n - 1 + a]
+        return [wrong, right] if wrong[1:2] != right[1:2] else [right]
+
+
+@on_random_models(reach=st.integers(1, 12), verify=st.sampled_from(["batch", "tree"]),
+                  seed=st.integers(0, 99))
+def test_drafts_past_the_heads_are_exact(device, m, plen, n, reach, verify, seed):
+    """A drafter that declares max_draft_tokens drafts past the heads, in drafts of several
+    lengths in one call: greedy's tokens, whole drafts accepted when right (gains up to
+    reach + 1 a call, past h), cut at the output's end and at the window's edge."""
+    model, prompt = model_and_prompt(m, plen, device)
+    full = prompt + greedy_decode(model, prompt, n + reach + 1)
+    out, stats = bpd_decode(model, prompt, n, LongDrafts(reach, seed, full), verify=verify)
+    assert out == full[plen:plen + n]
+    B = model.config.block_size
+    for step in stats["steps"]:
+        t, longest = step["context"], max(map(len, step["drafts"]))
+        assert longest - 1 <= minibpd.draft_budget(t, plen + n, reach, B)
+        right = [len(d) for d in step["drafts"] if d == full[t - 1:t - 1 + len(d)]]
+        assert step["accepted"] == max(right)                   # the right one, whole
+
+
 @pytest.mark.parametrize("h", [1, 2, 5, 8])
 def test_all_accepted_reaches_h(h):
     """Steady state with perfect drafts: h tokens per call (window never full here)."""
@@ -94,6 +136,21 @@ def test_all_accepted_reaches_h(h):
     assert out == full[5:]
     assert stats["calls"] == 1 + math.ceil((n - 1) / h)
     assert all(a == h for a in stats["accepted"][1:-1])
+
+
+@pytest.mark.parametrize("h, reach", [(1, 4), (2, 7), (5, 12)])
+def test_all_accepted_reaches_past_h(h, reach):
+    """Perfect drafts of reach tokens past the certain one (max_draft_tokens): reach + 1 tokens
+    per call, past the heads' h; at the end, the loop cuts the last draft to what is missing."""
+    model = tiny_model(1, 17, 1, h, 256)
+    prompt, n = random_prompt(2, 17, 5), 100
+    full = prompt + greedy_decode(model, prompt, n)
+    drafter = LongDrafts(reach, 0, full)
+    drafter.length = lambda rows: reach + 1
+    out, stats = bpd_decode(model, prompt, n, drafter)
+    assert out == full[5:]
+    assert stats["calls"] == 1 + math.ceil((n - 1) / (reach + 1))
+    assert all(a == reach + 1 for a in stats["accepted"][1:-1])
 
 
 def test_window_start_definition():
@@ -200,9 +257,11 @@ def test_first_heads_is_bpd_with_fewer_heads():
 @on_random_models()
 def test_your_drafter_is_exact(device, m, plen, n, drafter_factory):
     model, prompt = model_and_prompt(m, plen, device)
-    out, stats = bpd_decode(model, prompt, n, drafter_factory(model))
+    drafter = drafter_factory(model)
+    out, stats = bpd_decode(model, prompt, n, drafter)
     assert out == greedy_decode(model, prompt, n)
-    assert 1.0 <= stats["block_efficiency"] <= model.config.n_bpd_heads
+    h = model.config.n_bpd_heads
+    assert 1.0 <= stats["block_efficiency"] <= contract.max_draft_tokens(drafter, h) + 1
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -210,8 +269,8 @@ def test_your_drafter_is_exact(device, m, plen, n, drafter_factory):
 @given(m=models, data=st.data())
 def test_your_drafter_keeps_the_contract(device, m, data, drafter_factory):
     """Called directly on random head log-probs and contexts, the drafter's answer passes the
-    contract check (minibpd.check_drafts names the rule it breaks). As in the decode loop, head
-    1's most likely token is context[-1], the token just verified."""
+    contract check (runtime.contract.check_drafts names the rule it breaks). As in the decode
+    loop, head 1's most likely token is context[-1], the token just verified."""
     model = tiny_model(*m, device=device)
     drafter, V, h = drafter_factory(model), m[1], m[3]
     for _ in range(3):
@@ -220,8 +279,9 @@ def test_your_drafter_keeps_the_contract(device, m, data, drafter_factory):
         logits = torch.randn(size, V, dtype=torch.float64, device=device)
         logits[0, context[-1]] = logits[0].max() + 1.0
         logprobs = logits.log_softmax(-1)
-        minibpd.check_drafts(drafter(logprobs, list(context)), size, context[-1], V,
-                             minibpd.max_drafts(drafter), drafter)
+        contract.check_drafts(drafter(logprobs, list(context)), size, context[-1], V,
+                              contract.max_drafts(drafter), drafter,
+                              contract.longest_draft(drafter, size, h))
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -238,6 +298,20 @@ def test_your_drafter_samples_exactly(device, case, drafter_factory):
     gen, counts = torch.Generator().manual_seed(0), {}
     for _ in range(N):
         out = tuple(bpd_decode(model, prompt, n, drafter_factory(model), T, gen)[0])
+        counts[out] = counts.get(out, 0) + 1
+    probs = exact(model, prompt, n, T)
+    assert l1(counts, probs, N) < bound(len(probs), N)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_drafts_past_the_heads_sample_exactly(device):
+    """At T = 0.6, random drafts of several lengths, past the heads' reach, in one call: still
+    exactly the base model's distribution (the check and its bound as above)."""
+    seed, V, T, plen, n, N = 13, 3, 0.6, 2, 3, 600
+    model = tiny_model(seed, V, 1, 2, 4, device=device)
+    prompt, gen, counts = random_prompt(seed, V, plen), torch.Generator().manual_seed(0), {}
+    for i in range(N):
+        out = tuple(bpd_decode(model, prompt, n, LongDrafts(3, i), T, gen)[0])
         counts[out] = counts.get(out, 0) + 1
     probs = exact(model, prompt, n, T)
     assert l1(counts, probs, N) < bound(len(probs), N)
@@ -318,6 +392,29 @@ def test_bad_max_drafts(rows):
         bpd_decode(tiny_model(0, 5, 1, 3, 8), [1, 2], 5, drafter)
 
 
+@pytest.mark.parametrize("reach", [-1, 1.5, None, "4"])
+def test_bad_max_draft_tokens(reach):
+    drafter = ArgmaxDrafter()
+    drafter.max_draft_tokens = reach
+    with pytest.raises(ValueError, match="max_draft_tokens must be an integer >= 0"):
+        bpd_decode(tiny_model(0, 5, 1, 3, 8), [1, 2], 5, drafter)
+
+
+@pytest.mark.parametrize("got, rule", [(9, "length"), (1, "length"), (6, None)])
+def test_declared_draft_length_is_held(got, rule):
+    """A drafter that declares max_draft_tokens = 5 may hand back 3 (the heads' rows) to 6
+    tokens a draft, never more or fewer."""
+    model = tiny_model(0, 5, 1, 3, 64)
+    drafter = LongDrafts(5, 0)
+    drafter.length = lambda rows: got
+    if rule is None:
+        assert bpd_decode(model, [1, 2], 20, drafter)[0] == greedy_decode(model, [1, 2], 20)
+        return
+    with pytest.raises(ValueError, match=re.escape(f"broke the drafter contract ({rule}): each "
+                                                   "draft has 3 (one per row of logprobs) to 6")):
+        bpd_decode(model, [1, 2], 20, drafter)
+
+
 class Mutator:
     """A correct drafter (plain BPD) that then damages its arguments in one of several ways."""
 
@@ -353,7 +450,7 @@ def test_contract_check_costs_little():
     microseconds, against a model call's milliseconds (the README reports the measurement)."""
     import timeit
     drafts = [[3] + [i % 50 for i in range(7)] for _ in range(16)]
-    secs = min(timeit.repeat(lambda: minibpd.check_drafts(drafts, 8, 3, 96, 16, None),
+    secs = min(timeit.repeat(lambda: contract.check_drafts(drafts, 8, 3, 96, 16, None),
                              number=200, repeat=3)) / 200
     assert secs < 1e-3
 

@@ -35,12 +35,13 @@ import lattice
 from decoders.fastlattice import FastPBestDrafter, NgramTable
 from decoders.viterbi import EAGER_BYTES, NgramAutomaton, ViterbiDrafter
 from minibpd import ArgmaxDrafter, bpd_decode, build_model, family_module, sample_decode
-from runtime.kvcache import check_cache_budget
+from runtime.kvcache import check_cache_budget, is_int
 from runtime.checkpoint import encode, file_sha256, retrain, train_kind
 from ngram import NgramLM
 
 ALPHAS = [0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
 NODES = [0, 16, 32]          # the token tree's budget of drafted tokens (0: none), for --tune
+COPIES = [0, 10]             # lookup: the most tokens one copy drafts (0: h - 1), for --tune
 SPEED_SETTINGS = ("nodes", "reach")   # trade block efficiency for speed: tuned for tokens/s only
 PLAIN = "bpd"                # the decoder every refinement is compared with (Kim Table 4)
 BASELINES = ("greedy", "sample")   # the one-token-per-call reference at T = 0 and T > 0
@@ -111,6 +112,8 @@ def check(name, s, model=None):
         lattice.check_settings(**known)
         if "ngram" in s:
             lattice.check_ngram(s["ngram"])
+        if "copy" in s and (not is_int(s["copy"]) or s["copy"] < 0):
+            raise ValueError(f"copy must be an integer >= 0 (0: h - 1 tokens), got {s['copy']!r}")
         if model is None:
             return
         if "p" in s:                      # prompt lookup (an ngram setting) adds one more draft
@@ -170,14 +173,15 @@ register("pbest", lambda res, s, answer: pbest(res, s["k"], s["p"], s["alpha"], 
          {"k": [8], "p": [16], "order": [3, 4, 5], "alpha": ALPHAS, "nodes": NODES},
          about="the p best lattice paths, verified in one call (Kim §7.2)")
 register("lookup", lambda res, s, answer: lattice.PromptLookupDrafter(
-             s["ngram"], reference=res.reference),
-         {"ngram": 3}, {"ngram": [1, 2, 3, 4]},
+             s["ngram"], reference=res.reference, copy=s["copy"]),
+         {"ngram": 3, "copy": 0}, {"ngram": [1, 2, 3, 4], "copy": COPIES},
          about="prompt lookup (Saxena 2023): BPD's draft and a copy from the context")
 register("lookup_pbest", lambda res, s, answer: lattice.PromptLookupDrafter(
              s["ngram"], DECODERS["pbest"].make(res, {k: s[k] for k in DECODERS["pbest"].defaults},
                                                 answer), name="lookup_pbest",
-             reference=res.reference),
-         {**DECODERS["pbest"].defaults, "ngram": 3}, {"ngram": [1, 2, 3, 4], "nodes": NODES},
+             reference=res.reference, copy=s["copy"]),
+         {**DECODERS["pbest"].defaults, "ngram": 3, "copy": 0},
+         {"ngram": [1, 2, 3, 4], "nodes": NODES, "copy": COPIES},
          about="pbest's p drafts plus lookup's copy, in one call: does refining add to copying?")
 register("sampled", lambda res, s, answer: HeadSampler(),
          about="draws each draft token from its head at --temperature (at 0: bpd)", refines=False)

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 import decoders
 from minibpd import ArgmaxDrafter, accept, draft_budget, greedy_decode
+from runtime.contract import max_draft_tokens
 from runtime.kvcache import device_of, draft_tree, window_start
 
 
@@ -49,10 +50,11 @@ def replay(drafter, heads, answer, plen, n, h, B):
     log-probs; anything the drafter reads). -> stats like bpd_decode (steps also record
     'pending', the position of each draft's first, certain token)."""
     known, stats = plen + 1, {"calls": 1, "accepted": [1], "steps": []}
+    reach = max_draft_tokens(drafter, h)
     while known - plen < n:
-        m, pending, gained = draft_budget(known, plen + n, h, B), known - 1, 1
+        m, pending, gained = draft_budget(known, plen + n, reach, B), known - 1, 1
         if m > 0:
-            drafts = drafter(heads[pending][:m + 1], answer[:known])
+            drafts = [d[:m + 1] for d in drafter(heads[pending][:m + 1], answer[:known])]
             row, drafted, _ = accept(drafts, [answer[pending + 1:pending + 2 + m]] * len(drafts))
             gained = drafted + 1
             stats["steps"].append({"context": known, "pending": pending, "drafts": drafts,

@@ -30,7 +30,7 @@ MAX_TEXT_BYTES = 64 * 2 ** 20  # --text: more is refused (the bench needs --prom
 
 
 def overrides(args):
-    return {"k": args.k, "p": args.p, "alpha": args.alpha}
+    return {"k": args.k, "p": args.p, "alpha": args.alpha, "copy": args.copy}
 
 
 MODES = ("demo", "prompt", "bench", "tune", "scale", "tasks")
@@ -124,7 +124,9 @@ def check_args(args):
         raise ValueError(f"--{args.mode} measures greedy decoding: drop --temperature")
     if args.tune and given:
         raise ValueError(f"--tune chooses {', '.join('--' + k for k in given)} itself; drop the flag")
-    lattice.check_settings(**given)    # the one settings rule; budgets once the model is loaded
+    if given.get("copy", 0) < 0:
+        raise ValueError(f"--copy must be an integer >= 0 (0: h - 1 tokens), got {given['copy']}")
+    lattice.check_settings(**{k: v for k, v in given.items() if k != "copy"})   # budgets: later
     if args.plot:
         check_plot_dir(args.plot)
     if args.tune and args.objective == "tokens_per_s" and not args.tuned:

@@ -136,6 +136,8 @@ def add_model_flags(p):
     p.add_argument("--k", type=int, default=None, help="lattice width (default: tuned)")
     p.add_argument("--p", type=int, default=None, help="drafts verified per call by p-best")
     p.add_argument("--alpha", type=float, default=None, help="LM interpolation weight in [0, 1]")
+    p.add_argument("--copy", type=int, default=None, help="lookup, lookup_pbest: the most tokens "
+                   "one copy drafts, past the heads' h - 1 (0: h - 1; transformers drafts 10)")
     p.add_argument("--accept", default="exact", metavar="RULE", help="--prompt: the acceptance "
                    "rule: exact (default) or an APPROXIMATE one of Stern §5 at temperature 0, topK "
                    "(a drafted token passes when among the base model's top K) or minB (every "

@@ -35,7 +35,8 @@ from lab import analysis
 from lab import bench
 import decoders
 from runtime.kvcache import KVCache, device_of, draft_tree, tree_layout, window_start
-from minibpd import GPT, GPTConfig, greedy_decode, max_drafts
+from minibpd import GPT, GPTConfig, greedy_decode
+from runtime.contract import max_drafts
 
 # The shipped shape (6 layers of width 128, 4 attention heads of 32 dims, 8 BPD heads, the shipped
 # vocabulary and window), then wider and deeper ones with 32 dims per attention head: 1.45M to

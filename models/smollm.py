@@ -205,10 +205,16 @@ def row_block_for(dtype, device="cpu"):
     """Rows per fixed-shape block (llama.LlamaConfig.row_block) by measurement
     (docs/real-model.md, "Rows per block"): on a CPU with AMX tiles a bf16 product of 16 rows
     costs what one of 8 does (both read the weights once), so a token tree of up to 15 nodes or
-    two drafts fit in one block; elsewhere, and in float32 (where 8 rows already cost 2.5-3.6x
-    one), 8. The bf16 text can differ with the block at a near-tie, as between machines."""
-    amx = getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)   # a private probe
-    return 16 if dtype == torch.bfloat16 and str(device) == "cpu" and amx() else 8
+    two drafts fit in one block. On a CPU without bf16 dot products (no AVX512-BF16, no AMX)
+    bf16 is computed by widening to float32 and a block's cost grows with its rows (8 rows: 4.3x
+    one, AVX2), so 1: greedy's one-row call. Elsewhere, and in float32, 8. The bf16 text can
+    differ with the block at a near-tie, as between machines."""
+    has = lambda probe: getattr(torch.cpu, probe, lambda: False)()     # private probes
+    if dtype != torch.bfloat16 or str(device) != "cpu":
+        return 8
+    if has("_is_amx_tile_supported"):
+        return 16
+    return 8 if has("_is_avx512_bf16_supported") else 1
 
 
 def load(gguf_path=None, dtype=torch.float32, device="cpu", block_size=512, n_bpd_heads=1,

@@ -26,7 +26,7 @@ import re
 
 import torch
 
-from runtime.kvcache import is_int
+from runtime.kvcache import is_int, padded
 
 EXACT = "exact"
 SPEC = re.compile(r"(top|min)([1-9][0-9]{0,5})")
@@ -67,10 +67,11 @@ class Relaxed:
     def choices(self, logits, drafts):
         """What minibpd.accept compares the drafts with, in place of the argmaxes: at each
         position the drafted token where it passes, else the verifier's argmax. logits
-        [P, m + 1, V], drafts P lists of m + 1 ints -> P lists of m + 1 ints."""
+        [P, m + 1, V], drafts P lists of up to m + 1 ints (padded: runtime.kvcache.padded) -> P
+        lists of m + 1 ints."""
         best = logits.argmax(-1)                                              # [P, m + 1]
         if best.shape[1] > 1:
-            drafted = torch.tensor([d[1:] for d in drafts], device=best.device)
+            drafted = torch.tensor(padded([d[1:] for d in drafts]), device=best.device)
             best[:, :-1] = torch.where(self.passes(logits, drafted), drafted, best[:, :-1])
         return best.tolist()
 

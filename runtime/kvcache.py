@@ -150,12 +150,21 @@ def uncached_from(model, cache, t):
     return cache.start + cache.length
 
 
+def padded(rows):
+    """Lists of up to m items -> lists of m: each short one repeats its last item (a row with
+    none gets 0). Drafts of several lengths share a batch this way; what a pad predicts goes
+    unused, because accept stops at a draft's own end."""
+    m = max(len(r) for r in rows)
+    return [list(r) + (list(r[-1:]) or [0]) * (m - len(r)) for r in rows]
+
+
 def model_call(model, cache, seq, proposed=((),)):
     """One serial model call: the uncached tail of `seq` plus P proposed continuations (P lists of
-    m tokens; none: just the tail). -> (z [P, m + 1, C], tail length); z[:, i] predicts token
-    len(seq) + i."""
+    up to m tokens, padded: none, just the tail). -> (z [P, m + 1, C], tail length); z[:, i]
+    predicts token len(seq) + i."""
     tail = seq[uncached_from(model, cache, len(seq)):]
-    idx = torch.tensor([tail + list(d) for d in proposed], dtype=torch.long, device=device_of(model))
+    idx = torch.tensor([tail + d for d in padded(proposed)], dtype=torch.long,
+                       device=device_of(model))
     z = model(idx, cache)
     return z[:, len(tail) - 1:], len(tail)
 
@@ -198,6 +207,7 @@ def tree_layout(T, parents, length, device):
 def tree_call(model, cache, seq, proposed):
     """model_call with the P drafts verified as ONE row: a token tree with a tree attention mask
     (each drafted token appears once). -> (z [P, m + 1, C] gathered along each draft's path,
+    a short one's last node repeated,
     tail length, paths) for the same verification as model_call's; KVCache.compact keeps the
     accepted path."""
     tail = seq[uncached_from(model, cache, len(seq)):]
@@ -205,5 +215,5 @@ def tree_call(model, cache, seq, proposed):
     dev, T = device_of(model), len(tail)
     idx = torch.tensor([tail + tokens], dtype=torch.long, device=dev)
     z = model(idx, cache, tree_layout(T, parents, cache.length, dev))[0]       # [T + N, C]
-    at = torch.tensor([[T - 1] + [T + j for j in path] for path in paths], device=dev)
+    at = torch.tensor(padded([[T - 1] + [T + j for j in path] for path in paths]), device=dev)
     return z[at], T, paths

@@ -77,16 +77,18 @@ def main():
     items = analysis.prepare(model, prompts, args.new_tokens)
     prepared = time.perf_counter() - t0
     be = {name: analysis.be_of(model, items, res, name, chosen[name]) for name in NAMES}
-    same = {**chosen["pbest"], "ngram": chosen["lookup_pbest"]["ngram"]}
+    same = {**chosen["pbest"], "ngram": chosen["lookup_pbest"]["ngram"], "copy": chosen["lookup_pbest"]["copy"]}
     be["lookup_pbest (pbest's settings)"] = analysis.be_of(model, items, res, "lookup_pbest", same)
-    by_ngram = {str(g): analysis.be_of(model, items, res, "lookup", {"ngram": g})
+    by_ngram = {str(g): analysis.be_of(model, items, res, "lookup", {**chosen["lookup"], "ngram": g})
                 for g in (1, 2, 3, 4)}
+    by_copy = {str(c): analysis.be_of(model, items, res, "lookup", {**chosen["lookup"], "copy": c})
+               for c in (0, 10, 16)}
     drafted, won = copy_share(model, items, res, chosen["lookup"])
     report = {"checkpoint": args.checkpoint, "prompts": f"{len(prompts)} of {args.prompts}",
               "new_tokens": args.new_tokens, "greedy_phrase_repeat": analysis.phrase_repetition_all(
                   [answer[plen:] for plen, answer, _ in items]),
               "heads": model.config.n_bpd_heads, "block_efficiency": be,
-              "lookup_by_ngram": by_ngram, "lookup_copy_drafted": drafted,
+              "lookup_by_ngram": by_ngram, "lookup_by_copy": by_copy, "lookup_copy_drafted": drafted,
               "lookup_copy_beat_bpd": won,
               "settings": {**{n: chosen[n] for n in NAMES}, "lookup_pbest (pbest's settings)": same},
               "seconds_prepare": round(prepared)}

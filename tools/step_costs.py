@@ -16,7 +16,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import decoders  # noqa: E402
 import lattice  # noqa: E402
 from runtime.kvcache import KVCache, draft_tree, model_call, tree_call
-from minibpd import accept_greedy, check_drafts, load_checkpoint
+from minibpd import accept_greedy, load_checkpoint
+from runtime.contract import check_drafts
 from runtime.threads import set_threads
 from runtime.checkpoint import encode
 

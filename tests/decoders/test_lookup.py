@@ -9,7 +9,7 @@ from hypothesis import given, strategies as st
 from lab import analysis
 import decoders
 import lattice
-import minibpd
+from runtime import contract
 from conftest import examples, on_random_models, random_prompt, tiny_model
 from lattice import PromptLookupDrafter, copied_continuation
 from minibpd import ArgmaxDrafter, bpd_decode, greedy_decode
@@ -88,7 +88,7 @@ def test_contract(context, ngram, m, seed):
     base = lattice.PBestDrafter(3, 5)
     for drafter in (PromptLookupDrafter(ngram), PromptLookupDrafter(ngram, base)):
         drafts = drafter(lp, list(context))
-        checked = minibpd.check_drafts(drafts, m, context[-1], V, drafter.max_drafts, drafter)
+        checked = contract.check_drafts(drafts, m, context[-1], V, drafter.max_drafts, drafter)
         assert checked == drafts
         assert len(set(map(tuple, drafts))) == len(drafts)          # the copy is never a repeat
     assert PromptLookupDrafter(ngram).max_drafts == 2
@@ -112,17 +112,41 @@ def registry(name, model, lm_order=2, **s):
     return decoders.make(name, res, {**decoders.settings()[name], "order": lm_order, **s})
 
 
-@on_random_models(ngram=st.integers(1, 4), repeats=st.integers(1, 3))
-def test_exact(device, m, plen, n, ngram, repeats):
+@on_random_models(ngram=st.integers(1, 4), repeats=st.integers(1, 3), copy=st.sampled_from([0, 1, 10]),
+                  verify=st.sampled_from(["batch", "tree"]))
+def test_exact(device, m, plen, n, ngram, repeats, copy, verify):
     """bpd_decode with either lookup decoder returns greedy decoding's tokens; the prompt repeats
-    a phrase `repeats` times, so that copies are drafted (and often wrong)."""
+    a phrase `repeats` times, so that copies are drafted (and often wrong); copy 10 drafts past
+    the heads, in drafts of two lengths."""
     model = tiny_model(*m, device=device)
     prompt = random_prompt(m[0], m[1], plen) * repeats
     greedy = greedy_decode(model, prompt, n)
     for name in ("lookup", "lookup_pbest"):
-        out, stats = bpd_decode(model, prompt, n, registry(name, model, ngram=ngram, k=3, p=4))
+        drafter = registry(name, model, ngram=ngram, k=3, p=4, copy=copy)
+        out, stats = bpd_decode(model, prompt, n, drafter, verify=verify)
         assert out == greedy, name
-        assert 1.0 <= stats["block_efficiency"] <= model.config.n_bpd_heads
+        assert 1.0 <= stats["block_efficiency"] <= max(model.config.n_bpd_heads, copy + 1)
+
+
+def test_a_long_copy_accepts_past_the_heads():
+    """A greedy continuation that repeats itself is copied whole: with copy 10 a call gains up to
+    11 tokens, past the h = 3 heads' reach, and still greedy's tokens."""
+    model = tiny_model(3, 7, 1, 3, 256)
+    greedy = greedy_decode(model, [1, 2, 3], 120)
+    out, stats = bpd_decode(model, [1, 2, 3], 120, registry("lookup", model, ngram=3, copy=10))
+    _, short = bpd_decode(model, [1, 2, 3], 120, registry("lookup", model, ngram=3, copy=0))
+    assert out == greedy
+    assert analysis.phrase_repetition_all([greedy]) > 0.5, "the test needs a repeating output"
+    assert max(stats["accepted"]) == 11 and max(short["accepted"]) == 3
+    assert stats["block_efficiency"] > short["block_efficiency"]
+
+
+@pytest.mark.parametrize("bad", [-1, 2.5, "3", None])
+def test_bad_copy(bad):
+    with pytest.raises(ValueError, match="copy must be an integer >= 0"):
+        PromptLookupDrafter(3, copy=bad)
+    with pytest.raises(ValueError, match="lookup: copy must be an integer >= 0"):
+        decoders.check("lookup", {"ngram": 3, "copy": bad})
 
 
 def test_a_repeated_phrase_is_copied():

@@ -12,7 +12,7 @@ from lab import analysis
 from lab import cli
 import decoders
 import lattice
-import minibpd
+from runtime import contract
 from conftest import on_random_models, random_prompt, tiny_model
 from minibpd import ArgmaxDrafter, bpd_decode, greedy_decode
 from ngram import NgramLM
@@ -58,7 +58,7 @@ def test_every_drafter_is_exact(device, m, s, plen, n):
         assert out == full[plen:], name
         assert 1.0 <= stats["block_efficiency"] <= model.config.n_bpd_heads
         for step in stats["steps"]:
-            assert 1 <= len(step["drafts"]) <= minibpd.max_drafts(drafter)
+            assert 1 <= len(step["drafts"]) <= contract.max_drafts(drafter)
 
 
 @on_random_models(s=settings_st)

@@ -30,6 +30,7 @@ import decoders
 from decoders import fastlattice
 import lattice
 import minibpd
+from runtime import contract
 from models import smollm
 from conftest import ROOT
 from conftest import SMOLLM_HEADS as HEADS
@@ -506,6 +507,18 @@ def test_kv_spec_and_config_errors():
         model.first_heads(4)
 
 
+@pytest.mark.parametrize("amx, bf16, dtype, device, rows", [
+    (True, True, torch.bfloat16, "cpu", 16), (False, True, torch.bfloat16, "cpu", 8),
+    (False, False, torch.bfloat16, "cpu", 1), (False, False, torch.float32, "cpu", 8),
+    (True, True, torch.float32, "cpu", 8), (False, False, torch.bfloat16, "cuda", 8)])
+def test_row_block_by_the_cpu(monkeypatch, amx, bf16, dtype, device, rows):
+    """smollm.row_block_for: 16 rows with AMX tiles, 8 with AVX512-BF16 dot products, 1 where
+    bf16 is widened to float32 (cost grows with the rows); float32 and CUDA: 8."""
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: bf16, raising=False)
+    assert smollm.row_block_for(dtype, device) == rows
+
+
 def test_positions_past_the_table_are_refused():
     model = tiny_llama(1, 20, 1, 1, 8, 1, 1, 4)
     with pytest.raises(ValueError, match="position 40 is past the model's 40 positions"):
@@ -827,7 +840,7 @@ def test_every_decoder_equals_greedy_on_the_real_model(shipped):
         greedy = greedy_decode(model, prompt, n)
         for name in decoders.DECODERS:
             drafter = decoders.make(name, res, chosen[name], prompt + greedy)
-            both = minibpd.max_drafts(drafter) > 1 and n == 48      # the demo prompt: rows too
+            both = contract.max_drafts(drafter) > 1 and n == 48      # the demo prompt: rows too
             for verify in ("batch", "auto") if both else ("auto",):     # auto: a tree if several
                 out, stats = bpd_decode(model, prompt, n, drafter, verify=verify)
                 assert out == greedy, (name, verify)

@@ -15,7 +15,8 @@ from decoders import Method
 from minibpd import GPT, bpd_decode, greedy_decode
 from runtime.approximate import Relaxed
 
-DRAFTERS = {"bpd": minibpd.ArgmaxDrafter, "pbest": lambda: lattice.PBestDrafter(3, 4)}
+DRAFTERS = {"bpd": minibpd.ArgmaxDrafter, "pbest": lambda: lattice.PBestDrafter(3, 4),
+            "long lookup": lambda: lattice.PromptLookupDrafter(1, copy=10)}   # drafts of 2 lengths
 
 
 def written_out(logits, drafts, k, b):
