@@ -369,6 +369,11 @@ def check_ngram(ngram):
         raise ValueError(f"ngram must be an integer from 1 to {MAX_LOOKUP_NGRAM}, got {ngram!r}")
 
 
+def check_copy(copy):
+    if not is_int(copy) or copy < 0:
+        raise ValueError(f"copy must be an integer >= 0 (0: h - 1 tokens), got {copy!r}")
+
+
 def copied_continuation(context, ngram, length):
     """Prompt lookup's copy rule, the readable reverse scan: for n = ngram down to 1, the latest
     earlier occurrence of the context's last n tokens (one that ends before the last token: never
@@ -407,8 +412,7 @@ class PromptLookupDrafter:
 
     def __init__(self, ngram=3, base=None, name="lookup", reference=False, copy=0):
         check_ngram(ngram)
-        if not is_int(copy) or copy < 0:
-            raise ValueError(f"copy must be an integer >= 0 (0: h - 1 tokens), got {copy!r}")
+        check_copy(copy)
         self.base = ArgmaxDrafter() if base is None else base
         self.ngram, self.name, self.reference, self.copy = ngram, name, reference, int(copy)
         if copy:

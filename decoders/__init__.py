@@ -35,7 +35,7 @@ import lattice
 from decoders.fastlattice import FastPBestDrafter, NgramTable
 from decoders.viterbi import EAGER_BYTES, NgramAutomaton, ViterbiDrafter
 from minibpd import ArgmaxDrafter, bpd_decode, build_model, family_module, sample_decode
-from runtime.kvcache import check_cache_budget, is_int
+from runtime.kvcache import check_cache_budget
 from runtime.checkpoint import encode, file_sha256, retrain, train_kind
 from ngram import NgramLM
 
@@ -112,8 +112,8 @@ def check(name, s, model=None):
         lattice.check_settings(**known)
         if "ngram" in s:
             lattice.check_ngram(s["ngram"])
-        if "copy" in s and (not is_int(s["copy"]) or s["copy"] < 0):
-            raise ValueError(f"copy must be an integer >= 0 (0: h - 1 tokens), got {s['copy']!r}")
+        if "copy" in s:
+            lattice.check_copy(s["copy"])
         if model is None:
             return
         if "p" in s:                      # prompt lookup (an ngram setting) adds one more draft

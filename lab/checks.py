@@ -124,8 +124,8 @@ def check_args(args):
         raise ValueError(f"--{args.mode} measures greedy decoding: drop --temperature")
     if args.tune and given:
         raise ValueError(f"--tune chooses {', '.join('--' + k for k in given)} itself; drop the flag")
-    if given.get("copy", 0) < 0:
-        raise ValueError(f"--copy must be an integer >= 0 (0: h - 1 tokens), got {given['copy']}")
+    if "copy" in given:
+        lattice.check_copy(given["copy"])
     lattice.check_settings(**{k: v for k, v in given.items() if k != "copy"})   # budgets: later
     if args.plot:
         check_plot_dir(args.plot)
