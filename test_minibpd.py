@@ -123,7 +123,7 @@ def test_drafts_past_the_heads_are_exact(device, m, plen, n, reach, verify, seed
         t, longest = step["context"], max(map(len, step["drafts"]))
         assert longest - 1 <= minibpd.draft_budget(t, plen + n, reach, B)
         right = [len(d) for d in step["drafts"] if d == full[t - 1:t - 1 + len(d)]]
-        assert step["accepted"] == max(right)                   # the right one, whole
+        assert step["accepted"] >= max(right)      # the right one, whole (a random one may gain more)
 
 
 @pytest.mark.parametrize("h", [1, 2, 5, 8])

@@ -68,11 +68,14 @@ class Relaxed:
         """What minibpd.accept compares the drafts with, in place of the argmaxes: at each
         position the drafted token where it passes, else the verifier's argmax. logits
         [P, m + 1, V], drafts P lists of up to m + 1 ints (padded: runtime.kvcache.padded) -> P
-        lists of m + 1 ints."""
+        lists of m + 1 ints. A pad never passes: after a short draft's end comes the argmax."""
         best = logits.argmax(-1)                                              # [P, m + 1]
         if best.shape[1] > 1:
             drafted = torch.tensor(padded([d[1:] for d in drafts]), device=best.device)
-            best[:, :-1] = torch.where(self.passes(logits, drafted), drafted, best[:, :-1])
+            own = torch.tensor([len(d) - 1 for d in drafts], device=best.device)   # [P]
+            real = torch.arange(drafted.shape[1], device=best.device) < own[:, None]
+            ok = self.passes(logits, drafted) & real                          # [P, m]
+            best[:, :-1] = torch.where(ok, drafted, best[:, :-1])
         return best.tolist()
 
 
