@@ -173,10 +173,11 @@ class GPT(nn.Module):
         if isinstance(m, nn.Linear) and m.bias is not None:
             nn.init.zeros_(m.bias)
 
-    def forward(self, idx, cache=None, tree=None):
+    def forward(self, idx, cache=None, tree=None, prefix=0):
         """idx: [P, L] token ids -> final hidden states z: [P, L, C]. With a cache the L tokens sit
         at window slots cache.length.. (the cache is written, not advanced; see KVCache.advance).
-        tree: (positions [L], mask [L, length + L]) of a token tree in one row (tree_layout)."""
+        tree: (positions [L], mask [L, length + L]) of a token tree in one row (tree_layout).
+        prefix: how many leading tokens are a prefill; this model computes every token alike."""
         P, L = idx.shape
         start = 0 if cache is None else cache.length
         if tree is None:
@@ -333,7 +334,8 @@ def decode_rows(model, rows, n, temperature=0.0, generator=None, states=None):
     cache, generator = KVCache(model, rows=len(rows)), own_generator(generator, temperature)
     for _ in range(n):
         tail = rows[:, uncached_from(model, cache, rows.shape[1]):]
-        z = model(tail, cache)[:, -1]                                   # [P, C]
+        prefix = tail.shape[1] - 1 if len(rows) == 1 else 0    # a prefill: all but its last
+        z = model(tail, cache, prefix=prefix)[:, -1]                    # [P, C]
         cache.advance(tail.shape[1], row=None)
         if states is not None:
             states.append(z)

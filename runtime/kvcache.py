@@ -2,7 +2,7 @@
 sequence, P drafts as P rows of a batch, or P drafts as one token tree in one row.
 
 Below minibpd (which re-exports these names): anything with `config` (block_size), `lm_head`,
-`forward(idx, cache, tree)` and `kv_spec()` uses it, the character GPT and smollm's Llama alike.
+`forward(idx, cache, tree, prefix)` and `kv_spec()` uses it, the character GPT and smollm's Llama alike.
 A cache is one set of tensors and two integers (`start`, `length`); a rejected draft is dropped by
 not advancing past it, so nothing is ever erased (the simplest correct design: a position off by
 one after a rejection is the classic bug).
@@ -165,8 +165,8 @@ def model_call(model, cache, seq, proposed=((),)):
     tail = seq[uncached_from(model, cache, len(seq)):]
     idx = torch.tensor([tail + d for d in padded(proposed)], dtype=torch.long,
                        device=device_of(model))
-    z = model(idx, cache)
-    return z[:, len(tail) - 1:], len(tail)
+    z = model(idx, cache, prefix=len(tail) - 1)     # a prompt's or new window's prefill: the
+    return z[:, len(tail) - 1:], len(tail)          # tail but its last token, as greedy's
 
 
 def draft_tree(proposed):
@@ -214,6 +214,6 @@ def tree_call(model, cache, seq, proposed):
     tokens, parents, paths = draft_tree(proposed)
     dev, T = device_of(model), len(tail)
     idx = torch.tensor([tail + tokens], dtype=torch.long, device=dev)
-    z = model(idx, cache, tree_layout(T, parents, cache.length, dev))[0]       # [T + N, C]
+    z = model(idx, cache, tree_layout(T, parents, cache.length, dev), prefix=T - 1)[0]  # [T + N, C]
     at = torch.tensor(padded([[T - 1] + [T + j for j in path] for path in paths]), device=dev)
     return z[at], T, paths

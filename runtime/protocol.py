@@ -18,11 +18,14 @@ class BPDModel(Protocol):
     lm_head: torch.nn.Module  # z [..., C] -> logits [..., V]: head 1, the base model's own
     reference: bool         # True: head_logits runs each head one by one (the readable version)
 
-    def forward(self, idx, cache=None, tree=None):
+    def forward(self, idx, cache=None, tree=None, prefix=0):
         """idx [P, L] token ids -> final hidden states z [P, L, C]. With a cache (KVCache) the L
         tokens sit at window slots cache.length.. and their keys and values are written there
         (cache.write, per layer), not advanced; tree: (positions [L], mask [L, length + L]) of
-        one row holding a token tree (kvcache.tree_layout)."""
+        one row holding a token tree (kvcache.tree_layout). prefix: the first `prefix` tokens,
+        the same in every row, are a prompt's or a new window's prefill (the decode loop's
+        calls pass the uncached tail but its last token); a model may compute them by other
+        kernels than the rest (llama.Llama.prefilled), the same way for the same tokens."""
 
     def head_logits(self, z):
         """z [..., C] -> the logits of all h heads [..., h, V]; head i predicts i - 1 tokens past

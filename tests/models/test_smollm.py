@@ -97,6 +97,17 @@ class TopTwoDrafter:
         return drafts
 
 
+
+def invariant_llama(m, dtype, wide=False):
+    """A batch-invariant tiny Llama of the `llamas` tuple m with head sizes 4 and 8 (as
+    check_chunked's): with 3 heads of 2 (n_embd 6) MKL's small-matrix product of K = 6 columns
+    and N <= 10 outputs rounds a row by its place in the block (found by the tree test on a
+    2-core AMD EPYC), a width no real model has; the rule batch invariance rests on is that
+    a fixed-shape kernel treats its rows alike, which test_chunked checks at these widths."""
+    model = tiny_llama(*m[:7], 2 * m[7], hidden=24, dtype=dtype, batch_invariant=True, std=0.3)
+    model.config = dataclasses.replace(model.config, wide_prefill=wide)   # bf16 prefills widened
+    return model
+
 # ----------------------------------------------------------------------------- exactness (float64)
 
 @examples()
@@ -270,10 +281,11 @@ def test_chunked_equals_sequential_bitwise_two_threads(two_threads, dtype, m, bl
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @examples(0.4)
-@given(m=llamas, plen=st.integers(1, 30), n=st.integers(1, 30))
-def test_bpd_equals_greedy_in_low_precision(dtype, m, plen, n):
-    """The product: with batch invariance, BPD is exact in float32 and bfloat16 too."""
-    model = tiny_llama(*m, hidden=24, dtype=dtype, batch_invariant=True, std=0.3)
+@given(m=llamas, plen=st.integers(1, 30), n=st.integers(1, 30), wide=st.booleans())
+def test_bpd_equals_greedy_in_low_precision(dtype, m, plen, n, wide):
+    """The product: with batch invariance, BPD is exact in float32 and bfloat16 too, the prompt's
+    and every new window's prefill plain (and widened, or not) in greedy and BPD alike."""
+    model = invariant_llama(m, dtype, wide)
     prompt = random_prompt(m[0], m[1], plen)
     greedy = greedy_decode(model, prompt, n)
     assert bpd_decode(model, prompt, n)[0] == greedy
@@ -320,7 +332,7 @@ def test_tree_nodes_bit_identical_under_batch_invariance(dtype, m, plen, width, 
     node's keys in one-token order, so its hidden state is one-token decoding's, bit for bit:
     prompts of 1 to 90 tokens (up to two key tiles before the tree), up to 4 drafts of 5."""
     m = (*m[:4], plen + depth + 1, *m[5:])                 # the window holds the whole tree
-    model = tiny_llama(*m, hidden=24, dtype=dtype, batch_invariant=True, std=0.3)
+    model = invariant_llama(m, dtype)
     prefix, proposed = random_tree(m, plen, width, depth, seed)
     assert_tree_bit_identical(model, prefix, proposed)
 
@@ -348,16 +360,84 @@ def test_tree_attention_is_needed_under_batch_invariance(monkeypatch):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @examples(0.4)
-@given(m=llamas, plen=st.integers(1, 30), n=st.integers(1, 30))
-def test_tree_verification_equals_greedy_under_batch_invariance(dtype, m, plen, n):
+@given(m=llamas, plen=st.integers(1, 30), n=st.integers(1, 30), wide=st.booleans())
+def test_tree_verification_equals_greedy_under_batch_invariance(dtype, m, plen, n, wide):
     """The product: verify='tree' on a batch-invariant model returns greedy's tokens, with the
     same accepted counts as verifying the drafts as rows."""
-    model = tiny_llama(*m, hidden=24, dtype=dtype, batch_invariant=True, std=0.3)
+    model = invariant_llama(m, dtype, wide)
     prompt = random_prompt(m[0], m[1], plen)
     tree, tree_stats = bpd_decode(model, prompt, n, TopTwoDrafter(), verify="tree")
     rows, rows_stats = bpd_decode(model, prompt, n, TopTwoDrafter(), verify="batch")
     assert tree == rows == greedy_decode(model, prompt, n)
     assert tree_stats["accepted"] == rows_stats["accepted"]
+
+
+@torch.no_grad()
+def one_token_states(model, prompt, more):
+    """Reference for a prefilled call: the prompt's own prefill, then one token per call ->
+    z [1 + len(more), C] from the prompt's last token on."""
+    cache = KVCache(model)
+    zs = [model(torch.tensor([prompt]), cache, prefix=len(prompt) - 1)[0, -1]]
+    cache.advance(len(prompt))
+    for t in more:
+        zs.append(model(torch.tensor([[t]]), cache)[0, 0])
+        cache.advance(1)
+    return torch.stack(zs)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@examples(0.4)
+@given(m=llamas, plen=st.integers(2, 40), drafts=st.lists(st.lists(st.integers(0, 63), min_size=1,
+       max_size=6), min_size=1, max_size=3), wide=st.booleans())
+def test_a_prefill_leaves_the_rest_one_token_decodings(dtype, m, plen, drafts, wide):
+    """Llama.prefilled: a call holding a prompt and a draft after it in each of P rows (as a
+    verifier's first call after a new window) gives every row, from the prompt's last token on,
+    bit for bit what the prompt's own prefill and then one token per call give; the prefill's
+    keys and values are the same in every cache row."""
+    drafts = [[t % m[1] for t in d] for d in drafts]
+    m = (*m[:4], plen + 7, *m[5:])
+    model = invariant_llama(m, dtype, wide)
+    prompt, cache = random_prompt(m[0], m[1], plen), KVCache(model, len(drafts))
+    idx = torch.tensor(kvcache.padded([prompt + d for d in drafts]))
+    z = model(idx, cache, prefix=plen - 1)                                # [P, plen + m, C]
+    for j, d in enumerate(drafts):
+        assert torch.equal(z[j, plen - 1:plen + len(d)], one_token_states(model, prompt, d))
+    keys = cache.kv[0][0][:, :, :plen - 1]
+    assert all(torch.equal(keys[j], keys[0]) for j in range(len(drafts)))
+
+
+def test_a_prefill_is_shared_by_every_row():
+    model = tiny_llama(1, 20, 1, 2, 16, 1, 1, 4, dtype=torch.float32, batch_invariant=True)
+    with pytest.raises(ValueError, match="a prefill is 1 to L - 1 = 3 tokens shared by every row"):
+        model(torch.tensor([[1, 2, 3, 4], [1, 5, 3, 4]]), KVCache(model, 2), prefix=2)
+    with pytest.raises(ValueError, match="got 4"):
+        model(torch.tensor([[1, 2, 3, 4]]), KVCache(model), prefix=4)
+
+
+def test_greedy_prefills_its_prompt_in_plain_widened_products(monkeypatch):
+    """The decode loop hands a prompt's tokens but its last to the prefill (one row of 9 here),
+    and with wide_prefill a bf16 prefill's products are widened ones; the steps after it are not."""
+    m = (2, 30, 2, 3, 32, 1, 2, 2)
+    model, seen = invariant_llama(m, torch.bfloat16, wide=True), []
+    monkeypatch.setattr(llama, "widened", lambda layer, x, f=llama.widened: seen.append(len(x))
+                        or f(layer, x))
+    prompt = random_prompt(2, 30, 10)
+    greedy = greedy_decode(model, prompt, 5)
+    assert seen and set(seen) == {9}                      # 4 products a layer, 2 layers
+    assert len(seen) == 8 and bpd_decode(model, prompt, 5)[0] == greedy
+
+
+def test_widened_products_are_bf16_products():
+    """llama.widened: the bf16 kernel's inputs and a bf16-rounded result, within one bf16
+    rounding (plus float32 sums) of the exact product of the bf16 values, as the bf16 kernel."""
+    torch.manual_seed(0)
+    layer = llama.Linear(64, 96, bias=False).to(torch.bfloat16)
+    x = torch.randn(40, 64)
+    xb, w = x.bfloat16().double(), layer.weight.double()
+    exact, scale = xb @ w.T, xb.abs() @ w.abs().T
+    for got in (llama.widened(layer, x), layer(x)):
+        assert got.dtype == torch.float32 and torch.equal(got, got.bfloat16().float())
+        assert ((got.double() - exact).abs() <= 2 ** -8 * exact.abs() + 2 ** -18 * scale).all()
 
 
 # ----------------------------------------------------------------------------- saving projections
