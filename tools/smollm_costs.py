@@ -151,7 +151,8 @@ def prefill_costs(lengths=(8, 40, 120), reps=3):
             for prefix, wide in ((0, False), (L - 1, False), (L - 1, True)):
                 model.config = dataclasses.replace(model.config, wide_prefill=wide,
                                                    prefill_apart=1)
-                cells.append(median_ms(lambda: model(idx, KVCache(model), prefix=prefix), reps, 1))
+                call = lambda m=model, p=prefix: m(idx, KVCache(m), prefix=p)
+                cells.append(median_ms(call, reps, 1))
             print(f"| {str(dtype)[6:]} | {L} | {model.config.row_block} | " +
                   " | ".join(f"{x:.0f}" for x in cells) + f" | {cells[0] / min(cells[1:]):.1f}x |")
         del model

@@ -38,7 +38,7 @@ from conftest import examples, heads_or_skip, random_prompt, real_model_or_skip
 from runtime.kvcache import KVCache, window_start
 from minibpd import bpd_decode, greedy_decode
 from models.llama import EarlyExit, Llama, LlamaConfig
-from models import llama
+from models import blocks, llama
 from runtime import checkpoint, kvcache
 from decoders import viterbi
 
@@ -419,7 +419,7 @@ def test_greedy_prefills_its_prompt_in_plain_widened_products(monkeypatch):
     and with wide_prefill a bf16 prefill's products are widened ones; the steps after it are not."""
     m = (2, 30, 2, 3, 32, 1, 2, 2)
     model, seen = invariant_llama(m, torch.bfloat16, wide=True), []
-    monkeypatch.setattr(llama, "widened", lambda layer, x, f=llama.widened: seen.append(len(x))
+    monkeypatch.setattr(blocks, "widened", lambda layer, x, f=blocks.widened: seen.append(len(x))
                         or f(layer, x))
     prompt = random_prompt(2, 30, 10)
     greedy = greedy_decode(model, prompt, 5)
@@ -428,14 +428,14 @@ def test_greedy_prefills_its_prompt_in_plain_widened_products(monkeypatch):
 
 
 def test_widened_products_are_bf16_products():
-    """llama.widened: the bf16 kernel's inputs and a bf16-rounded result, within one bf16
+    """blocks.widened: the bf16 kernel's inputs and a bf16-rounded result, within one bf16
     rounding (plus float32 sums) of the exact product of the bf16 values, as the bf16 kernel."""
     torch.manual_seed(0)
     layer = llama.Linear(64, 96, bias=False).to(torch.bfloat16)
     x = torch.randn(40, 64)
     xb, w = x.bfloat16().double(), layer.weight.double()
     exact, scale = xb @ w.T, xb.abs() @ w.abs().T
-    for got in (llama.widened(layer, x), layer(x)):
+    for got in (blocks.widened(layer, x), layer(x)):
         assert got.dtype == torch.float32 and torch.equal(got, got.bfloat16().float())
         assert ((got.double() - exact).abs() <= 2 ** -8 * exact.abs() + 2 ** -18 * scale).all()
 
@@ -630,14 +630,17 @@ def imported(path):
 
 
 def test_layering_a_model_family_is_one_module_and_the_core_imports_none():
-    """llama.py stands on the paper's heads (minibpd) and the cache's KVSpec, nothing else of the
-    project; smollm.py on llama, the checkpoint's checks, numpy and, inside functions only, the
+    """llama.py stands on the paper's heads (minibpd), the cache (KVSpec, KVCache) and its own
+    fixed-shape products (models/blocks.py, torch only), nothing else of the project; smollm.py on llama, the checkpoint's checks, numpy and, inside functions only, the
     optional packages. The
     core (minibpd, lattice, runtime/, decoders/) imports no model family: minibpd.MODEL_FAMILIES
     names the module of each checkpoint kind."""
     stdlib = set(sys.stdlib_module_names)
     top, everywhere = imported("models/llama.py")
-    assert {m.split(".")[0] for m in everywhere} <= stdlib | {"torch", "minibpd", "runtime"}, everywhere
+    assert {m.split(".")[0] for m in everywhere} - {"models"} <= stdlib | {"torch", "minibpd",
+                                                                          "runtime"}, everywhere
+    assert {m for m in everywhere if m.startswith("models")} == {"models.blocks"}
+    assert {m.split(".")[0] for m in imported("models/blocks.py")[1]} <= {"torch"}
     assert everywhere & {"minibpd", "runtime.kvcache"} == {"minibpd", "runtime.kvcache"}
     top, everywhere = imported("models/smollm.py")
     assert {m.split(".")[0] for m in top} <= stdlib | {"torch", "numpy", "models", "runtime"}, top
