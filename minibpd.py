@@ -32,8 +32,8 @@ from runtime import approximate
 from runtime.checkpoint import CHECKPOINT, CheckpointError, retrain
 from runtime.contract import (check_drafts, drafter_name, longest_draft, max_draft_tokens,
                               max_drafts)
-from runtime.kvcache import (KVCache, KVSpec, causal_mask, device_of, is_int, model_call,
-                             tree_call, uncached_from, window_start)
+from runtime.kvcache import (KVCache, KVSpec, call_prefill, causal_mask, device_of, is_int,
+                             model_call, tree_call, uncached_from, window_start)
 from runtime.request import check_request
 from runtime.sampling import (check_proposal, check_temperature, own_generator, target_probs,
                               verify_sampled)
@@ -334,7 +334,7 @@ def decode_rows(model, rows, n, temperature=0.0, generator=None, states=None):
     cache, generator = KVCache(model, rows=len(rows)), own_generator(generator, temperature)
     for _ in range(n):
         tail = rows[:, uncached_from(model, cache, rows.shape[1]):]
-        prefix = tail.shape[1] - 1 if len(rows) == 1 else 0    # a prefill: all but its last
+        prefix = call_prefill(model, cache, tail.shape[1]) if len(rows) == 1 else 0
         z = model(tail, cache, prefix=prefix)[:, -1]                    # [P, C]
         cache.advance(tail.shape[1], row=None)
         if states is not None:

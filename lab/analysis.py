@@ -14,7 +14,7 @@ import torch.nn.functional as F
 import decoders
 from minibpd import ArgmaxDrafter, accept, draft_budget, greedy_decode
 from runtime.contract import max_draft_tokens
-from runtime.kvcache import device_of, draft_tree, window_start
+from runtime.kvcache import device_of, draft_tree, prefill_length, window_start
 
 
 # ----------------------------------------------------------------------------- offline replay
@@ -28,8 +28,9 @@ def states_along(model, seq, first):
     while t < len(seq):
         s = window_start(t, B)
         end = min(s + B, len(seq) - 1)                  # the last t that shares this window
-        ids = torch.tensor([seq[s:end]], device=dev)    # seq[s:t - 1]: the window's prefill
-        yield t, model(ids, prefix=t - 1 - s)[0, t - 1 - s:]             # [end - t + 1, C]
+        ids = torch.tensor([seq[s:end]], device=dev)    # greedy's prefill first, as it ran
+        z = model(ids, prefix=prefill_length(s, t - s, B))[0]           # [end - s, C]
+        yield t, z[t - 1 - s:]                                          # [end - t + 1, C]
         t = end + 1
 
 

@@ -60,6 +60,20 @@ def window_start(t, block_size):
     return 0 if over <= 0 else -(-over // shift) * shift
 
 
+def prefill_length(start, tail, block_size):
+    """How many leading tokens of a call's uncached tail (`tail` tokens of a window that starts at
+    `start`) are a prefill, which a model may run by other kernels than the rest (the forward's
+    `prefix`, llama.Llama.prefilled): it must be the same tokens in every decode path. In the
+    first window the cache is empty only for the prompt, which every path hands over whole: all
+    its tokens but the last. After the window moved, greedy's call at the move holds
+    block_size - shift + 1 tokens, but a verifier that accepted past the move holds more: the
+    prefill is the first block_size - shift of them in both, and a verifier's others run with its
+    drafts, which a batch-invariant model computes as greedy computed them, one token a call
+    (test_a_window_move_prefills_what_greedy_prefills)."""
+    shift = max(1, block_size // 2)
+    return tail - 1 if start == 0 else min(tail - 1, block_size - shift)
+
+
 MAX_CACHE_BYTES = 2 ** 30   # 1 GiB: the most a KVCache may allocate (p-best's p sets its rows)
 
 
@@ -150,6 +164,11 @@ def uncached_from(model, cache, t):
     return cache.start + cache.length
 
 
+def call_prefill(model, cache, tail):
+    """prefill_length of a call whose uncached tail (uncached_from) is `tail` tokens."""
+    return prefill_length(cache.start, tail, model.config.block_size) if cache.length == 0 else 0
+
+
 def padded(rows):
     """Lists of up to m items -> lists of m: each short one repeats its last item (a row with
     none gets 0). Drafts of several lengths share a batch this way; what a pad predicts goes
@@ -165,8 +184,8 @@ def model_call(model, cache, seq, proposed=((),)):
     tail = seq[uncached_from(model, cache, len(seq)):]
     idx = torch.tensor([tail + d for d in padded(proposed)], dtype=torch.long,
                        device=device_of(model))
-    z = model(idx, cache, prefix=len(tail) - 1)     # a prompt's or new window's prefill: the
-    return z[:, len(tail) - 1:], len(tail)          # tail but its last token, as greedy's
+    z = model(idx, cache, prefix=call_prefill(model, cache, len(tail)))
+    return z[:, len(tail) - 1:], len(tail)
 
 
 def draft_tree(proposed):
@@ -214,6 +233,7 @@ def tree_call(model, cache, seq, proposed):
     tokens, parents, paths = draft_tree(proposed)
     dev, T = device_of(model), len(tail)
     idx = torch.tensor([tail + tokens], dtype=torch.long, device=dev)
-    z = model(idx, cache, tree_layout(T, parents, cache.length, dev), prefix=T - 1)[0]  # [T + N, C]
+    tree = tree_layout(T, parents, cache.length, dev)
+    z = model(idx, cache, tree, prefix=call_prefill(model, cache, T))[0]        # [T + N, C]
     at = torch.tensor(padded([[T - 1] + [T + j for j in path] for path in paths]), device=dev)
     return z[at], T, paths

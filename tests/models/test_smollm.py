@@ -427,6 +427,57 @@ def test_greedy_prefills_its_prompt_in_plain_widened_products(monkeypatch):
     assert len(seen) == 8 and bpd_decode(model, prompt, 5)[0] == greedy
 
 
+def greedy_states(model, prompt, n):
+    """greedy_decode's own calls (decode_rows) -> (seq, {t: z [C]}): the state that chose each
+    position t, with every prefill and window move as greedy makes them."""
+    zs = []
+    rows = minibpd.decode_rows(model, torch.tensor([prompt]), n, states=zs)[0].tolist()
+    return rows, {len(prompt) + i: z[0] for i, z in enumerate(zs)}
+
+
+def verifier_states_after_a_move(model, seq, t, draft):
+    """A verifier's first call after the window moved, when it accepted up to position t (past
+    greedy's move at block_size + 1 when t is larger): seq[:t] and a draft of the true
+    continuation and a wrong one, as two rows (kvcache.model_call) -> z [2, len(draft) + 1, C]."""
+    wrong = [(x + 1) % model.config.vocab_size for x in draft]
+    return kvcache.model_call(model, KVCache(model, 2), seq[:t], [draft, wrong])[0]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@examples(0.4)
+@given(m=llamas, plen=st.integers(1, 16), past=st.integers(0, 6), d=st.integers(0, 3),
+       wide=st.booleans())
+def test_a_window_move_prefills_what_greedy_prefills(dtype, m, plen, past, d, wide):
+    """After the window moves, greedy's call holds block_size - shift + 1 tokens; a verifier
+    that accepted `past` tokens beyond the move holds more. kvcache.prefill_length gives both
+    the same prefill, so the verifier's states, its drafts' included, are greedy's bit for bit
+    (a plain prefill of more rows rounds otherwise: test_a_window_move_check_can_fail)."""
+    m = (*m[:4], max(m[4], 4), *m[5:])
+    B = m[4]
+    model = invariant_llama(m, dtype, wide)
+    prompt = random_prompt(m[0], m[1], min(plen, B))
+    seq, zg = greedy_states(model, prompt, B + 1 + past + d + 1 - len(prompt))
+    t = B + 1 + past                                      # greedy's move is at B + 1
+    d = min(d, window_start(t, B) + B - t)                # the draft stays in the window
+    z = verifier_states_after_a_move(model, seq, t, seq[t:t + d])
+    for i in range(d + 1):
+        assert torch.equal(z[0, i], zg[t + i]), f"position {t + i}"
+
+
+def test_a_window_move_check_can_fail(monkeypatch):
+    """The check above fails when a verifier prefills its whole tail but its last token, as it
+    did before prefill_length (float32: 15 of 20 random models on a 2-core AMD EPYC)."""
+    monkeypatch.setattr(kvcache, "prefill_length", lambda start, tail, block_size: tail - 1)
+    failed = 0
+    for seed in range(20):
+        m = (seed, 40, 2, 3, 32, 2, 2, 8)
+        model = invariant_llama(m, torch.float32)
+        seq, zg = greedy_states(model, random_prompt(seed, 40, 8), 32)
+        z = verifier_states_after_a_move(model, seq, 37, [])
+        failed += not torch.equal(z[0, 0], zg[37])
+    assert failed > 0
+
+
 def test_widened_products_are_bf16_products():
     """blocks.widened: the bf16 kernel's inputs and a bf16-rounded result, within one bf16
     rounding (plus float32 sums) of the exact product of the bf16 values, as the bf16 kernel."""
