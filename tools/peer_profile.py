@@ -3,6 +3,7 @@ same dtype, 1 thread): the profile behind docs/real-model.md, "Against transform
 
     python tools/peer_profile.py [--dtype float32|bfloat16] [--reps 20] [--ops 12]
     python tools/peer_profile.py --kernels      # only the matmul kernel: 1 row against 8 and 16
+    python tools/peer_profile.py --unpacked     # minibpd's products by F.linear (as before packing)
 
 One decode call with CACHED = 64 tokens cached and 1 new one, logits included (what a greedy step
 costs): minibpd batch-invariant (what runs), minibpd plain (batch_invariant off), transformers
@@ -15,7 +16,8 @@ is printed before and after (a shared machine: compare ratios inside one run).
 
 --kernels (no model needed): x @ W^T for 1, 8 and 16 rows, float32 and bf16, on 30 random weights
 of gate_up's shape (3,072 x 576) cycled so that they are not cached and on one of the tied
-projection's (49,152 x 576), and the same with the weight stored transposed ([K, N], a copy).
+projection's (49,152 x 576), the same with the weight stored transposed ([K, N], a copy), and
+blocks.linear's product on the weight packed once (oneDNN's, where this CPU has it).
 """
 import argparse
 import os
@@ -28,7 +30,7 @@ import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from models import llama, peer, smollm  # noqa: E402
+from models import blocks, llama, peer, smollm  # noqa: E402
 from runtime.kvcache import KVCache  # noqa: E402
 
 CACHED = 64
@@ -94,8 +96,8 @@ def parts(ours, reps):
     out = []
     with torch.no_grad():
         for name, (fn, times) in table.items():
-            blocks, one = ms(lambda: fn(rows), reps) * times, ms(lambda: fn(None), reps) * times
-            out.append((name, times, blocks, one))
+            blocked, one = ms(lambda: fn(rows), reps) * times, ms(lambda: fn(None), reps) * times
+            out.append((name, times, blocked, one))
     return out
 
 
@@ -116,13 +118,23 @@ def kernels():
         wts = [w.t().contiguous() for w in ws]
         big = torch.randn(49152, 576).to(dt)
         big_t = big.t().contiguous()
+        layers = [torch.nn.Linear(576, 3072, bias=False).to(dt) for _ in range(30)]
+        for layer, w in zip(layers, ws):
+            layer.weight.data = w
+        head = torch.nn.Linear(576, 49152, bias=False).to(dt)
+        head.weight.data = big
         for M in (1, 8, 16):
             x = torch.randn(M, 576).to(dt)
-            a = ms(lambda: [F.linear(x, w) for w in ws], 30) / 30
-            b = ms(lambda: [x @ w for w in wts], 30) / 30
-            c, d = ms(lambda: F.linear(x, big), 10), ms(lambda: x @ big_t, 10)
-            print(f"{str(dt)[6:]:<9} {M} row(s): 3,072 x 576 {a:.3f} ms (stored [K, N]: {b:.3f}); "
-                  f"49,152 x 576 {c:.2f} ms (stored [K, N]: {d:.2f})")
+            with torch.no_grad():
+                a = ms(lambda: [F.linear(x, w) for w in ws], 30) / 30
+                b = ms(lambda: [x @ w for w in wts], 30) / 30
+                e = ms(lambda: [blocks.linear(m, x) for m in layers], 30) / 30
+                c, d = ms(lambda: F.linear(x, big), 10), ms(lambda: x @ big_t, 10)
+                f = ms(lambda: blocks.linear(head, x), 10)
+            packed = "packed" if blocks.packs(dt) else "F.linear: no packed kernel here"
+            print(f"{str(dt)[6:]:<9} {M} row(s): 3,072 x 576 {a:.3f} ms (stored [K, N]: {b:.3f}; "
+                  f"{packed}: {e:.3f}); 49,152 x 576 {c:.2f} ms (stored [K, N]: {d:.2f}; "
+                  f"{packed}: {f:.2f})")
 
 
 def main():
@@ -131,8 +143,11 @@ def main():
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--ops", type=int, default=12)
     p.add_argument("--kernels", action="store_true")
+    p.add_argument("--unpacked", action="store_true",
+                   help="minibpd's products by F.linear, not on packed weights (models/blocks.py)")
     args = p.parse_args()
     torch.set_num_threads(1)
+    blocks.PACKED = not args.unpacked
     if args.kernels:
         print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; 1 thread")
         kernels()

@@ -23,6 +23,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from hypothesis import given, strategies as st
 
 from lab import bench
@@ -39,6 +40,7 @@ from runtime.kvcache import KVCache, window_start
 from minibpd import bpd_decode, greedy_decode
 from models.llama import EarlyExit, Llama, LlamaConfig
 from models import blocks, llama
+kernels = blocks     # (test arguments named `blocks` shadow the module)
 from runtime import checkpoint, kvcache
 from decoders import viterbi
 
@@ -255,13 +257,48 @@ def check_chunked(dtype, m, blocks, chunks, rows):
     assert_chunks_bit_identical(model, random_prompt(seed, vocab, sum(chunks)), chunks, rows)
 
 
+@pytest.mark.parametrize("packed", [True, False])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@examples(0.6)
+@examples(0.4)
 @given(**chunked)
-def test_chunked_equals_sequential_bitwise(dtype, m, blocks, chunks, rows):
+def test_chunked_equals_sequential_bitwise(dtype, packed, m, blocks, chunks, rows):
     """batch_invariant=True: chunk sizes 1..20 after cache lengths 0..140 (each chunk starts at
-    the cache length its predecessors left; up to 3 key tiles), 1 to 3 rows per call."""
-    check_chunked(dtype, m, blocks, chunks, rows)
+    the cache length its predecessors left; up to 3 key tiles), 1 to 3 rows per call; the
+    products on packed weights (where this CPU has them) and F.linear's."""
+    try:
+        kernels.PACKED = packed
+        check_chunked(dtype, m, blocks, chunks, rows)
+    finally:
+        kernels.PACKED = True
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_packed_products_are_the_products(dtype):
+    """blocks.linear on a packed weight: F.linear's product within one rounding, the same bits
+    under autograd as without it (the kernel is never the caller's choice), F.linear's gradients,
+    and a packed copy that follows its weight when the weight changes in place."""
+    if not kernels.packs(dtype):
+        pytest.skip(f"this CPU's oneDNN has no packed {dtype} products")
+    torch.manual_seed(0)
+    layer = llama.Linear(64, 96, bias=True).to(dtype)
+    x, grad = torch.randn(40, 64).to(dtype), torch.randn(40, 96).to(dtype)
+    with torch.no_grad():
+        fast = kernels.linear(layer, x)
+    plain = F.linear(x, layer.weight, layer.bias)
+    tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=0.1, rtol=0.02)
+    torch.testing.assert_close(fast, plain.detach(), **tol)
+    xg = x.clone().requires_grad_()
+    out = kernels.linear(layer, xg)
+    assert torch.equal(out.detach(), fast)
+    out.backward(grad)
+    xr = x.clone().requires_grad_()
+    w, b = (t.detach().clone().requires_grad_() for t in (layer.weight, layer.bias))
+    F.linear(xr, w, b).backward(grad)
+    for got, want in ((xg.grad, xr.grad), (layer.weight.grad, w.grad), (layer.bias.grad, b.grad)):
+        torch.testing.assert_close(got, want, **tol)
+    with torch.no_grad():
+        layer.weight.mul_(2)
+        torch.testing.assert_close(kernels.linear(layer, x), F.linear(x, layer.weight, layer.bias), **tol)
 
 
 @pytest.fixture
@@ -682,7 +719,7 @@ def imported(path):
 
 def test_layering_a_model_family_is_one_module_and_the_core_imports_none():
     """llama.py stands on the paper's heads (minibpd), the cache (KVSpec, KVCache) and its own
-    fixed-shape products (models/blocks.py, torch only), nothing else of the project; smollm.py on llama, the checkpoint's checks, numpy and, inside functions only, the
+    fixed-shape products (models/blocks.py, torch and the standard library only), nothing else of the project; smollm.py on llama, the checkpoint's checks, numpy and, inside functions only, the
     optional packages. The
     core (minibpd, lattice, runtime/, decoders/) imports no model family: minibpd.MODEL_FAMILIES
     names the module of each checkpoint kind."""
@@ -691,7 +728,7 @@ def test_layering_a_model_family_is_one_module_and_the_core_imports_none():
     assert {m.split(".")[0] for m in everywhere} - {"models"} <= stdlib | {"torch", "minibpd",
                                                                           "runtime"}, everywhere
     assert {m for m in everywhere if m.startswith("models")} == {"models.blocks"}
-    assert {m.split(".")[0] for m in imported("models/blocks.py")[1]} <= {"torch"}
+    assert {m.split(".")[0] for m in imported("models/blocks.py")[1]} <= stdlib | {"torch"}
     assert everywhere & {"minibpd", "runtime.kvcache"} == {"minibpd", "runtime.kvcache"}
     top, everywhere = imported("models/smollm.py")
     assert {m.split(".")[0] for m in top} <= stdlib | {"torch", "numpy", "models", "runtime"}, top
