@@ -399,6 +399,9 @@ class PromptLookupDrafter:
     draft; PBestDrafter for `lookup_pbest`), then the copy, unless no n matched or the copy is
     already among them. So max_drafts = base.max_drafts + 1, and the copy can only add accepted
     tokens to the base drafter's. `counts` is the base drafter's (the bench's cost table).
+    nodes > 0 (ours, for speed): the copy only where the drafts' token tree stays within that
+    many drafted tokens (within_budget), so that a call costs what the base drafter's does
+    (SmolLM2: 7 fills an 8-row block with the tail token; docs/lookup.md).
 
     The fast path keeps an index {n-gram: where it last ended} and adds only the new tokens'
     n-grams each call; a context that does not extend the one indexed (another sequence) rebuilds
@@ -410,11 +413,13 @@ class PromptLookupDrafter:
     may run past the heads; the base drafter's drafts keep their h tokens (a copy under h - 1
     shortens every draft to it, as max_draft_tokens does)."""
 
-    def __init__(self, ngram=3, base=None, name="lookup", reference=False, copy=0):
+    def __init__(self, ngram=3, base=None, name="lookup", reference=False, copy=0, nodes=0):
         check_ngram(ngram)
         check_copy(copy)
+        check_settings(nodes=nodes)
         self.base = ArgmaxDrafter() if base is None else base
         self.ngram, self.name, self.reference, self.copy = ngram, name, reference, int(copy)
+        self.nodes = nodes
         if copy:
             self.max_draft_tokens = int(copy)
         self.max_drafts = getattr(self.base, "max_drafts", 1) + 1
@@ -430,7 +435,8 @@ class PromptLookupDrafter:
             return drafts
         heads = logprobs[1 + len(copy):].argmax(-1).tolist()   # the positions the copy misses
         draft = [context[-1]] + copy + heads
-        return drafts if draft in drafts else drafts + [draft]
+        drafts = drafts if draft in drafts else drafts + [draft]
+        return within_budget(drafts, self.nodes) if self.nodes else drafts
 
     def indexed_continuation(self, context, length):
         """copied_continuation by the index: O(len(context)) to check that the context extends

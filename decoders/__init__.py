@@ -173,8 +173,8 @@ register("pbest", lambda res, s, answer: pbest(res, s["k"], s["p"], s["alpha"], 
          {"k": [8], "p": [16], "order": [3, 4, 5], "alpha": ALPHAS, "nodes": NODES},
          about="the p best lattice paths, verified in one call (Kim §7.2)")
 register("lookup", lambda res, s, answer: lattice.PromptLookupDrafter(
-             s["ngram"], reference=res.reference, copy=s["copy"]),
-         {"ngram": 3, "copy": 0}, {"ngram": [1, 2, 3, 4], "copy": COPIES},
+             s["ngram"], reference=res.reference, copy=s["copy"], nodes=s["nodes"]),
+         {"ngram": 3, "copy": 0, "nodes": 0}, {"ngram": [1, 2, 3, 4], "copy": COPIES},
          about="prompt lookup (Saxena 2023): BPD's draft and a copy from the context")
 register("lookup_pbest", lambda res, s, answer: lattice.PromptLookupDrafter(
              s["ngram"], DECODERS["pbest"].make(res, {k: s[k] for k in DECODERS["pbest"].defaults},

@@ -12,12 +12,25 @@ import torch.nn.functional as F
 PACKED = True    # False: F.linear everywhere (tools/peer_bench.py and peer_profile.py --unpacked)
 
 
+class Derived(dict):
+    """derived()'s tensors on one module, {name: (key, tensor)}: a copy of the module (deepcopy,
+    pickle) starts with none, since it remakes what it needs and a packed weight is an opaque
+    oneDNN tensor that cannot be copied."""
+
+    def __deepcopy__(self, memo):
+        return Derived()
+
+    def __reduce__(self):
+        return Derived, ()
+
+
 def derived(module, name, key, make):
     """A tensor made from a module's weights, kept (outside its state dict) until `key` (the
     weight's address and version) changes: make() runs once, not in every call."""
-    if module.__dict__.get(name + "_key") != key:
-        module.__dict__[name], module.__dict__[name + "_key"] = make(), key
-    return module.__dict__[name]
+    kept = module.__dict__.setdefault("_derived", Derived())
+    if name not in kept or kept[name][0] != key:
+        kept[name] = (key, make())
+    return kept[name][1]
 
 
 @functools.cache

@@ -5,13 +5,16 @@ change of that size; two versions timed side by side in one process do not suffe
 
     python tools/ab_revision.py [--rev b7b1c39] [--prompts 4] [--new-tokens 48] [--rounds 4]
                                 [--dtype bfloat16] [--checkpoint checkpoints/smollm2-heads.pt]
+    python tools/ab_revision.py --unpacked     # the working tree, packed weights or F.linear
 
 models/llama.py at --rev (`git show`) is loaded as a module of its own and its Llama is given the
 working tree model's tensors (the same GGUF weights and shipped heads, shared, not copied); the
 rest of the code (the decode loop, the KV cache) is the working tree's for both. Greedy and plain
 BPD are timed with both, one warm-up each, then --rounds rounds over the bench's test prompts with
 the order alternating per round. Prints ms a token, the ratio new / old time (median of the
-rounds' own ratios: below 1 is faster), and whether both gave the same tokens.
+rounds' own ratios: below 1 is faster), and whether both gave the same tokens. --unpacked
+compares the working tree's model with itself, its products on packed weights against F.linear
+(models/blocks.PACKED), instead of a revision.
 """
 import argparse
 import dataclasses
@@ -28,6 +31,7 @@ HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, HERE)
 import minibpd  # noqa: E402
 from lab import bench  # noqa: E402
+from models import blocks  # noqa: E402
 from runtime import threads  # noqa: E402
 
 
@@ -63,14 +67,19 @@ def main():
     p.add_argument("--prompts", type=int, default=4)
     p.add_argument("--new-tokens", type=int, default=48)
     p.add_argument("--rounds", type=int, default=4)
+    p.add_argument("--unpacked", action="store_true",
+                   help="the working tree's products on packed weights against F.linear")
     args = p.parse_args()
     if min(args.prompts, args.new_tokens, args.rounds) < 1:
         p.error("--prompts, --new-tokens and --rounds must be at least 1")
     threads.set_threads(1)
     load = lambda: " ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"load average {load()}, 1 thread, {args.dtype}, working tree against {args.rev}")
+    other = "F.linear" if args.unpacked else args.rev
+    print(f"load average {load()}, 1 thread, {args.dtype}, working tree against {other}")
     model, ck = minibpd.load_checkpoint(args.checkpoint, "cpu", getattr(torch, args.dtype))
-    models = {"working tree": model, args.rev: twin(model, llama_at(args.rev))}
+    models = {"working tree": model,
+              other: model if args.unpacked else twin(model, llama_at(args.rev))}
+    use = lambda name: setattr(blocks, "PACKED", name != "F.linear")
     every = bench.make_prompts(ck["splits"]["test"], ck["vocab"], max(16, args.prompts))
     prompts, n = every[::len(every) // args.prompts][:args.prompts], args.new_tokens
     methods = {"greedy": minibpd.greedy_decode, "bpd": lambda m, q, k: minibpd.bpd_decode(m, q, k)[0]}
@@ -79,9 +88,11 @@ def main():
     with torch.no_grad():
         for meth, fn in methods.items():
             for name, m in models.items():
+                use(name)
                 fn(m, prompts[0], min(n, 16))                         # warm-up
             for r in range(args.rounds):
                 for name in (list(models) if r % 2 == 0 else list(models)[::-1]):
+                    use(name)
                     t0 = time.perf_counter()
                     tokens[meth, name] = [fn(models[name], q, n) for q in prompts]
                     times[meth, name].append(time.perf_counter() - t0)

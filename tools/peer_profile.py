@@ -174,9 +174,9 @@ def main():
     print(f"| part | x | {ours.config.row_block}-row blocks (batch-invariant) | the one row | blocks / row |")
     print("| --- | ---: | ---: | ---: | ---: |")
     summed = [0.0, 0.0]
-    for name, times, blocks, one in parts(ours, args.reps):
-        summed = [summed[0] + blocks, summed[1] + one]
-        print(f"| {name} | {times} | {blocks:.2f} | {one:.2f} | {blocks / one:.2f} |")
+    for name, times, blocked, one in parts(ours, args.reps):
+        summed = [summed[0] + blocked, summed[1] + one]
+        print(f"| {name} | {times} | {blocked:.2f} | {one:.2f} | {blocked / one:.2f} |")
     print(f"| sum of the parts | | {summed[0]:.2f} | {summed[1]:.2f} | {summed[0] / summed[1]:.2f} |")
     for name, fn in calls.items():
         total, rows = operator_table(fn, 10, args.ops)

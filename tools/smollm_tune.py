@@ -12,6 +12,8 @@ checkpoint of kind smollm2-heads; any other is tuned with the registry's grids),
     kept (the shipped speed-tuned file was tuned when p-best's paths were verified as rows, before
     llama.tree_attention made tree verification exact on this model). Here nodes is 7 or 15 (a few paths of up to 4 drafted tokens),
     or 0 (no budget).
+  * lookup's nodes (tokens_per_s only): 7 keeps its copy where the token tree fits one 8-row
+    block beside BPD's draft (bf16 on a CPU with AVX512-BF16), or 0 (the copy always).
   * tokens_per_s times one decode per grid point (a 135M-parameter call is ~20x a character
     model's): alpha 0.3 / 0.5 / 0.7 / 0.9, orders 3 and 4 (order 5's table takes 14 s to build
     and the 5-gram DP is the slowest), neural's k = 8 only, its reach 0, 0.05, 0.2, 0.5 (the
@@ -31,7 +33,8 @@ NODES = [0, 7, 15]
 SPEED_GRID = {"neural": {"k": [8], "alpha": [0.3, 0.5, 0.7], "reach": [0.0, 0.05, 0.2, 0.5]},
               "ngram": {"order": [3, 4], "alpha": [0.3, 0.5, 0.7, 0.9]},
               "pbest0": {"nodes": [7, 15]},
-              "pbest": {"order": [3, 4], "alpha": [0.3, 0.5, 0.7, 0.9], "nodes": [7, 15]}}
+              "pbest": {"order": [3, 4], "alpha": [0.3, 0.5, 0.7, 0.9], "nodes": [7, 15]},
+              "lookup": {"nodes": [0, 7]}}
 
 
 def checkpoint_kind(argv):

@@ -95,6 +95,21 @@ def test_contract(context, ngram, m, seed):
     assert PromptLookupDrafter(ngram, base).max_drafts == 6
 
 
+@given(context=sequences, ngram=st.integers(1, 4), m=st.integers(2, 6), nodes=st.integers(1, 9),
+       seed=st.integers(0, 99))
+@examples()
+def test_nodes_bound_the_tree_and_keep_bpds_draft(context, ngram, m, nodes, seed):
+    """With a node budget the copy is verified only where the token tree (shared prefixes once,
+    the first token not counted) stays within `nodes` drafted tokens; BPD's draft always."""
+    lp = torch.randn(m, 4, generator=torch.Generator().manual_seed(seed)).log_softmax(-1)
+    full = PromptLookupDrafter(ngram)(lp, list(context))
+    drafts = PromptLookupDrafter(ngram, nodes=nodes)(lp, list(context))
+    tree = {tuple(d[:i + 1]) for d in drafts for i in range(1, len(d))}
+    assert drafts[0] == full[0] and drafts == full[:len(drafts)]
+    assert len(tree) <= max(nodes, m - 1)
+    assert drafts == full or len({tuple(d[:i + 1]) for d in full for i in range(1, m)}) > nodes
+
+
 def test_bad_ngram():
     for bad in (0, -1, 2.5, True, lattice.MAX_LOOKUP_NGRAM + 1):
         with pytest.raises(ValueError, match="ngram must be"):
@@ -122,7 +137,7 @@ def test_exact(device, m, plen, n, ngram, repeats, copy, verify):
     prompt = random_prompt(m[0], m[1], plen) * repeats
     greedy = greedy_decode(model, prompt, n)
     for name in ("lookup", "lookup_pbest"):
-        drafter = registry(name, model, ngram=ngram, k=3, p=4, copy=copy)
+        drafter = registry(name, model, ngram=ngram, k=3, p=4, copy=copy, nodes=copy % 7)
         out, stats = bpd_decode(model, prompt, n, drafter, verify=verify)
         assert out == greedy, name
         assert 1.0 <= stats["block_efficiency"] <= max(model.config.n_bpd_heads, copy + 1)
@@ -147,6 +162,14 @@ def test_bad_copy(bad):
         PromptLookupDrafter(3, copy=bad)
     with pytest.raises(ValueError, match="lookup: copy must be an integer >= 0"):
         decoders.check("lookup", {"ngram": 3, "copy": bad})
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "7"])
+def test_bad_nodes(bad):
+    with pytest.raises(ValueError, match="nodes must be an integer >= 0"):
+        PromptLookupDrafter(3, nodes=bad)
+    with pytest.raises(ValueError, match="lookup: nodes must be an integer >= 0"):
+        decoders.check("lookup", {"ngram": 3, "nodes": bad})
 
 
 def test_a_repeated_phrase_is_copied():

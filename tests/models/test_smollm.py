@@ -276,7 +276,8 @@ def test_chunked_equals_sequential_bitwise(dtype, packed, m, blocks, chunks, row
 def test_packed_products_are_the_products(dtype):
     """blocks.linear on a packed weight: F.linear's product within one rounding, the same bits
     under autograd as without it (the kernel is never the caller's choice), F.linear's gradients,
-    and a packed copy that follows its weight when the weight changes in place."""
+    a packed copy that follows its weight when the weight changes in place, and a module that
+    still deep-copies."""
     if not kernels.packs(dtype):
         pytest.skip(f"this CPU's oneDNN has no packed {dtype} products")
     torch.manual_seed(0)
@@ -299,6 +300,8 @@ def test_packed_products_are_the_products(dtype):
     with torch.no_grad():
         layer.weight.mul_(2)
         torch.testing.assert_close(kernels.linear(layer, x), F.linear(x, layer.weight, layer.bias), **tol)
+        twin = copy.deepcopy(layer)          # a packed weight is opaque: copies start without it
+        assert torch.equal(twin(x), layer(x))
 
 
 @pytest.fixture
