@@ -30,7 +30,7 @@ MAX_TEXT_BYTES = 64 * 2 ** 20  # --text: more is refused (the bench needs --prom
 
 
 def overrides(args):
-    return {"k": args.k, "p": args.p, "alpha": args.alpha, "copy": args.copy}
+    return {"k": args.k, "p": args.p, "alpha": args.alpha, "copy": args.copy, "nodes": args.nodes}
 
 
 MODES = ("demo", "prompt", "bench", "tune", "scale", "tasks")

@@ -138,6 +138,8 @@ def add_model_flags(p):
     p.add_argument("--alpha", type=float, default=None, help="LM interpolation weight in [0, 1]")
     p.add_argument("--copy", type=int, default=None, help="lookup, lookup_pbest: the most tokens "
                    "one copy drafts, past the heads' h - 1 (0: h - 1; transformers drafts 10)")
+    p.add_argument("--nodes", type=int, default=None, help="pbest0, pbest, lookup, lookup_pbest: "
+                   "the most drafted tokens in the token tree one call verifies (0: no budget)")
     p.add_argument("--accept", default="exact", metavar="RULE", help="--prompt: the acceptance "
                    "rule: exact (default) or an APPROXIMATE one of Stern §5 at temperature 0, topK "
                    "(a drafted token passes when among the base model's top K) or minB (every "

@@ -221,6 +221,7 @@ def test_sampling_commands(tiny_ckpt, capsys):
     (["--prompt", "The", "--decoder", "pbest", "--alpha", "2"], "alpha must be"),
     (["--prompt", "The", "--decoder", "lookup", "--copy", "-1"], "copy must be an integer >= 0"),
     (["--tune", "--copy", "10"], "--tune chooses --copy"),
+    (["--prompt", "The", "--decoder", "lookup", "--nodes", "-1"], "nodes must be an integer >= 0"),
     (["--prompt", "The", "--threads", "0"], "--threads"),
     (["--prompt", "The", "--seed", str(2 ** 64)], "--seed"),
     (["--bench", "--prompts", "0"], "--prompts"),
