@@ -25,8 +25,9 @@ class Derived(dict):
 
 
 def derived(module, name, key, make):
-    """A tensor made from a module's weights, kept (outside its state dict) until `key` (the
-    weight's address and version) changes: make() runs once, not in every call."""
+    """A tensor (or a small object of tensors) made from a module's weights, kept outside its
+    state dict until `key` (the weight's address and version) changes: make() runs once, not in
+    every call."""
     kept = module.__dict__.setdefault("_derived", Derived())
     if name not in kept or kept[name][0] != key:
         kept[name] = (key, make())
@@ -48,21 +49,19 @@ def packs(dtype):
         return False
 
 
-def linear(layer, x, weight=None):
-    """x [..., K] @ W^T + b -> [..., N], x in the dtype of W = `weight` (no bias) or layer.weight
-    (with layer.bias). On a CPU where oneDNN serves W's dtype (packs), W is packed once into
+def linear(layer, x):
+    """x [..., K] @ W^T + b -> [..., N] for anything with `weight` W [N, K] and `bias` (a Linear),
+    x in W's dtype. On a CPU where oneDNN serves W's dtype (packs), W is packed once into
     oneDNN's blocked layout (kept on `layer` while W is unchanged) and the product runs on it:
     F.linear lays W out anew in every call, which at a few rows costs about what the arithmetic
     does (docs/real-model.md, "Packed weights"). A product of one shape is one kernel either
     way, so a fixed-shape block treats its rows alike, but the two kernels round differently:
     the choice is made here alone (PACKED, the device, the dtype), never by the caller's state,
     and under autograd the packed product is the forward too (PackedLinear)."""
-    w = layer.weight if weight is None else weight
-    bias = layer.bias if weight is None else None
+    w, bias = layer.weight, layer.bias
     if not PACKED or w.device.type != "cpu" or not packs(w.dtype):
         return F.linear(x, w, bias)
-    p = derived(layer, "_packed" if weight is None else "_packed_other",
-                (w.data_ptr(), w._version, w.dtype),
+    p = derived(layer, "_packed", (w.data_ptr(), w._version, w.dtype),
                 lambda: torch.ops.mkldnn._reorder_linear_weight(w.detach(), None))
     flat = x.reshape(-1, x.shape[-1])
     if torch.is_grad_enabled():        # the same kernel, with gradients (Function.apply costs)

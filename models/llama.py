@@ -29,6 +29,7 @@ import copy
 import dataclasses
 import functools
 import math
+import types
 from dataclasses import dataclass
 
 import torch
@@ -492,9 +493,11 @@ class Llama(nn.Module):
         """Heads 2..h's logits [..., h - 1, V]: over draft_vocab by fixed-shape row blocks (the
         embedding rows of those tokens, copied once), DRAFT_FILL elsewhere."""
         W, ids = self.lm_head.weight, self.draft_vocab
-        w = derived(self, "_draft_w", (W.data_ptr(), W._version, W.dtype, id(ids)),
-                    lambda: W[ids].detach().contiguous())                 # [S, C]
-        sub = by_rows(lambda b: linear(self, b.to(w.dtype), w).to(b.dtype), zs, self.lm_head.rows)
+        sub_head = derived(self, "_draft_head", (W.data_ptr(), W._version, W.dtype, id(ids)),
+                           lambda: types.SimpleNamespace(weight=W[ids].detach().contiguous(),
+                                                         bias=None))     # weight [S, C]
+        dtype = sub_head.weight.dtype
+        sub = by_rows(lambda b: linear(sub_head, b.to(dtype)).to(b.dtype), zs, self.lm_head.rows)
         out = sub.new_full((*zs.shape[:-1], self.config.vocab_size), DRAFT_FILL)
         out[..., ids] = sub
         return out
