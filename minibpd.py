@@ -190,9 +190,10 @@ class GPT(nn.Module):
             x = block(x, cache, i, mask)
         return self.ln_f(x)
 
-    def head_logits(self, z):
+    def head_logits(self, z, last=None):
         """z: [..., C] -> logits of all h heads: [..., h, V]; head i predicts i - 1 tokens further:
-        lm_head(z) for head 1, lm_head(BPDHead_i(z)) for the others (Stern §6)."""
+        lm_head(z) for head 1, lm_head(BPDHead_i(z)) for the others (Stern §6). `last`, the
+        token just chosen, is for heads that read it (llama.ChainedHead); these do not."""
         if self.reference or not self.heads:   # the readable version: each head, one by one
             return self.lm_head(torch.stack([z] + [head(z) for head in self.heads], dim=-2))
         zs = head_states(self.heads, z.reshape(-1, z.shape[-1]))                 # [N, h, C]
@@ -385,7 +386,7 @@ def predict(model, drafter, z, seq, m, temperature=0.0, generator=None):
     own for this call, so nothing it does to either reaches verification."""
     if m == 0:                                   # nothing to draft: a plain one-token step
         return [[seq[-1]]], None
-    logprobs = F.log_softmax(model.head_logits(z)[:m + 1], dim=-1)          # [r, V]
+    logprobs = F.log_softmax(model.head_logits(z, seq[-1])[:m + 1], dim=-1)  # [r, V]
     sampling = temperature > 0 and hasattr(drafter, "sample")
     try:
         own = drafter_generator(generator) if sampling else None

@@ -172,9 +172,15 @@ def add_distill_args(p, arg):
         f"{SMOLLM_DEFAULTS['teacher_tokens']:,} with --smollm)", type=int)
     arg("--teacher-targets", "--smollm: which teacher-forced argmaxes are targets: 'exact' "
         "(only where the text's tokens in between were greedy's, so that the target is greedy's "
-        "own token) or 'all'", default="exact", metavar="WHICH")
+        "own token) or 'all' (default: 'all' for chained heads, which read the text's tokens in "
+        "between, so that every argmax is the base's choice after what they read; 'exact' for "
+        "Stern's)", metavar="WHICH")
     arg("--teacher-steps", "--smollm: optimizer steps on the teacher-forced positions "
         f"(default: {SMOLLM_DEFAULTS['teacher_steps']} with --smollm)", type=int)
+    arg("--head-form", "--smollm: heads 2..h in Stern §6's form ('stern': each reads the final "
+        "hidden state alone) or 'chained' (each also reads the token the head before it drafted; "
+        "ours, after Hydra; models/llama.py ChainedHead) (default: "
+        f"{SMOLLM_DEFAULTS['head_form']} with --smollm)", metavar="FORM")
     arg("--draft-vocab", "--smollm: heads 2..h train on, and draft among, the S tokens the base "
         "chose most often (exact: verification keeps every token); 0: all of them (default: "
         f"{SMOLLM_DEFAULTS['draft_vocab']} with --smollm)", type=int, metavar="S")
@@ -186,6 +192,9 @@ def explicit_flags(parser, argv):
             if any(x == opt or x.startswith(opt + "=") for x in argv)}
 
 
+SMOLLM_FLAGS = ("teacher_tokens", "teacher_steps", "teacher_targets", "draft_vocab", "head_form")
+
+
 def check_distill_args(args):
     """--distill's and --tasks' own checks (they set their defaults first), before any work."""
     chosen = [m for m, on in (("--distill", args.distill is not None), ("--tasks", args.tasks),
@@ -194,7 +203,7 @@ def check_distill_args(args):
         fail(f"{' and '.join(chosen)} are different ways to train: choose one")
     mode = chosen[0] if chosen else None
     own = {"--distill": ("regen_every", "gen_rows", "teacher", "anchor"), "--tasks": (),
-           "--smollm": ("teacher_tokens", "teacher_steps", "teacher_targets", "draft_vocab")}
+           "--smollm": SMOLLM_FLAGS}
     for flag in ("base",) * (mode in (None, "--smollm")) + sum((v for k, v in own.items() if k != mode), ()):
         if flag in args.given:
             fail(f"--{flag.replace('_', '-')} only applies with "
@@ -259,6 +268,10 @@ def check_smollm_args(args):
     for name in ("teacher_tokens", "teacher_steps", "draft_vocab"):
         if getattr(args, name) < 0:
             fail(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
+    if args.head_form not in ("stern", "chained"):
+        fail(f"--head-form must be 'stern' or 'chained', got {args.head_form!r}")
+    if args.teacher_targets is None:
+        args.teacher_targets = "all" if args.head_form == "chained" else "exact"
     if args.teacher_targets not in ("exact", "all"):
         fail(f"--teacher-targets must be 'exact' or 'all', got {args.teacher_targets!r}")
     if args.teacher_tokens and not args.teacher_steps:

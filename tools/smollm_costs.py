@@ -176,6 +176,9 @@ def projection_costs(path, subsets=(2048, 4096, 8192, 16384), prompts=4, tokens=
     model, ck = minibpd.load_checkpoint(path)
     h, W = model.config.n_bpd_heads, model.lm_head.weight.detach()
     z = torch.randn(1, model.config.n_embd)
+    if model.config.head_form != "stern":
+        sys.exit(f"--projection times Stern-form heads' stacked states; {path} holds "
+                 f"{model.config.head_form} heads (each reads the token drafted before it)")
     heads_z = model._head_states(z).view(h, -1)                           # [h, C]
     train = torch.tensor(ck["vocab"].encode(ck["splits"]["train"]))
     ranked = torch.bincount(train, minlength=len(W)).argsort(descending=True)

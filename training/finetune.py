@@ -219,8 +219,10 @@ def finetune_tasks(cfg, log=print):
 
 
 # ----------------------------------------------------------------------------- SmolLM2's heads
-# Medusa-1 on a frozen pretrained LM (smollm.py): heads 2..h in Stern §6's form learn the frozen
-# base's own greedy future (self-distillation: the base, hence greedy output, never changes).
+# Medusa-1 on a frozen pretrained LM (smollm.py): heads 2..h, chained (--head-form chained, the
+# default: each reads the token the head before it drafted, llama.ChainedHead) or in Stern §6's
+# form, learn the frozen base's own greedy future (self-distillation: the base, hence greedy
+# output, never changes).
 #   1. corpus   text that ships offline: pydoc_data.topics, stdlib function sources (code and
 #               docstrings), the tasks' prompts (tasks.py); tune and test splits held out.
 #   2. generate greedy continuations of train-split prompts, P rows of one KV cache, keeping
@@ -233,8 +235,10 @@ def finetune_tasks(cfg, log=print):
 #               second than generating them, docs/training.md): head i at state s is scored on
 #               the base's argmax at s + i - 1, which is greedy's own token i - 1 steps on where
 #               the text's tokens in between were the argmaxes. teacher.forced_targets keeps
-#               only those (exact targets); --teacher-targets all keeps every argmax
-#               (docs/training.md has both). The heads pre-train on it for --teacher-steps.
+#               only those (exact targets, Stern heads' default); --teacher-targets all keeps
+#               every argmax (chained heads' default: they read the text's tokens in between,
+#               teacher.chain_inputs, so the argmax follows what they read; docs/training.md).
+#               The heads pre-train on it for --teacher-steps.
 #   4. train    the heads on the generated states alone: head i at state s is scored on generated
 #               token s + i - 1, the output projection (the tied embedding, frozen) in bf16,
 #               batched over all heads. The early-exit rescorer's adapter trains beside them.
@@ -247,7 +251,7 @@ def finetune_tasks(cfg, log=print):
 SMOLLM_OUT = os.path.join(os.path.dirname(CHECKPOINT), "smollm2-heads.pt")
 SMOLLM_DEFAULTS = {"steps": 3000, "lr": 1e-3, "warmup": 50, "batch_size": 160, "heads": 5,
                    "teacher_tokens": 1_000_000, "teacher_steps": 4000, "draft_vocab": 8192,
-                   "out": SMOLLM_OUT}
+                   "head_form": "chained", "out": SMOLLM_OUT}
 SMOLLM_TEXT = {"topics": None, "functions": (400_000, 20_000), "task prompts": (400_000, 20_000)}
 CONTINUATIONS = {"train": 2304, "tune": 64}   # greedy continuations generated per split
 GEN_TOKENS, GEN_ROWS, GEN_WINDOW = 128, 64, 256   # tokens each, rows per batch, cache window
@@ -372,25 +376,62 @@ def projected_loss(states, targets, weight):
 
 
 class SmolHeads(torch.nn.Module):
-    """What trains: heads 2..h (model.heads) and the early-exit adapter (llama.bpd_head, BPDHead
-    form, on the base's final norm of the residual stream after EXIT_LAYERS blocks)."""
+    """What trains: heads 2..h (model.heads) and the early-exit adapter (llama.exit_head, BPDHead
+    form, on the base's final norm of the residual stream after EXIT_LAYERS blocks). Chained
+    heads (llama.ChainedHead) read the tokens before theirs: teacher forcing, where a drafted
+    token only matters when every one before it was greedy's (ChainedHead)."""
 
     def __init__(self, model, exit_head):
         super().__init__()
         self.heads, self.exit, self.norm = model.heads, exit_head, model.norm
+        self.chained = model.config.head_form == "chained"
+        self.embedding = model.tok_emb.weight.detach()                  # [V, C], frozen
 
-    def forward(self, z, exit_states=None):
-        """z [B, C], exit_states [B, C] -> heads 2..h's states [B, h - 1, C], exit's [B, 1, C]
-        (None without exit_states)."""
-        ys = torch.stack([head(z) for head in self.heads], dim=1)
-        return ys, None if exit_states is None else self.exit(self.norm(exit_states.float()))[:, None]
+    def forward(self, z, exit_states=None, tokens=None):
+        """z [B, C], exit_states [B, C], tokens [B, h - 1] (greedy's tokens 1..h - 1 after z's
+        state, the first the one z chose; -1: none; chained heads only) -> heads 2..h's states
+        [B, h - 1, C], exit's [B, 1, C] (None without exit_states)."""
+        ex = None if exit_states is None else self.exit_state(exit_states)
+        if not self.chained:
+            return torch.stack([head(z) for head in self.heads], dim=1), ex
+        f, ys = z, []
+        for i, head in enumerate(self.heads):
+            e = self.embedding[tokens[:, i].clamp_min(0)].to(f.dtype)      # [B, C]
+            f = head(torch.cat([f, e], dim=-1))
+            ys.append(f)
+        return torch.stack(ys, dim=1), ex
+
+    def exit_state(self, exit_states):
+        """The exit adapter's state [B, 1, C] on the residual stream exit_states [B, C]."""
+        return self.exit(self.norm(exit_states.float()))[:, None]
+
+    @torch.no_grad()
+    def draft(self, z, weight, ids=None):
+        """Heads 2..h's drafts at states z [B, C] as decoding makes them (greedy's first token
+        is head 1's argmax; each chained head reads the token the one before it drafted) ->
+        [B, h - 1] token ids, over the draft vocabulary `ids` (None: all of weight [V, C])."""
+        sub = weight if ids is None else weight[ids]
+
+        def argmax(states):                                       # [B, k, C] -> token ids [B, k]
+            t = F.linear(states.to(weight.dtype), sub).argmax(-1)
+            return t if ids is None else ids[t]
+        if not self.chained:
+            return argmax(self(z)[0])
+        t, f, out = F.linear(z.to(weight.dtype), weight).argmax(-1), z, []   # t: head 1's token
+        for head in self.heads:
+            f = head(torch.cat([f, self.embedding[t].to(f.dtype)], dim=-1))
+            t = argmax(f[:, None])[:, 0]
+            out.append(t)
+        return torch.stack(out, dim=1)
 
 
 def smollm_loss(trainee, weight, data, cfg, gen, ids=None, exit=True):
     """-> loss_at(step) for fit: a random batch of positions, heads 2..h on their future tokens
     (over the draft vocabulary `ids`, None: all) and, with `exit`, the exit adapter on the next
-    token (every token), the two losses added."""
+    token (every token), the two losses added. Chained heads read data["inputs"] (teacher
+    forcing: the text's tokens) or, on greedy continuations, greedy's own tokens."""
     z, targets = data["z"].flatten(0, 1), data["targets"].flatten(0, 1)
+    inputs = data["inputs"].flatten(0, 1) if "inputs" in data else targets[:, :-1]   # greedy's
     exits = data["exit"].flatten(0, 1) if exit else None
     future = in_vocab(targets[:, 1:], ids, len(weight))           # heads 2..h's, in the vocabulary
     keep = torch.nonzero(targets[:, 1] >= 0).flatten()       # positions with a head-2 target
@@ -398,7 +439,7 @@ def smollm_loss(trainee, weight, data, cfg, gen, ids=None, exit=True):
 
     def loss_at(step):
         pick = keep[torch.randint(len(keep), (cfg.batch_size,), generator=gen)]
-        ys, ex = trainee(z[pick], None if exits is None else exits[pick])
+        ys, ex = trainee(z[pick], None if exits is None else exits[pick], inputs[pick])
         heads, per_head, _, _ = projected_loss(ys, future[pick], sub)
         exit_loss = projected_loss(ex, targets[pick, :1], weight)[0] if exit else torch.zeros(())
         return heads + exit_loss, lambda: ("heads 2..h " + " ".join(f"{x:.2f}" for x in per_head.tolist())
@@ -408,17 +449,17 @@ def smollm_loss(trainee, weight, data, cfg, gen, ids=None, exit=True):
 
 @torch.no_grad()
 def held_out(trainee, weight, data, ids=None, chunk=256):
-    """On held-out continuations: each state's argmax of heads 1..h (heads 2..h over the draft
-    vocabulary `ids`, as they draft) and of the exit adapter -> (preds [N, T, h], exit preds
-    [N, T]); each scored against targets [N, T, h] (head 1 and the exit: the next token)."""
+    """On held-out continuations: each state's drafts of heads 1..h as decoding makes them
+    (SmolHeads.draft: heads 2..h over the draft vocabulary `ids`) and the exit adapter's argmax
+    -> (preds [N, T, h], exit preds [N, T]); each scored against targets [N, T, h] (head 1 and
+    the exit: the next token)."""
     z, exits, (N, T, h) = data["z"].flatten(0, 1), data["exit"].flatten(0, 1), data["targets"].shape
-    sub, preds = weight if ids is None else weight[ids], []
+    preds = []
     for i in range(0, len(z), chunk):
-        ys, ex = trainee(z[i:i + chunk], exits[i:i + chunk])
+        ex = trainee.exit_state(exits[i:i + chunk])                           # [b, 1, C]
         first = torch.cat([z[i:i + chunk, None], ex], dim=1)                 # [b, 2, C]
         full = F.linear(first.to(weight.dtype), weight).argmax(-1)           # [b, 2]
-        drafts = F.linear(ys.to(weight.dtype), sub).argmax(-1)               # [b, h - 1]
-        drafts = drafts if ids is None else ids[drafts]
+        drafts = trainee.draft(z[i:i + chunk], weight, ids)                  # [b, h - 1]
         preds.append(torch.cat([full[:, :1], drafts, full[:, 1:]], dim=1))   # [b, h + 1]
     preds = torch.cat(preds).view(N, T, h + 1)
     return preds[..., :h], preds[..., h]
@@ -465,8 +506,8 @@ def smollm_heads(cfg, log=print):
     t0, cpu0, load0 = time.time(), time.process_time(), load_average()
     torch.manual_seed(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
-    model, vocab = smollm.load(dtype=torch.bfloat16, n_bpd_heads=cfg.heads)
-    exit_head = llama.bpd_head(model.config)
+    model, vocab = smollm.load(dtype=torch.bfloat16, n_bpd_heads=cfg.heads, head_form=cfg.head_form)
+    exit_head = llama.exit_head(model.config)
     texts, corpus = smollm_corpus()
     log(f"corpus: {corpus['name']}, characters train/tune/test " +
         " / ".join(f"{sum(corpus['chars'][s]):,}" for s in tasks.SPLITS))
@@ -547,7 +588,7 @@ def smollm_record(trainee, weight, tune, cfg, log, ids=None):
         + f"; early exit after {EXIT_LAYERS} blocks: {exit_agree:.0%}")
     log("tune block efficiency (replayed BPD) with 1..h heads: "
         + " ".join(f"{b:.2f}" for b in be.values()))
-    keep = ("steps", "lr", "warmup", "batch_size", "heads", "seed")
+    keep = ("steps", "lr", "warmup", "batch_size", "heads", "seed", "head_form")
     return {**{k: getattr(cfg, k) for k in keep}, "continuations": CONTINUATIONS,
             "gen_tokens": GEN_TOKENS, "exit_layers": EXIT_LAYERS,
             "tune_greedy_agreement": agree, "tune_exit_agreement": exit_agree,

@@ -73,6 +73,7 @@ class TrainConfig:
     teacher_steps: int = 0        # --smollm: optimizer steps on them
     teacher_targets: str = "exact"  # --smollm: 'exact' (greedy's tokens only) or 'all' argmaxes
     draft_vocab: int = 0          # --smollm: tokens heads 2..h draft among (0: all)
+    head_form: str = "stern"      # --smollm: heads 2..h's form (models.llama.HEAD_FORMS)
 
     @classmethod
     def from_args(cls, args):

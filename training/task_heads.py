@@ -77,8 +77,8 @@ def generate(model, batches, n, log):
 
 
 def exit_adapter(model, ck):
-    """The checkpoint's early-exit adapter (ck["rescorer"]) as a trainable fp32 head (llama.bpd_head)."""
-    head = llama.bpd_head(model.config)
+    """The checkpoint's early-exit adapter (ck["rescorer"]) as a trainable fp32 head (llama.exit_head)."""
+    head = llama.exit_head(model.config)
     head.load_state_dict({k: v.float() for k, v in ck["rescorer"].items()})
     return head.float()
 
@@ -97,7 +97,7 @@ def finetune_on(model, vocab, prompts, steps, seed, log=print, exit_head=None):
             "targets": head_targets(tokens, model.config.n_bpd_heads)}
     gen_s, dtype = time.time() - t0, next(model.heads.parameters()).dtype
     trained_exit = exit_head is not None
-    exit_head = exit_head if trained_exit else llama.bpd_head(model.config).float()
+    exit_head = exit_head if trained_exit else llama.exit_head(model.config).float()
     model.heads.float()
     trainee = SmolHeads(model, exit_head)
     for p in model.parameters():

@@ -1,7 +1,8 @@
 """teacher: the targets SmolLM2's heads train on (training/finetune.py, "SmolLM2's heads"): head
 i's target at each state (head_targets), teacher forcing (the base's argmax at each position of
 offline text, one batched forward a window, no generation) with only the argmaxes that are
-greedy's own tokens kept (forced_targets), and the draft vocabulary heads 2..h train on and
+greedy's own tokens kept (forced_targets) or, for chained heads, every argmax with the text's
+tokens that lead to it (chain_inputs), and the draft vocabulary heads 2..h train on and
 draft among (draft_vocabulary, in_vocab; models.llama.Llama.draft_vocab).
 """
 import time
@@ -22,8 +23,8 @@ def head_targets(tokens, h):
 @torch.no_grad()
 def teacher_forced(model, ids, n, log, exact=True):
     """ids [N] (teacher_text's tokens) -> {"tokens": the base's argmax [W, T], "z" [W, T, C] fp32,
-    "targets" [W, T, h]}: the first n tokens as W windows of T = TEACHER_WINDOW, TEACHER_ROWS
-    windows a forward, the plain kernels (as generate_split); exact=False: every argmax a target
+    "targets" [W, T, h], "inputs" [W, T, h - 1] (chain_inputs)}: the first n tokens as W
+    windows of T = TEACHER_WINDOW, TEACHER_ROWS windows a forward, the plain kernels (as generate_split); exact=False: every argmax a target
     (head_targets), not only greedy's (forced_targets). No exit states: the exit adapter trains
     on the generated continuations only."""
     T, h = TEACHER_WINDOW, model.config.n_bpd_heads
@@ -45,7 +46,17 @@ def teacher_forced(model, ids, n, log, exact=True):
         model.batch_invariant = True
     tokens = torch.cat(tokens)
     targets = forced_targets(windows, tokens, h) if exact else head_targets(tokens, h)
-    return {"tokens": tokens, "z": torch.cat(zs).float(), "targets": targets}
+    return {"tokens": tokens, "z": torch.cat(zs).float(), "targets": targets,
+            "inputs": chain_inputs(windows, h)}
+
+
+def chain_inputs(windows, h):
+    """windows [W, T] (the text) -> [W, T, h - 1]: the tokens chained heads read at each state,
+    the text's next h - 1 tokens (-1 past the window). Head i's target, the argmax at s + i - 1,
+    is the base's choice after exactly those tokens, so every argmax is a fair target for a
+    chained head (llama.ChainedHead), whether or not the text was greedy's."""
+    after = torch.cat([windows[:, 1:], windows.new_full((len(windows), 1), -1)], dim=1)
+    return head_targets(after, h - 1)
 
 
 def forced_targets(windows, tokens, h):

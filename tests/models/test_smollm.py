@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
 from lab import bench
 import decoders
@@ -35,10 +35,11 @@ from runtime import contract
 from models import smollm
 from conftest import ROOT
 from conftest import SMOLLM_HEADS as HEADS
-from conftest import examples, heads_or_skip, random_prompt, real_model_or_skip
+from conftest import bound, exact, examples, heads_or_skip, l1, random_prompt, real_model_or_skip
 from runtime.kvcache import KVCache, window_start
 from minibpd import bpd_decode, greedy_decode
-from models.llama import EarlyExit, Llama, LlamaConfig
+from models.llama import Llama, LlamaConfig
+from models.smollm import EarlyExit
 from models import blocks, llama
 kernels = blocks     # (test arguments named `blocks` shadow the module)
 from runtime import checkpoint, kvcache
@@ -48,15 +49,16 @@ HERE = ROOT  # the repository
 
 
 def tiny_llama(seed, vocab, n_layer, h, block, n_kv, group, head_dim, hidden=12,
-               dtype=torch.float64, batch_invariant=False, rows=1, key_block=64, std=0.5):
-    """Random Llama (row_block: `rows` times the smallest valid one). A large init std spreads
-    the logits, so argmaxes are not near-ties."""
+               dtype=torch.float64, batch_invariant=False, rows=1, key_block=64, std=0.5,
+               head_form="stern"):
+    """Random Llama (row_block: `rows` times the smallest valid one), heads 2..h in `head_form`.
+    A large init std spreads the logits, so argmaxes are not near-ties."""
     torch.manual_seed(seed)
     n_head = n_kv * group
     cfg = LlamaConfig(vocab_size=vocab, block_size=block, n_bpd_heads=h, n_layer=n_layer,
                       n_head=n_head, n_kv_head=n_kv, n_embd=n_head * head_dim, n_hidden=hidden,
                       rope_theta=100.0, n_positions=block + 32, batch_invariant=False,
-                      key_block=key_block)
+                      key_block=key_block, head_form=head_form)
     cfg = dataclasses.replace(cfg, batch_invariant=batch_invariant,
                               row_block=rows * cfg.row_multiple)
     model = Llama(cfg)
@@ -71,6 +73,7 @@ llamas = st.tuples(st.integers(0, 10**6), st.integers(2, 64), st.integers(1, 2),
                    st.integers(1, 16), st.integers(1, 2), st.integers(1, 3), st.sampled_from([2, 4]))
 # batch-invariant mode and its block sizes: the float64 tests run both code paths
 modes = st.tuples(st.booleans(), st.integers(1, 3), st.sampled_from([64, 128]))
+forms = st.sampled_from(llama.HEAD_FORMS)          # heads 2..h: Stern's or chained
 
 
 @torch.no_grad()
@@ -100,22 +103,24 @@ class TopTwoDrafter:
 
 
 
-def invariant_llama(m, dtype, wide=False):
+def invariant_llama(m, dtype, wide=False, form="stern"):
     """A batch-invariant tiny Llama of the `llamas` tuple m with head sizes 4 and 8 (as
     check_chunked's): with 3 heads of 2 (n_embd 6) MKL's small-matrix product of K = 6 columns
     and N <= 10 outputs rounds a row by its place in the block (found by the tree test on a
     2-core AMD EPYC), a width no real model has; the rule batch invariance rests on is that
     a fixed-shape kernel treats its rows alike, which test_chunked checks at these widths."""
-    model = tiny_llama(*m[:7], 2 * m[7], hidden=24, dtype=dtype, batch_invariant=True, std=0.3)
+    model = tiny_llama(*m[:7], 2 * m[7], hidden=24, dtype=dtype, batch_invariant=True, std=0.3,
+                       head_form=form)
     model.config = dataclasses.replace(model.config, wide_prefill=wide)   # bf16 prefills widened
     return model
 
 # ----------------------------------------------------------------------------- exactness (float64)
 
 @examples()
-@given(m=llamas, mode=modes, plen=st.integers(1, 30), n=st.integers(1, 30))
-def test_bpd_equals_greedy_equals_naive(m, mode, plen, n):
-    model = tiny_llama(*m, batch_invariant=mode[0], rows=mode[1], key_block=mode[2])
+@given(m=llamas, mode=modes, plen=st.integers(1, 30), n=st.integers(1, 30), form=forms)
+def test_bpd_equals_greedy_equals_naive(m, mode, plen, n, form):
+    model = tiny_llama(*m, batch_invariant=mode[0], rows=mode[1], key_block=mode[2],
+                       head_form=form)
     prompt = random_prompt(m[0], m[1], plen)
     greedy = greedy_decode(model, prompt, n)
     assert greedy == naive_greedy(model, prompt, n)        # the cache does not change the maths
@@ -125,10 +130,10 @@ def test_bpd_equals_greedy_equals_naive(m, mode, plen, n):
 
 
 @examples(0.6)
-@given(m=llamas, mode=modes, plen=st.integers(1, 30), n=st.integers(1, 30))
-def test_tree_verification_equals_batch(m, mode, plen, n):
+@given(m=llamas, mode=modes, plen=st.integers(1, 30), n=st.integers(1, 30), form=forms)
+def test_tree_verification_equals_batch(m, mode, plen, n, form):
     """Tree verification where it is allowed: models without batch invariance (float64 here)."""
-    model = tiny_llama(*m, batch_invariant=False, rows=mode[1], key_block=mode[2])
+    model = tiny_llama(*m, batch_invariant=False, rows=mode[1], key_block=mode[2], head_form=form)
     prompt = random_prompt(m[0], m[1], plen)
     tree, tree_stats = bpd_decode(model, prompt, n, TopTwoDrafter(), verify="tree")
     batch, batch_stats = bpd_decode(model, prompt, n, TopTwoDrafter(), verify="batch")
@@ -136,8 +141,9 @@ def test_tree_verification_equals_batch(m, mode, plen, n):
     assert tree_stats["accepted"] == batch_stats["accepted"]
 
 
-def test_untrained_heads_start_as_head_one():
-    model = tiny_llama(3, 40, 1, 4, 16, 1, 2, 4, batch_invariant=True)   # exact comparison
+@pytest.mark.parametrize("form", llama.HEAD_FORMS)
+def test_untrained_heads_start_as_head_one(form):
+    model = tiny_llama(3, 40, 1, 4, 16, 1, 2, 4, batch_invariant=True, head_form=form)
     for hd in model.heads:                                   # what Llama() builds: W2 = 0
         torch.nn.init.zeros_(hd.proj.weight)
         torch.nn.init.zeros_(hd.proj.bias)
@@ -189,6 +195,73 @@ def test_reference_switch_runs_the_heads_one_by_one(monkeypatch):
     assert ref.head_logits(z).shape == (1, 9, 4, 40)                     # one by one
     with pytest.raises(AssertionError, match="stacked path"):
         model.head_logits(z)
+
+
+# ----------------------------------------------------------------------------- chained heads
+
+def chained_by_hand(model, z, last):
+    """The chain spelled out for one state z [C] whose chosen token is `last`: head 1's logits,
+    then each head on [f; e(t)], t the token the head before it drafted. -> [h, V]"""
+    rows, f, t = [model.lm_head(z)], z, last
+    for head in model.heads:
+        f = head(torch.cat([f, model.tok_emb.weight[t].to(f.dtype)])[None])[0]
+        rows.append(model.lm_head(f))
+        t = int(rows[-1].argmax())
+    return torch.stack(rows)
+
+
+def test_chained_heads_read_the_token_drafted_before_them():
+    model = tiny_llama(7, 30, 1, 5, 16, 2, 1, 4, head_form="chained")     # float64, plain
+    z = model(torch.tensor([random_prompt(7, 30, 6)]))[0]                  # [6, C]
+    logits = model.head_logits(z)                                          # [6, 5, V]
+    assert logits.shape == (6, 5, 30)
+    for s in range(6):
+        torch.testing.assert_close(logits[s], chained_by_hand(model, z[s], int(logits[s, 0].argmax())))
+    other = (logits[:, 0].argmax(-1) + 1) % 30          # `last`: head 2 reads it, not the argmax
+    moved = model.head_logits(z, other)
+    assert torch.equal(moved[:, 0], logits[:, 0]) and not torch.allclose(moved[:, 1], logits[:, 1])
+    torch.testing.assert_close(moved[2], chained_by_hand(model, z[2], int(other[2])))
+    torch.testing.assert_close(model.head_logits(z[3], int(other[3])), moved[3])   # as predict
+    torch.testing.assert_close(model.first_heads(3).head_logits(z), logits[:, :3])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_chained_drafts_do_not_depend_on_the_batch(dtype):
+    """Batch-invariant, a state's chained logits are the same bits alone or among others (so
+    the lab's replays draft what decoding drafts), over all tokens or a draft vocabulary, and
+    BPD with them and a draft vocabulary stays greedy."""
+    model = tiny_llama(9, 40, 1, 4, 16, 1, 2, 4, hidden=24, dtype=dtype, batch_invariant=True,
+                       std=0.3, head_form="chained")
+    z = model(torch.tensor([random_prompt(9, 40, 11)]))[0]                 # [11, C]
+    for vocab in (None, torch.tensor([1, 3, 5, 7, 11, 13, 17, 19, 23, 29])):
+        model.draft_vocab = vocab
+        together = model.head_logits(z)
+        for s in range(len(z)):
+            assert torch.equal(model.head_logits(z[s]), together[s])
+    for seed in range(4):
+        prompt = random_prompt(seed, 40, 12)
+        out, stats = bpd_decode(model, prompt, 20)
+        assert out == greedy_decode(model, prompt, 20)
+        assert all(t in model.draft_vocab.tolist() for s in stats["steps"] for t in s["drafts"][0][1:])
+
+
+@pytest.mark.parametrize("drafter", ["argmax", "sampled"])
+def test_chained_heads_sample_the_base_model_exactly(drafter):
+    """Under sampling head 2 reads the SAMPLED token (head_logits's `last`), not head 1's argmax;
+    whatever the chain proposes, BPD's output is distributed as sample_decode's: the check and
+    bound of tests/runtime/test_sampling.py (false-failure rate 1e-6; its power is shown there on
+    two wrong acceptance rules), with a window of 4 that the 3 new tokens cross."""
+    model = tiny_llama(21, 3, 1, 4, 4, 1, 1, 2, head_form="chained")
+    prompt, n, T, N = random_prompt(21, 3, 3), 3, 1.0, 40 * settings().max_examples
+    make = {"argmax": lambda: None, "sampled": decoders.HeadSampler}[drafter]
+    gen, counts, tried = torch.Generator().manual_seed(0), {}, 0
+    for _ in range(N):
+        out, stats = bpd_decode(model, prompt, n, make(), T, gen)
+        counts[tuple(out)] = counts.get(tuple(out), 0) + 1
+        tried += sum(len(step["tries"]) for step in stats["steps"])
+    assert tried > N / 2                                 # the drafts were verified
+    probs = exact(model, prompt, n, T)
+    assert l1(counts, probs, N) < bound(len(probs), N)
 
 
 @examples()
@@ -321,11 +394,11 @@ def test_chunked_equals_sequential_bitwise_two_threads(two_threads, dtype, m, bl
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @examples(0.4)
-@given(m=llamas, plen=st.integers(1, 30), n=st.integers(1, 30), wide=st.booleans())
-def test_bpd_equals_greedy_in_low_precision(dtype, m, plen, n, wide):
+@given(m=llamas, plen=st.integers(1, 30), n=st.integers(1, 30), wide=st.booleans(), form=forms)
+def test_bpd_equals_greedy_in_low_precision(dtype, m, plen, n, wide, form):
     """The product: with batch invariance, BPD is exact in float32 and bfloat16 too, the prompt's
     and every new window's prefill plain (and widened, or not) in greedy and BPD alike."""
-    model = invariant_llama(m, dtype, wide)
+    model = invariant_llama(m, dtype, wide, form)
     prompt = random_prompt(m[0], m[1], plen)
     greedy = greedy_decode(model, prompt, n)
     assert bpd_decode(model, prompt, n)[0] == greedy
@@ -400,11 +473,11 @@ def test_tree_attention_is_needed_under_batch_invariance(monkeypatch):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @examples(0.4)
-@given(m=llamas, plen=st.integers(1, 30), n=st.integers(1, 30), wide=st.booleans())
-def test_tree_verification_equals_greedy_under_batch_invariance(dtype, m, plen, n, wide):
+@given(m=llamas, plen=st.integers(1, 30), n=st.integers(1, 30), wide=st.booleans(), form=forms)
+def test_tree_verification_equals_greedy_under_batch_invariance(dtype, m, plen, n, wide, form):
     """The product: verify='tree' on a batch-invariant model returns greedy's tokens, with the
     same accepted counts as verifying the drafts as rows."""
-    model = invariant_llama(m, dtype, wide)
+    model = invariant_llama(m, dtype, wide, form)
     prompt = random_prompt(m[0], m[1], plen)
     tree, tree_stats = bpd_decode(model, prompt, n, TopTwoDrafter(), verify="tree")
     rows, rows_stats = bpd_decode(model, prompt, n, TopTwoDrafter(), verify="batch")
@@ -722,8 +795,9 @@ def imported(path):
 
 def test_layering_a_model_family_is_one_module_and_the_core_imports_none():
     """llama.py stands on the paper's heads (minibpd), the cache (KVSpec, KVCache) and its own
-    fixed-shape products (models/blocks.py, torch and the standard library only), nothing else of the project; smollm.py on llama, the checkpoint's checks, numpy and, inside functions only, the
-    optional packages. The
+    fixed-shape products (models/blocks.py, torch and the standard library only), nothing else of
+    the project; smollm.py on llama, blocks (its early exit's fixed-shape rows), the
+    checkpoint's checks, numpy and, inside functions only, the optional packages. The
     core (minibpd, lattice, runtime/, decoders/) imports no model family: minibpd.MODEL_FAMILIES
     names the module of each checkpoint kind."""
     stdlib = set(sys.stdlib_module_names)
@@ -737,7 +811,7 @@ def test_layering_a_model_family_is_one_module_and_the_core_imports_none():
     assert {m.split(".")[0] for m in top} <= stdlib | {"torch", "numpy", "models", "runtime"}, top
     assert {m for m in everywhere if m.split(".")[0] in ("models", "minibpd", "runtime", "lab",
                                                          "decoders", "training")} == \
-        {"models.llama", "runtime.checkpoint"}
+        {"models.llama", "models.blocks", "runtime.checkpoint"}
     assert {m.split(".")[0] for m in everywhere - top} <= {"gguf", "tokenizers"}
     core = ["minibpd.py", "lattice.py"] + [os.path.join(d, f) for d in ("runtime", "decoders")
                                           for f in os.listdir(os.path.join(HERE, d)) if f.endswith(".py")]
@@ -888,7 +962,7 @@ def test_perplexity_catches_the_rotary_permutation_bug(real):
     """The converter's Q/K row permutation, left in place, still writes plausible text: only the
     perplexity shows it. Bound 20, between the two."""
     model, tokens = real[torch.float32], real["vocab"].encode(ENGLISH)
-    good = llama.perplexity(model, tokens)
+    good = smollm.perplexity(model, tokens)
     cfg = model.config
     split = [cfg.n_head * cfg.head_dim, cfg.n_kv_head * cfg.head_dim]
     saved = [b.qkv.weight.detach().clone() for b in model.blocks]
@@ -898,7 +972,7 @@ def test_perplexity_catches_the_rotary_permutation_bug(real):
                 q, k = b.qkv.weight[:split[0]], b.qkv.weight[split[0]:sum(split)]
                 q.copy_(smollm.permute_rotary(q.clone(), cfg.n_head))
                 k.copy_(smollm.permute_rotary(k.clone(), cfg.n_kv_head))
-        bad = llama.perplexity(model, tokens)
+        bad = smollm.perplexity(model, tokens)
     finally:
         with torch.no_grad():
             for b, w in zip(model.blocks, saved):
@@ -968,6 +1042,21 @@ def check_heads_round_trip(real, model, path, tmp_path):
     loaded, _ = smollm.from_checkpoint(ck, "cpu", torch.float32, real["path"])
     z = torch.randn(3, model.config.n_embd)
     assert torch.equal(loaded.head_logits(z), model.head_logits(z))
+    assert loaded.config.head_form == model.config.head_form == ck["config"]["head_form"]
+
+
+def test_a_heads_checkpoint_of_another_form_is_refused(real, tmp_path):
+    """A head form we do not know, or heads whose weights are not of the form the config names,
+    get one line naming it (the checkpoints before chained heads hold no head_form: Stern's)."""
+    smollm.save_heads(real[torch.float32], tmp_path / "heads.pt")
+    ck = torch.load(tmp_path / "heads.pt", weights_only=True)
+    for form, message in (("medusa", "head_form must be one of stern, chained, got 'medusa'"),
+                          ("chained", r"does not fit \d+ chained heads of width 576")):
+        with pytest.raises(ValueError, match=message):
+            smollm.from_checkpoint(dict(ck, config=dict(ck["config"], head_form=form)),
+                                   gguf_path=real["path"])
+    old = dict(ck, config={k: v for k, v in ck["config"].items() if k != "head_form"})
+    assert smollm.from_checkpoint(old, gguf_path=real["path"])[0].config.head_form == "stern"
 
 
 # ----------------------------------------------------------------------------- the shipped heads
@@ -995,7 +1084,8 @@ def test_heads_checkpoint_loads_and_round_trips(shipped, tmp_path):
     again = torch.load(tmp_path / "again.pt", weights_only=True)
     assert again["heads"].keys() == ck["heads"].keys()
     assert all(torch.equal(again["heads"][k], v) for k, v in ck["heads"].items())
-    assert again["gguf_sha256"] == ck["gguf_sha256"] and again["config"] == ck["config"]
+    assert again["gguf_sha256"] == ck["gguf_sha256"]
+    assert again["config"] == {"head_form": "stern", **ck["config"]}      # (none before chained)
 
 
 def test_every_decoder_equals_greedy_on_the_real_model(shipped):

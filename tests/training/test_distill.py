@@ -108,6 +108,8 @@ def test_bad_distill_arguments_exit_2(bad, named, base, tmp_path, capsys):
     (["--smollm", "--teacher-tokens", "-1"], "--teacher-tokens must be >= 0, got -1"),
     (["--smollm", "--teacher-steps", "0"], "--teacher-tokens needs --teacher-steps >= 1"),
     (["--smollm", "--teacher-targets", "some"], "--teacher-targets must be 'exact' or 'all'"),
+    (["--smollm", "--head-form", "medusa"], "--head-form must be 'stern' or 'chained'"),
+    (["--head-form", "chained"], "--head-form only applies with --smollm"),
     (["--teacher-targets", "all"], "--teacher-targets only applies with --smollm"),
     (["--smollm", "--draft-vocab", "1"], "--draft-vocab must be 0 (all tokens) or 2..49152"),
     (["--smollm", "--draft-vocab", "49153"], "--draft-vocab must be 0 (all tokens) or 2..49152"),
@@ -144,6 +146,21 @@ def test_forced_targets_are_greedy_tokens_only(seed, h, T):
             for i in range(1, h + 1):
                 kept = s + i - 1 < T and all(windows[w, s + j] == tokens[w, s + j - 1] for j in range(1, i))
                 assert got[w, s, i - 1] == (tokens[w, s + i - 1] if kept else -1), (w, s, i)
+
+
+@examples(0.4)
+@given(seed=st.integers(0, 10**6), h=st.integers(2, 5), T=st.integers(1, 9))
+def test_chain_inputs_are_the_texts_next_tokens(seed, h, T):
+    """teacher.chain_inputs by brute force: at state s, chained head i + 2 reads the text's token
+    s + 1 + i (-1 past the window), and its target, the argmax at s + i + 1, follows exactly the
+    tokens it has read."""
+    windows = torch.randint(3, (2, T), generator=torch.Generator().manual_seed(seed))
+    got = teacher.chain_inputs(windows, h)
+    assert got.shape == (2, T, h - 1)
+    for w in range(2):
+        for s in range(T):
+            for i in range(h - 1):
+                assert got[w, s, i] == (windows[w, s + 1 + i] if s + 1 + i < T else -1), (w, s, i)
 
 
 def test_distill_defaults(tmp_path):

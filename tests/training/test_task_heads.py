@@ -75,10 +75,12 @@ def test_finetune_on_moves_only_the_heads_and_the_exit_adapter():
     assert record["prompts"] == 2 and record["exit_trained"] and len(record["train_agreement"]) == 5
 
 
-def test_smollm_heads_trains_a_step(monkeypatch):
+@pytest.mark.parametrize("form, targets", [("stern", "exact"), ("chained", "all")])
+def test_smollm_heads_trains_a_step(monkeypatch, form, targets):
     """`python train_heads.py --smollm`, shrunk to a few continuations and two steps: it builds
-    its exit adapter (llama.bpd_head: the call that once passed a config to BPDHead crashed
-    here), trains, and returns the checkpoint's extra keys."""
+    its exit adapter (llama.bpd_head, in BPDHead's form whatever the heads' form: the call that
+    once passed a config to BPDHead crashed here), trains, and returns the checkpoint's extra
+    keys."""
     real_model_or_skip()
     from models import smollm
     from training import finetune, teacher
@@ -92,12 +94,18 @@ def test_smollm_heads_trains_a_step(monkeypatch):
     monkeypatch.setattr(finetune, "teacher_text", lambda train: train * 4)
     monkeypatch.setattr(teacher, "TEACHER_WINDOW", 16)
     cfg = TrainConfig(steps=2, lr=1e-3, warmup=1, batch_size=4, heads=3, log_every=1,
-                      teacher_tokens=40, teacher_steps=2, draft_vocab=20)
+                      teacher_tokens=40, teacher_steps=2, draft_vocab=20, head_form=form,
+                      teacher_targets=targets)
     model, extra = finetune.smollm_heads(cfg, log=lambda *a: None)
     assert {"rescorer", "rescorer_config", "train", "splits", "draft_vocab"} <= set(extra)
     assert len(model.heads) == 2 and extra["train"]["steps"] == 2
     forced = extra["train"]["teacher"]                  # two windows of 16: 32 of the 40 tokens
     assert forced["tokens"] == 32 and forced["steps"] == 2 and len(forced["tune_greedy_agreement"]) == 3
-    assert forced["targets"] == "exact" and forced["with_target"][0] == 1.0
+    assert forced["targets"] == targets and forced["with_target"][0] == 1.0
+    assert model.config.head_form == extra["train"]["head_form"] == form
+    assert all(type(hd).__name__ == {"stern": "BPDHead", "chained": "ChainedHead"}[form]
+               for hd in model.heads)
+    assert type(smollm.rescorer(model, {**extra, "rescorer": extra["rescorer"]}).exit).__name__ \
+        == "BPDHead"
     assert len(extra["draft_vocab"]) == 20 and torch.equal(model.draft_vocab, extra["draft_vocab"])
     assert smollm.checked_draft_vocab(extra["draft_vocab"], model.config.vocab_size) is not None
