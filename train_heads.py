@@ -34,6 +34,7 @@ from training.finetune import (DISTILL_DEFAULTS, SMOLLM_DEFAULTS, TASKS_DEFAULTS
                                VARIANTS, distill, finetune_tasks, smollm_heads)
 from runtime.checkpoint import CHECKPOINT, FORMAT_VERSION
 from minibpd import GPT, GPTConfig
+from models.llama import HEAD_FORMS
 from runtime.threads import choose_threads
 from training.fit import TrainConfig, as_tensors, evaluate, git_revision, half, load_corpus, train
 
@@ -268,8 +269,8 @@ def check_smollm_args(args):
     for name in ("teacher_tokens", "teacher_steps", "draft_vocab"):
         if getattr(args, name) < 0:
             fail(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
-    if args.head_form not in ("stern", "chained"):
-        fail(f"--head-form must be 'stern' or 'chained', got {args.head_form!r}")
+    if args.head_form not in HEAD_FORMS:
+        fail(f"--head-form must be {' or '.join(map(repr, HEAD_FORMS))}, got {args.head_form!r}")
     if args.teacher_targets is None:
         args.teacher_targets = "all" if args.head_form == "chained" else "exact"
     if args.teacher_targets not in ("exact", "all"):

@@ -396,10 +396,14 @@ class SmolHeads(torch.nn.Module):
             return torch.stack([head(z) for head in self.heads], dim=1), ex
         f, ys = z, []
         for i, head in enumerate(self.heads):
-            e = self.embedding[tokens[:, i].clamp_min(0)].to(f.dtype)      # [B, C]
-            f = head(torch.cat([f, e], dim=-1))
+            f = self.step(head, f, tokens[:, i].clamp_min(0))
             ys.append(f)
         return torch.stack(ys, dim=1), ex
+
+    def step(self, head, f, t):
+        """One chained head: the state before it f [B, C] and the token drafted before it t [B]
+        -> its state [B, C] (llama.ChainedHead on [f; e(t)])."""
+        return head(torch.cat([f, self.embedding[t].to(f.dtype)], dim=-1))
 
     def exit_state(self, exit_states):
         """The exit adapter's state [B, 1, C] on the residual stream exit_states [B, C]."""
@@ -419,7 +423,7 @@ class SmolHeads(torch.nn.Module):
             return argmax(self(z)[0])
         t, f, out = F.linear(z.to(weight.dtype), weight).argmax(-1), z, []   # t: head 1's token
         for head in self.heads:
-            f = head(torch.cat([f, self.embedding[t].to(f.dtype)], dim=-1))
+            f = self.step(head, f, t)
             t = argmax(f[:, None])[:, 0]
             out.append(t)
         return torch.stack(out, dim=1)
