@@ -185,6 +185,9 @@ def add_distill_args(p, arg):
     arg("--draft-vocab", "--smollm: heads 2..h train on, and draft among, the S tokens the base "
         "chose most often (exact: verification keeps every token); 0: all of them (default: "
         f"{SMOLLM_DEFAULTS['draft_vocab']} with --smollm)", type=int, metavar="S")
+    arg("--continuations", "--smollm: greedy continuations of train-split prompts generated for "
+        "self-distillation, 128 tokens each (the tune split's 64 are fixed) (default: "
+        f"{SMOLLM_DEFAULTS['continuations']:,} with --smollm)", type=int, metavar="N")
 
 
 def explicit_flags(parser, argv):
@@ -193,7 +196,8 @@ def explicit_flags(parser, argv):
             if any(x == opt or x.startswith(opt + "=") for x in argv)}
 
 
-SMOLLM_FLAGS = ("teacher_tokens", "teacher_steps", "teacher_targets", "draft_vocab", "head_form")
+SMOLLM_FLAGS = ("teacher_tokens", "teacher_steps", "teacher_targets", "draft_vocab", "head_form",
+               "continuations")
 
 
 def check_distill_args(args):
@@ -266,6 +270,8 @@ def check_smollm_args(args):
     draft vocabulary at least 2 tokens and at most the vocabulary; the optional packages."""
     if args.heads < 2:
         fail(f"--heads must be >= 2 with --smollm (head 1 is the base model itself), got {args.heads}")
+    if args.continuations < 1:
+        fail(f"--continuations must be >= 1, got {args.continuations}")
     for name in ("teacher_tokens", "teacher_steps", "draft_vocab"):
         if getattr(args, name) < 0:
             fail(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")

@@ -1,7 +1,7 @@
 """finetune: training a trained model further, from --base: self-distillation of its heads on its
 own greedy output (--distill), and one model for the five tasks (--tasks); and BPD heads for a
 frozen pretrained LM, SmolLM2-135M (--smollm; smollm.py and llama.py). train_heads.py is the
-command line; training.py the fit loop all use.
+command line; training/fit.py the fit loop all use.
 """
 import copy
 import dataclasses
@@ -225,10 +225,10 @@ def finetune_tasks(cfg, log=print):
 # output, never changes).
 #   1. corpus   text that ships offline: pydoc_data.topics, stdlib function sources (code and
 #               docstrings), the tasks' prompts (tasks.py); tune and test splits held out.
-#   2. generate greedy continuations of train-split prompts, P rows of one KV cache, keeping
-#               the trunk's final hidden state z at every generated position (the states that
-#               predicted each token: the "hidden states precomputed once" come for free) and
-#               the residual stream after EXIT_LAYERS blocks (for the early-exit rescorer).
+#   2. generate (--continuations N) greedy continuations of train-split prompts, P rows of one
+#               KV cache, keeping the trunk's final hidden state z at every generated position
+#               (the states that predicted each token: no second pass) and the residual stream
+#               after EXIT_LAYERS blocks (for the early-exit rescorer).
 #   3. teacher  (--teacher-tokens N, 0: skip) more train-split text (teacher_text: every
 #               train-split stdlib function, past the cap of 1.) in windows of TEACHER_WINDOW
 #               tokens, one batched forward a window and no generation (more positions per CPU
@@ -249,11 +249,11 @@ def finetune_tasks(cfg, log=print):
 # it flips at a near-tie changes a training target, not the model.
 
 SMOLLM_OUT = os.path.join(os.path.dirname(CHECKPOINT), "smollm2-heads.pt")
-SMOLLM_DEFAULTS = {"steps": 3000, "lr": 1e-3, "warmup": 50, "batch_size": 160, "heads": 5,
+SMOLLM_DEFAULTS = {"steps": 5000, "lr": 1e-3, "warmup": 50, "batch_size": 160, "heads": 5,
                    "teacher_tokens": 1_000_000, "teacher_steps": 4000, "draft_vocab": 8192,
-                   "head_form": "chained", "out": SMOLLM_OUT}
+                   "head_form": "chained", "continuations": 4608, "out": SMOLLM_OUT}
 SMOLLM_TEXT = {"topics": None, "functions": (400_000, 20_000), "task prompts": (400_000, 20_000)}
-CONTINUATIONS = {"train": 2304, "tune": 64}   # greedy continuations generated per split
+CONTINUATIONS = {"train": 2304, "tune": 64}   # per split, unless --continuations sets train's
 GEN_TOKENS, GEN_ROWS, GEN_WINDOW = 128, 64, 256   # tokens each, rows per batch, cache window
 PROMPT_TOKENS = (12, 48)                      # each batch's prompt length, drawn in this range
 EXIT_LAYERS = 6                               # the early-exit rescorer: the base's first blocks
@@ -489,14 +489,14 @@ def replay_heads(preds, tokens, heads):
     return N * T / calls
 
 
-def load_average():
+def load_average():                                # for the record: is the machine idle?
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def smollm_data(model, vocab, texts, gen, log):
-    """Greedy continuations of train and tune prompts with their states and targets."""
-    data = {}
-    for split, n in CONTINUATIONS.items():
+def smollm_data(model, vocab, texts, gen, log, train=0):
+    """Greedy continuations (`train` train-split ones, 0: CONTINUATIONS') with states, targets."""
+    data, counts = {}, {**CONTINUATIONS, **({"train": train} if train else {})}
+    for split, n in counts.items():
         tokens, z, exits = generate_split(model, texts[split], vocab, n, gen, log, split)
         data[split] = {"tokens": tokens, "z": z, "exit": exits,
                        "targets": head_targets(tokens, model.config.n_bpd_heads)}
@@ -515,7 +515,7 @@ def smollm_heads(cfg, log=print):
     texts, corpus = smollm_corpus()
     log(f"corpus: {corpus['name']}, characters train/tune/test " +
         " / ".join(f"{sum(corpus['chars'][s]):,}" for s in tasks.SPLITS))
-    data = smollm_data(model, vocab, texts, gen, log)
+    data = smollm_data(model, vocab, texts, gen, log, cfg.continuations)
     gen_s = time.time() - t0
     teacher, teacher_record = teacher_data(model, vocab, texts["train"], cfg, log)
     trainee, weight = smollm_trainee(model, exit_head)
@@ -539,6 +539,7 @@ def smollm_heads(cfg, log=print):
                   seconds_generating=round(gen_s), seconds_training=round(secs),
                   load_average_before=load0, load_average_after=load_average(),
                   tokens_generated={s: d["tokens"].numel() for s, d in data.items()},
+                  continuations={s: len(d["tokens"]) for s, d in data.items()},
                   teacher=teacher_record, draft_vocab=0 if ids is None else len(ids))
     extra = {"dtype": "bfloat16", "splits": texts, "corpus": corpus, "seed": cfg.seed,
              "rescorer_config": {"kind": "early-exit", "layers": EXIT_LAYERS},
@@ -593,8 +594,7 @@ def smollm_record(trainee, weight, tune, cfg, log, ids=None):
     log("tune block efficiency (replayed BPD) with 1..h heads: "
         + " ".join(f"{b:.2f}" for b in be.values()))
     keep = ("steps", "lr", "warmup", "batch_size", "heads", "seed", "head_form")
-    return {**{k: getattr(cfg, k) for k in keep}, "continuations": CONTINUATIONS,
-            "gen_tokens": GEN_TOKENS, "exit_layers": EXIT_LAYERS,
-            "tune_greedy_agreement": agree, "tune_exit_agreement": exit_agree,
-            "tune_block_efficiency_by_heads": {str(n): b for n, b in be.items()},
-            "torch": str(torch.__version__)}
+    return {**{k: getattr(cfg, k) for k in keep}, "gen_tokens": GEN_TOKENS,
+            "exit_layers": EXIT_LAYERS, "tune_greedy_agreement": agree,
+            "tune_exit_agreement": exit_agree, "torch": str(torch.__version__),
+            "tune_block_efficiency_by_heads": {str(n): b for n, b in be.items()}}

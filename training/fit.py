@@ -74,6 +74,7 @@ class TrainConfig:
     teacher_targets: str = "exact"  # --smollm: 'exact' (greedy's tokens only) or 'all' argmaxes
     draft_vocab: int = 0          # --smollm: tokens heads 2..h draft among (0: all)
     head_form: str = "stern"      # --smollm: heads 2..h's form (models.llama.HEAD_FORMS)
+    continuations: int = 0        # --smollm: train-split greedy continuations (0: CONTINUATIONS')
 
     @classmethod
     def from_args(cls, args):

@@ -113,6 +113,8 @@ def test_bad_distill_arguments_exit_2(bad, named, base, tmp_path, capsys):
     (["--teacher-targets", "all"], "--teacher-targets only applies with --smollm"),
     (["--smollm", "--draft-vocab", "1"], "--draft-vocab must be 0 (all tokens) or 2..49152"),
     (["--smollm", "--draft-vocab", "49153"], "--draft-vocab must be 0 (all tokens) or 2..49152"),
+    (["--continuations", "8"], "--continuations only applies with --smollm"),
+    (["--smollm", "--continuations", "0"], "--continuations must be >= 1, got 0"),
 ])
 def test_bad_smollm_arguments_exit_2(bad, named, tmp_path, capsys):
     """--smollm's own flags, refused before any model is read (no optional package needed)."""

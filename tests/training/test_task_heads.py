@@ -95,8 +95,11 @@ def test_smollm_heads_trains_a_step(monkeypatch, form, targets):
     monkeypatch.setattr(teacher, "TEACHER_WINDOW", 16)
     cfg = TrainConfig(steps=2, lr=1e-3, warmup=1, batch_size=4, heads=3, log_every=1,
                       teacher_tokens=40, teacher_steps=2, draft_vocab=20, head_form=form,
-                      teacher_targets=targets)
+                      teacher_targets=targets, continuations={"stern": 0, "chained": 8}[form])
     model, extra = finetune.smollm_heads(cfg, log=lambda *a: None)
+    made = {"stern": 4, "chained": 8}[form]        # --continuations, else CONTINUATIONS'
+    assert extra["train"]["continuations"]["train"] == made
+    assert extra["train"]["tokens_generated"] == {"train": made * 6, "tune": 2 * 6}
     assert {"rescorer", "rescorer_config", "train", "splits", "draft_vocab"} <= set(extra)
     assert len(model.heads) == 2 and extra["train"]["steps"] == 2
     forced = extra["train"]["teacher"]                  # two windows of 16: 32 of the 40 tokens
