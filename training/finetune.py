@@ -495,7 +495,7 @@ def load_average():                                # for the record: is the mach
 
 def smollm_data(model, vocab, texts, gen, log, train=0):
     """Greedy continuations (`train` train-split ones, 0: CONTINUATIONS') with states, targets."""
-    data, counts = {}, {**CONTINUATIONS, **({"train": train} if train else {})}
+    data, counts = {}, {**CONTINUATIONS, "train": train or CONTINUATIONS["train"]}
     for split, n in counts.items():
         tokens, z, exits = generate_split(model, texts[split], vocab, n, gen, log, split)
         data[split] = {"tokens": tokens, "z": z, "exit": exits,
