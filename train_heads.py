@@ -30,6 +30,7 @@ from dataclasses import asdict, replace
 import torch
 
 from runtime.checkpoint import CheckpointError, read, split_corpus, writable
+from lab.questions import questions
 from training.finetune import (DISTILL_DEFAULTS, SMOLLM_DEFAULTS, TASKS_DEFAULTS, TEACHERS,
                                VARIANTS, distill, finetune_tasks, smollm_heads)
 from runtime.checkpoint import CHECKPOINT, FORMAT_VERSION
@@ -133,6 +134,7 @@ def parse_args(argv=None):
     arg("--threads", "torch threads (default: every core if the 1-minute load average is "
         "under 0.5, else 1)", type=int)
     add_distill_args(p, arg)
+    add_smollm_args(p, arg)
     args = p.parse_args(argv)
     # which flags were written out: --distill changes the defaults of the others
     args.given = explicit_flags(p, sys.argv[1:] if argv is None else argv)
@@ -151,11 +153,6 @@ def add_distill_args(p, arg):
                                    TASKS_DEFAULTS.items() if k != "out") + \
         " and --out to checkpoints/minibpd-tasks.pt"
     p.add_argument("--tasks", help=p_tasks, action="store_true")
-    p_smollm = "train BPD heads 2..h for SmolLM2-135M (smollm.py; frozen base, self-distilled on "\
-        "its own greedy continuations of offline text) instead of training a model; then " + \
-        ", ".join(f"--{k.replace('_', '-')} defaults to {v}" for k, v in SMOLLM_DEFAULTS.items()
-                  if k != "out") + " and --out to checkpoints/smollm2-heads.pt"
-    p.add_argument("--smollm", help=p_smollm, action="store_true")
     arg("--base", "--distill, --tasks: the trained checkpoint to start from (default: the shipped "
         "checkpoints/minibpd.pt)", metavar="FILE")
     arg("--regen-every", "--distill: optimizer steps between regenerations of the greedy data",
@@ -167,6 +164,16 @@ def add_distill_args(p, arg):
     arg("--teacher", "--distill: which model generates the greedy data: 'current' (the model "
         "being trained, as it trains) or 'base' (a frozen copy of --base)", default="current",
         metavar="WHO")
+
+
+def add_smollm_args(p, arg):
+    """--smollm and its flags (arg: parse_args' helper, a help line required)."""
+    p_smollm = "train BPD heads 2..h for SmolLM2-135M (smollm.py; frozen base, self-distilled on "\
+        "its own greedy continuations of offline text and chat questions) instead of training a "\
+        "model; then " + \
+        ", ".join(f"--{k.replace('_', '-')} defaults to {v}" for k, v in SMOLLM_DEFAULTS.items()
+                  if k != "out") + " and --out to checkpoints/smollm2-heads.pt"
+    p.add_argument("--smollm", help=p_smollm, action="store_true")
     arg("--teacher-tokens", "--smollm: positions of offline train text run through the base in "
         "batched windows (teacher forcing, no generation), whose argmaxes (--teacher-targets) the "
         f"heads pre-train on before self-distillation; 0: none (default: "
@@ -188,6 +195,10 @@ def add_distill_args(p, arg):
     arg("--continuations", "--smollm: greedy continuations of train-split prompts generated for "
         "self-distillation, 128 tokens each (the tune split's 64 are fixed) (default: "
         f"{SMOLLM_DEFAULTS['continuations']:,} with --smollm)", type=int, metavar="N")
+    arg("--chat-continuations", "--smollm: more of them, answers to train-split questions about "
+        "the standard library in the model's chat template (lab/questions.py); 0: none, and no "
+        "tune-split chat record (default: "
+        f"{SMOLLM_DEFAULTS['chat_continuations']:,} with --smollm)", type=int, metavar="M")
 
 
 def explicit_flags(parser, argv):
@@ -197,7 +208,7 @@ def explicit_flags(parser, argv):
 
 
 SMOLLM_FLAGS = ("teacher_tokens", "teacher_steps", "teacher_targets", "draft_vocab", "head_form",
-               "continuations")
+               "continuations", "chat_continuations")
 
 
 def check_distill_args(args):
@@ -272,9 +283,13 @@ def check_smollm_args(args):
         fail(f"--heads must be >= 2 with --smollm (head 1 is the base model itself), got {args.heads}")
     if args.continuations < 1:
         fail(f"--continuations must be >= 1, got {args.continuations}")
-    for name in ("teacher_tokens", "teacher_steps", "draft_vocab"):
+    for name in ("teacher_tokens", "teacher_steps", "draft_vocab", "chat_continuations"):
         if getattr(args, name) < 0:
             fail(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
+    if args.chat_continuations > 0:                    # (seconds: questions parses the stdlib)
+        if args.chat_continuations > len(questions("train")):
+            fail(f"--chat-continuations must be at most the {len(questions('train')):,} train-split "
+                 f"questions (lab/questions.py), got {args.chat_continuations:,}")
     if args.head_form not in HEAD_FORMS:
         fail(f"--head-form must be {' or '.join(map(repr, HEAD_FORMS))}, got {args.head_form!r}")
     if args.teacher_targets is None:

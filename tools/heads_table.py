@@ -5,7 +5,7 @@ phrase repetition of its greedy text.
 
     python tools/heads_table.py checkpoints/minibpd.pt checkpoints/minibpd-distilled.pt
     python tools/heads_table.py --replay --checkpoint checkpoints/smollm2-heads.pt --prompts 8 --new-tokens 64
-    python tools/heads_table.py --replay --chat --checkpoint checkpoints/smollm2-heads.pt --new-tokens 64
+    python tools/heads_table.py --replay --chat --checkpoint checkpoints/smollm2-heads.pt --prompts 16 --new-tokens 128
 
 The bench's prompts and sizes (16 test-split prompts x 128 new tokens): the block efficiency of
 N heads is what `python minibpd.py --bench --heads N --checkpoint CK --json` reports as
@@ -17,7 +17,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from lab import analysis, bench  # noqa: E402
+from lab import analysis, bench, questions  # noqa: E402
 from decoders import split_text  # noqa: E402
 from minibpd import ArgmaxDrafter, bpd_decode, greedy_decode, load_checkpoint  # noqa: E402
 from runtime.threads import set_threads  # noqa: E402
@@ -42,7 +42,7 @@ def replayed(model, ps, n, heads):
 def main(paths, heads=(2, 4, 6, 8), prompts=16, n=128):
     set_threads()
     if "--replay" in paths:        # e.g. SmolLM2: --replay --heads 2,3,4,5 --prompts 8 --new-tokens 64
-        chat = "--chat" in paths   # the demo's chat-template prompts (SmolLM2) instead of the bench's
+        chat = "--chat" in paths   # chat-template prompts (SmolLM2; as peer_bench's --chat)
         rest = [a for a in paths if a not in ("--replay", "--chat")]
         args = dict(zip(rest[::2], rest[1::2]))
         heads = tuple(int(x) for x in args.get("--heads", "2,3,4,5").split(","))
@@ -50,7 +50,7 @@ def main(paths, heads=(2, 4, 6, 8), prompts=16, n=128):
         model, ck = load_checkpoint(args.get("--checkpoint", "checkpoints/smollm2-heads.pt"))
         if chat:
             from models import smollm
-            ps = [ids for _, ids in smollm.demo_prompts(ck["vocab"])][:ps_n]
+            ps = questions.chat_prompts(ck["vocab"], ps_n, first=smollm.DEMO_QUESTIONS)
         else:
             ps = bench.make_prompts(split_text(ck, "test"), ck["vocab"], ps_n)
         be, greedy = replayed(model, ps, n, heads)

@@ -20,7 +20,9 @@ of the rounds' own ratios. Block efficiency: new tokens / serial model calls, pr
 transformers' float32 greedy tokens (a float32 transformers model is loaded for them under
 --dtype bfloat16; bf16 texts leave float32's at near-ties, docs/real-model.md "Precision").
 Prompts: the bench's test-split prompts (make_prompts on the checkpoint's test text, every
-16/--prompts-th as tools/smollm_parts.py), or with --chat the demo's two chat-template prompts.
+16/--prompts-th as tools/smollm_parts.py), or with --chat chat-template prompts: the demo's two
+questions, then the test split's questions about the standard library (lab/questions.py; none of
+them, nor their functions, among the heads' training questions), --prompts of them in all.
 "identical to minibpd greedy": each minibpd decoder's tokens against minibpd's own greedy's in
 the same run (same dtype), on every prompt.
 Transformers under bf16 computes activations in bf16 too; minibpd keeps them in fp32.
@@ -41,7 +43,7 @@ HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, HERE)
 import decoders  # noqa: E402
 import minibpd  # noqa: E402
-from lab import bench  # noqa: E402
+from lab import bench, questions  # noqa: E402
 from models import blocks, peer, smollm  # noqa: E402
 from runtime import threads  # noqa: E402
 
@@ -93,7 +95,8 @@ def parse():
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--decoders", default=None,
                    help="comma-separated minibpd decoders (default: bpd and every refined one)")
-    p.add_argument("--chat", action="store_true", help="the demo's chat-template prompts")
+    p.add_argument("--chat", action="store_true", help="chat-template prompts: the demo's questions, then "
+                   "the test split's (lab/questions.py)")
     p.add_argument("--json", action="store_true", help="print the results as one JSON object too")
     p.add_argument("--unpacked", action="store_true",
                    help="minibpd's products by F.linear, not on packed weights (models/blocks.py)")
@@ -111,7 +114,7 @@ def parse():
 def prompts_of(ck, args):
     vocab = ck["vocab"]
     if args.chat:
-        return [ids for _, ids in smollm.demo_prompts(vocab)][:args.prompts]
+        return questions.chat_prompts(vocab, args.prompts, first=smollm.DEMO_QUESTIONS)
     every = bench.make_prompts(ck["splits"]["test"], vocab, max(16, args.prompts))
     return every[::len(every) // args.prompts][:args.prompts]
 

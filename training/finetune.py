@@ -23,8 +23,8 @@ from minibpd import GPT, build_model, decode_rows, load_checkpoint
 from training.fit import (anchor_kl, as_tensors, batches, evaluate, fit, git_revision, half,
                           head_losses, train)
 from models import llama
-from training.teacher import (TEACHER_WINDOW, draft_vocabulary, head_targets, in_vocab,
-                              teacher_forced)
+from training.generate import EXIT_LAYERS, GEN_TOKENS, smollm_data
+from training.teacher import TEACHER_WINDOW, draft_vocabulary, in_vocab, teacher_forced
 
 
 # ----------------------------------------------------------------------------- self-distillation
@@ -225,7 +225,8 @@ def finetune_tasks(cfg, log=print):
 # output, never changes).
 #   1. corpus   text that ships offline: pydoc_data.topics, stdlib function sources (code and
 #               docstrings), the tasks' prompts (tasks.py); tune and test splits held out.
-#   2. generate (--continuations N) greedy continuations of train-split prompts, P rows of one
+#   2. generate (training/generate.py) --continuations N greedy continuations of train-split
+#               text prompts and --chat-continuations M of train-split chat questions, P rows of one
 #               KV cache, keeping the trunk's final hidden state z at every generated position
 #               (the states that predicted each token: no second pass) and the residual stream
 #               after EXIT_LAYERS blocks (for the early-exit rescorer).
@@ -245,18 +246,13 @@ def finetune_tasks(cfg, log=print):
 # --draft-vocab S (0: all): heads 2..h are trained, and draft, over the S tokens the base chose
 # most often on the teacher text (Llama.draft_vocab; exact: verification keeps every token):
 # their projection is then S/V of a full one, in training and in each step.
-# Generation runs without the fixed-shape blocks (the plain, faster kernels); the rare argmax
-# it flips at a near-tie changes a training target, not the model.
 
 SMOLLM_OUT = os.path.join(os.path.dirname(CHECKPOINT), "smollm2-heads.pt")
-SMOLLM_DEFAULTS = {"steps": 5000, "lr": 1e-3, "warmup": 50, "batch_size": 160, "heads": 5,
+SMOLLM_DEFAULTS = {"steps": 6000, "lr": 1e-3, "warmup": 50, "batch_size": 160, "heads": 5,
                    "teacher_tokens": 1_000_000, "teacher_steps": 4000, "draft_vocab": 8192,
-                   "head_form": "chained", "continuations": 4608, "out": SMOLLM_OUT}
+                   "head_form": "chained", "continuations": 4608, "chat_continuations": 1536,
+                   "out": SMOLLM_OUT}
 SMOLLM_TEXT = {"topics": None, "functions": (400_000, 20_000), "task prompts": (400_000, 20_000)}
-CONTINUATIONS = {"train": 2304, "tune": 64}   # per split, unless --continuations sets train's
-GEN_TOKENS, GEN_ROWS, GEN_WINDOW = 128, 64, 256   # tokens each, rows per batch, cache window
-PROMPT_TOKENS = (12, 48)                      # each batch's prompt length, drawn in this range
-EXIT_LAYERS = 6                               # the early-exit rescorer: the base's first blocks
 TEACHER_BATCH = 256                           # positions a step of the teacher-forced phase
 
 
@@ -307,58 +303,6 @@ def teacher_text(train):
     funcs = split_functions()["train"]
     kept = set(capped(funcs, SMOLLM_TEXT["functions"][0]))
     return "\n\n".join([train] + [f for f in sorted(funcs, key=tasks.digest) if f not in kept])
-
-
-def prompt_batches(text, vocab, n, gen):
-    """n prompts from `text` in batches of GEN_ROWS: each starts at a random line and is cut to
-    one token length per batch (drawn from PROMPT_TOKENS). -> [tensor [rows, L]]"""
-    starts = [i + 1 for i, c in enumerate(text) if c == "\n" and i + 800 < len(text)]
-    out = []
-    for b in range(0, n, GEN_ROWS):
-        L = int(torch.randint(PROMPT_TOKENS[0], PROMPT_TOKENS[1] + 1, (1,), generator=gen))
-        rows = []
-        while len(rows) < min(GEN_ROWS, n - b):
-            at = starts[int(torch.randint(len(starts), (1,), generator=gen))]
-            ids = vocab.encode(text[at:at + 800])
-            if len(ids) >= L:                  # (800 characters of spaces could be fewer)
-                rows.append(ids[:L])
-        out.append(torch.tensor(rows))
-    return out
-
-
-@torch.no_grad()
-def greedy_states(model, rows, n):
-    """rows [P, L] -> (tokens [P, n], z [P, n, C] fp32, exit [P, n, C] bf16): P greedy
-    continuations of n tokens (minibpd.decode_rows), and the states that predicted them:
-    z[:, s] is the final hidden state whose head 1 gave tokens[:, s], exit[:, s] the residual
-    stream after EXIT_LAYERS blocks at the same position."""
-    zs, exits = [], []
-    grab = model.blocks[EXIT_LAYERS - 1].register_forward_hook(
-        lambda module, inputs, out: exits.append(out[:math.prod(inputs[1])].view(
-            *inputs[1], -1)[:, -1].to(torch.bfloat16)))   # inputs[1]: (P, L); out [M, C]
-    try:
-        out = decode_rows(model, rows, n, states=zs)
-    finally:
-        grab.remove()
-    return out[:, rows.shape[1]:], torch.stack(zs, 1).float(), torch.stack(exits, 1)
-
-
-def generate_split(model, text, vocab, n, gen, log, label):
-    """greedy_states over prompt_batches(text): -> (tokens [n, T], z [n, T, C], exit [n, T, C]),
-    fast: the fixed-shape blocks off and a GEN_WINDOW-slot cache (prompt + continuation fit)."""
-    model.batch_invariant = False
-    fast = model.first_heads(1)
-    fast.config = dataclasses.replace(fast.config, block_size=GEN_WINDOW)
-    out, t0 = [], time.time()
-    try:
-        for b, rows in enumerate(prompt_batches(text, vocab, n, gen)):
-            out.append(greedy_states(fast, rows, GEN_TOKENS))
-            done = sum(len(o[0]) for o in out)
-            log(f"[generate {label}] {done}/{n} continuations, "
-                f"{done * GEN_TOKENS / (time.time() - t0):.0f} tok/s")
-    finally:
-        model.batch_invariant = True
-    return tuple(torch.cat(parts) for parts in zip(*out))
 
 
 def projected_loss(states, targets, weight):
@@ -493,16 +437,6 @@ def load_average():                                # for the record: is the mach
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def smollm_data(model, vocab, texts, gen, log, train=0):
-    """Greedy continuations (`train` train-split ones, 0: CONTINUATIONS') with states, targets."""
-    data, counts = {}, {**CONTINUATIONS, "train": train or CONTINUATIONS["train"]}
-    for split, n in counts.items():
-        tokens, z, exits = generate_split(model, texts[split], vocab, n, gen, log, split)
-        data[split] = {"tokens": tokens, "z": z, "exit": exits,
-                       "targets": head_targets(tokens, model.config.n_bpd_heads)}
-    return data
-
-
 def smollm_heads(cfg, log=print):
     """Train SmolLM2's heads (see above). -> (model with trained heads, the checkpoint's extra
     keys for smollm.save_heads)."""
@@ -515,7 +449,7 @@ def smollm_heads(cfg, log=print):
     texts, corpus = smollm_corpus()
     log(f"corpus: {corpus['name']}, characters train/tune/test " +
         " / ".join(f"{sum(corpus['chars'][s]):,}" for s in tasks.SPLITS))
-    data = smollm_data(model, vocab, texts, gen, log, cfg.continuations)
+    data = smollm_data(model, vocab, texts, gen, log, cfg.continuations, cfg.chat_continuations)
     gen_s = time.time() - t0
     teacher, teacher_record = teacher_data(model, vocab, texts["train"], cfg, log)
     trainee, weight = smollm_trainee(model, exit_head)
@@ -535,11 +469,16 @@ def smollm_heads(cfg, log=print):
     secs = fit(trainee, cfg, smollm_loss(trainee, weight, data["train"], cfg, gen, ids),
                "smollm heads", None, log)
     record = smollm_record(trainee, weight, data["tune"], cfg, log, ids)
+    if "tune chat" in data:
+        record["tune_chat"] = smollm_record(trainee, weight, data["tune chat"], cfg, log, ids,
+                                            " (chat)")
     record.update(seconds=round(time.time() - t0), cpu_seconds=round(time.process_time() - cpu0),
                   seconds_generating=round(gen_s), seconds_training=round(secs),
                   load_average_before=load0, load_average_after=load_average(),
                   tokens_generated={s: d["tokens"].numel() for s, d in data.items()},
                   continuations={s: len(d["tokens"]) for s, d in data.items()},
+                  chat_continuations={s: d["chat"] for s, d in data.items()},
+                  chat_prompt_tokens_cut={s: d["cut"] for s, d in data.items()},
                   teacher=teacher_record, draft_vocab=0 if ids is None else len(ids))
     extra = {"dtype": "bfloat16", "splits": texts, "corpus": corpus, "seed": cfg.seed,
              "rescorer_config": {"kind": "early-exit", "layers": EXIT_LAYERS},
@@ -581,17 +520,17 @@ def teacher_data(model, vocab, train, cfg, log):
                   "seconds_forcing": round(time.time() - t0)}
 
 
-def smollm_record(trainee, weight, tune, cfg, log, ids=None):
+def smollm_record(trainee, weight, tune, cfg, log, ids=None, label=""):
     """The training record: held-out agreement with greedy per head and plain BPD's replayed
-    block efficiency with 1..h heads (on the tune continuations)."""
+    block efficiency with 1..h heads (on the tune continuations `tune`)."""
     preds, exit_preds = held_out(trainee, weight, tune, ids)
     agree = agreement(preds, tune["targets"])
     exit_agree = agreement(exit_preds, tune["targets"][..., 0])
     h = tune["targets"].shape[-1]
     be = {n: replay_heads(preds, tune["tokens"], n) for n in range(1, h + 1)}
-    log("tune agreement with greedy, heads 1..h: " + " ".join(f"{a:.0%}" for a in agree)
+    log(f"tune{label} agreement with greedy, heads 1..h: " + " ".join(f"{a:.0%}" for a in agree)
         + f"; early exit after {EXIT_LAYERS} blocks: {exit_agree:.0%}")
-    log("tune block efficiency (replayed BPD) with 1..h heads: "
+    log(f"tune{label} block efficiency (replayed BPD) with 1..h heads: "
         + " ".join(f"{b:.2f}" for b in be.values()))
     keep = ("steps", "lr", "warmup", "batch_size", "heads", "seed", "head_form")
     return {**{k: getattr(cfg, k) for k in keep}, "gen_tokens": GEN_TOKENS,

@@ -75,6 +75,7 @@ class TrainConfig:
     draft_vocab: int = 0          # --smollm: tokens heads 2..h draft among (0: all)
     head_form: str = "stern"      # --smollm: heads 2..h's form (models.llama.HEAD_FORMS)
     continuations: int = 0        # --smollm: train-split greedy continuations (0: CONTINUATIONS')
+    chat_continuations: int = 0   # --smollm: train-split chat-question ones (0: none)
 
     @classmethod
     def from_args(cls, args):

@@ -1,7 +1,7 @@
 """task_heads: SmolLM2's heads fine-tuned on a set of tasks' train prompts (issue 24; Kim et al.
 fine-tune per task). From the shipped heads (checkpoints/smollm2-heads.pt) as the common start,
 heads 2..h and the early-exit adapter of 'neural' train further, self-distilled as
-finetune.smollm_heads trains them (its greedy_states, head_targets, SmolHeads, smollm_loss, fit),
+finetune.smollm_heads trains them (generate.py's data, its SmolHeads, smollm_loss, fit),
 on greedy continuations of whole task prompts as the model reads them (lab.bench.as_prompt: the
 chat template for instruction tasks, raw text for lm and code). The trunk and head 1 stay frozen,
 so greedy output is unchanged; only the heads and the exit adapter move (ours: Kim fine-tunes
@@ -12,7 +12,6 @@ prompt of a batch cut to the batch's shortest by dropping its start (the end, wh
 continuation begins, is kept whole); at most MAX_PROMPT tokens (GEN_WINDOW - GEN_TOKENS).
 tools/task_heads.py is the measurement; docs/tasks.md "Per-task heads on SmolLM2" the result.
 """
-import dataclasses
 import time
 
 import torch
@@ -20,8 +19,8 @@ import torch
 from lab import tasks
 from lab.bench import as_prompt
 from models import llama
-from training.finetune import (GEN_WINDOW, SmolHeads, greedy_states, head_targets, held_out,
-                               agreement, smollm_loss)
+from training.finetune import SmolHeads, agreement, held_out, smollm_loss
+from training.generate import GEN_WINDOW, generate, length_batches, with_targets
 from training.fit import TrainConfig, fit
 
 GEN_TOKENS = 32                      # greedy tokens generated after each prompt
@@ -46,36 +45,6 @@ def task_prompts(vocab, names, n, seed, split="train"):
     return out
 
 
-def length_batches(ids, rows=GEN_ROWS, longest=MAX_PROMPT):
-    """Token-id prompts sorted by length, in batches of `rows`, each prompt cut to the batch's
-    shortest (and to `longest`) by dropping its start. -> ([tensor [rows, L]], tokens cut)"""
-    ids = sorted(ids, key=len)
-    out, cut = [], 0
-    for b in range(0, len(ids), rows):
-        group = ids[b:b + rows]
-        L = min(longest, min(len(p) for p in group))
-        out.append(torch.tensor([p[len(p) - L:] for p in group]))
-        cut += sum(len(p) - L for p in group)
-    return out, cut
-
-
-def generate(model, batches, n, log):
-    """greedy_states on each batch, fast as finetune.generate_split (the fixed-shape blocks off,
-    a GEN_WINDOW-slot cache). -> (tokens [N, n], z [N, n, C], exit [N, n, C])"""
-    model.batch_invariant = False
-    fast = model.first_heads(1)
-    fast.config = dataclasses.replace(fast.config, block_size=GEN_WINDOW)
-    out, t0 = [], time.time()
-    try:
-        for rows in batches:
-            out.append(greedy_states(fast, rows, n))
-        done = sum(len(o[0]) for o in out)
-        log(f"[generate] {done} continuations x {n} tokens, {done * n / (time.time() - t0):.0f} tok/s")
-    finally:
-        model.batch_invariant = True
-    return tuple(torch.cat(parts) for parts in zip(*out))
-
-
 def exit_adapter(model, ck):
     """The checkpoint's early-exit adapter (ck["rescorer"]) as a trainable fp32 head (llama.exit_head)."""
     head = llama.exit_head(model.config)
@@ -91,10 +60,8 @@ def finetune_on(model, vocab, prompts, steps, seed, log=print, exit_head=None):
     t0 = time.time()
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
-    batches, cut = length_batches([vocab.encode(p) for p in prompts])
-    tokens, z, exits = generate(model, batches, GEN_TOKENS, log)
-    data = {"tokens": tokens, "z": z, "exit": exits,
-            "targets": head_targets(tokens, model.config.n_bpd_heads)}
+    batches, cut = length_batches([vocab.encode(p) for p in prompts], GEN_ROWS, MAX_PROMPT)
+    data = with_targets(generate(model, batches, GEN_TOKENS, log), model)
     gen_s, dtype = time.time() - t0, next(model.heads.parameters()).dtype
     trained_exit = exit_head is not None
     exit_head = exit_head if trained_exit else llama.exit_head(model.config).float()

@@ -115,6 +115,9 @@ def test_bad_distill_arguments_exit_2(bad, named, base, tmp_path, capsys):
     (["--smollm", "--draft-vocab", "49153"], "--draft-vocab must be 0 (all tokens) or 2..49152"),
     (["--continuations", "8"], "--continuations only applies with --smollm"),
     (["--smollm", "--continuations", "0"], "--continuations must be >= 1, got 0"),
+    (["--chat-continuations", "8"], "--chat-continuations only applies with --smollm"),
+    (["--smollm", "--chat-continuations", "-1"], "--chat-continuations must be >= 0, got -1"),
+    (["--smollm", "--chat-continuations", "100000"], "train-split questions (lab/questions.py), got"),
 ])
 def test_bad_smollm_arguments_exit_2(bad, named, tmp_path, capsys):
     """--smollm's own flags, refused before any model is read (no optional package needed)."""

@@ -11,7 +11,7 @@ import torch
 import minibpd
 from lab import tasks
 from conftest import ROOT, heads_or_skip, real_model_or_skip
-from training import task_heads
+from training import generate, task_heads
 
 HEADS = os.path.join(ROOT, "checkpoints", "smollm2-heads.pt")
 
@@ -50,7 +50,7 @@ def test_task_prompts_even_seeded_and_as_the_model_reads_them(monkeypatch):
 
 def test_length_batches_keep_each_prompts_end():
     ids = [[1, 2, 3, 4, 5], [9], [7, 8], [4, 5, 6, 7]]
-    batches, cut = task_heads.length_batches(ids, rows=2, longest=3)
+    batches, cut = generate.length_batches(ids, rows=2, longest=3)
     assert [b.tolist() for b in batches] == [[[9], [8]], [[5, 6, 7], [3, 4, 5]]]
     assert cut == 1 + 1 + 2
 
@@ -83,11 +83,12 @@ def test_smollm_heads_trains_a_step(monkeypatch, form, targets):
     keys."""
     real_model_or_skip()
     from models import smollm
-    from training import finetune, teacher
+    from training import finetune, generate, teacher
     from training.fit import TrainConfig
-    monkeypatch.setattr(finetune, "CONTINUATIONS", {"train": 4, "tune": 2})
-    monkeypatch.setattr(finetune, "GEN_TOKENS", 6)
-    monkeypatch.setattr(finetune, "GEN_ROWS", 4)
+    monkeypatch.setattr(generate, "CONTINUATIONS", {"train": 4, "tune": 2})
+    monkeypatch.setattr(generate, "CHAT_TUNE", 2)
+    monkeypatch.setattr(generate, "GEN_TOKENS", 6)
+    monkeypatch.setattr(generate, "GEN_ROWS", 4)
     monkeypatch.setattr(finetune, "smollm_corpus", lambda: (
         {s: "def f(x):\n    return x + 1\n" * 60 for s in tasks.SPLITS},
         {"name": "tiny", "chars": {s: [1560] for s in tasks.SPLITS}}))
@@ -95,11 +96,16 @@ def test_smollm_heads_trains_a_step(monkeypatch, form, targets):
     monkeypatch.setattr(teacher, "TEACHER_WINDOW", 16)
     cfg = TrainConfig(steps=2, lr=1e-3, warmup=1, batch_size=4, heads=3, log_every=1,
                       teacher_tokens=40, teacher_steps=2, draft_vocab=20, head_form=form,
-                      teacher_targets=targets, continuations={"stern": 0, "chained": 8}[form])
+                      teacher_targets=targets, continuations={"stern": 0, "chained": 8}[form],
+                      chat_continuations={"stern": 0, "chained": 3}[form])
     model, extra = finetune.smollm_heads(cfg, log=lambda *a: None)
-    made = {"stern": 4, "chained": 8}[form]        # --continuations, else CONTINUATIONS'
-    assert extra["train"]["continuations"]["train"] == made
-    assert extra["train"]["tokens_generated"] == {"train": made * 6, "tune": 2 * 6}
+    made = {"stern": 4, "chained": 8 + 3}[form]    # --continuations (else CONTINUATIONS') + chat
+    record = extra["train"]
+    assert record["continuations"]["train"] == made
+    assert record["chat_continuations"]["train"] == {"stern": 0, "chained": 3}[form]
+    tune = {"tune": 2 * 6} | ({"tune chat": 2 * 6} if form == "chained" else {})
+    assert record["tokens_generated"] == {"train": made * 6, **tune}
+    assert ("tune_chat" in record) == (form == "chained")     # the tune split's chat record
     assert {"rescorer", "rescorer_config", "train", "splits", "draft_vocab"} <= set(extra)
     assert len(model.heads) == 2 and extra["train"]["steps"] == 2
     forced = extra["train"]["teacher"]                  # two windows of 16: 32 of the 40 tokens
