@@ -66,12 +66,18 @@ def questions(split):
     return tuple(question(fn) for fn in sorted(picked, key=lambda fn: tasks.digest(fn.key)))
 
 
-def chat_prompts(vocab, n, first=()):
-    """n chat-template prompts (token ids) for a benchmark: the questions `first` (the demo's),
-    then the test split's but the few whose text a train or tune function also gives (two
-    functions of one docstring summary: 1 of 370 here), in the model's own template (vocab.chat)."""
+def benchmark_questions(first=()):
+    """The questions a benchmark asks, in order: `first` (the demo's), then the test split's but
+    the few whose text a train or tune function also gives (two functions of one docstring
+    summary: 1 of 370 here)."""
     seen = set(questions("train")) | set(questions("tune"))
-    asked = list(first) + [q for q in questions("test") if q not in seen]
+    return list(first) + [q for q in questions("test") if q not in seen]
+
+
+def chat_prompts(vocab, n, first=()):
+    """The first n benchmark_questions(first) as chat-template prompts (token ids), in the
+    model's own template (vocab.chat)."""
+    asked = benchmark_questions(first)
     if not 1 <= n <= len(asked):
         raise ValueError(f"{n} chat prompts asked; there are 1 to {len(asked)}")
     return [vocab.encode(vocab.chat(q)) for q in asked[:n]]

@@ -50,7 +50,10 @@ def main(paths, heads=(2, 4, 6, 8), prompts=16, n=128):
         model, ck = load_checkpoint(args.get("--checkpoint", "checkpoints/smollm2-heads.pt"))
         if chat:
             from models import smollm
-            ps = questions.chat_prompts(ck["vocab"], ps_n, first=smollm.DEMO_QUESTIONS)
+            try:
+                ps = questions.chat_prompts(ck["vocab"], ps_n, first=smollm.DEMO_QUESTIONS)
+            except ValueError as e:
+                raise SystemExit(f"heads_table: --prompts: {e}")
         else:
             ps = bench.make_prompts(split_text(ck, "test"), ck["vocab"], ps_n)
         be, greedy = replayed(model, ps, n, heads)

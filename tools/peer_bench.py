@@ -108,6 +108,9 @@ def parse():
     bad = [n for n in args.decoders if n not in runnable]
     if bad:
         p.error(f"--decoders: {', '.join(bad)} not among {', '.join(runnable)}")
+    asked = len(questions.benchmark_questions(smollm.DEMO_QUESTIONS)) if args.chat else args.prompts
+    if args.prompts > asked:
+        p.error(f"--prompts: at most {asked} with --chat (lab/questions.py), got {args.prompts}")
     return args
 
 

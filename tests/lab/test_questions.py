@@ -108,3 +108,11 @@ def test_chat_batches_are_seeded_sorted_and_keep_each_prompts_end(monkeypatch):
     assert [b.shape[1] for b in batches] == sorted(b.shape[1] for b in batches)
     with pytest.raises(ValueError, match="chat continuations of the tune split asked"):
         generate.chat_batches(CharVocab, "tune", 10_000, torch.Generator())
+
+
+def test_the_peer_bench_refuses_more_chat_prompts_than_there_are_questions():
+    """Before any model loads (no optional package needed): one line, exit status 2."""
+    out = subprocess.run([sys.executable, "tools/peer_bench.py", "--chat", "--prompts", "10000"],
+                         cwd=ROOT, text=True, capture_output=True)
+    assert out.returncode == 2 and "--prompts: at most" in out.stderr
+    assert "Traceback" not in out.stderr
