@@ -489,14 +489,14 @@ def smollm_heads(cfg, log=print):
     return model.eval(), extra
 
 
-def smollm_trainee(model, exit_head):
-    """-> (SmolHeads: heads 2..h and the exit adapter in fp32, the only parameters that train;
-    the tied embedding [V, C] bf16, frozen)."""
+def smollm_trainee(model, exit_head, train_exit=True):
+    """-> (SmolHeads: heads 2..h and (train_exit) the exit adapter in fp32, the only parameters
+    that train; the tied embedding [V, C] bf16, frozen)."""
     model.heads.float()                            # fp32 heads train on the bf16 trunk's states
     trainee = SmolHeads(model, exit_head)
     for p in model.parameters():
         p.requires_grad_(False)
-    for p in [*trainee.heads.parameters(), *trainee.exit.parameters()]:
+    for p in [*trainee.heads.parameters(), *(trainee.exit.parameters() if train_exit else ())]:
         p.requires_grad_(True)
     return trainee, model.lm_head.weight.detach()
 

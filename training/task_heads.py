@@ -1,7 +1,7 @@
 """task_heads: SmolLM2's heads fine-tuned on a set of tasks' train prompts (issue 24; Kim et al.
 fine-tune per task). From the shipped heads (checkpoints/smollm2-heads.pt) as the common start,
 heads 2..h and the early-exit adapter of 'neural' train further, self-distilled as
-finetune.smollm_heads trains them (generate.py's data, its SmolHeads, smollm_loss, fit),
+finetune.smollm_heads trains them (generate.py's data, its smollm_trainee, smollm_loss, fit),
 on greedy continuations of whole task prompts as the model reads them (lab.bench.as_prompt: the
 chat template for instruction tasks, raw text for lm and code). The trunk and head 1 stay frozen,
 so greedy output is unchanged; only the heads and the exit adapter move (ours: Kim fine-tunes
@@ -19,7 +19,7 @@ import torch
 from lab import tasks
 from lab.bench import as_prompt
 from models import llama
-from training.finetune import SmolHeads, agreement, held_out, smollm_loss
+from training.finetune import agreement, held_out, smollm_loss, smollm_trainee
 from training.generate import GEN_WINDOW, generate, length_batches, with_targets
 from training.fit import TrainConfig, fit
 
@@ -65,15 +65,9 @@ def finetune_on(model, vocab, prompts, steps, seed, log=print, exit_head=None):
     gen_s, dtype = time.time() - t0, next(model.heads.parameters()).dtype
     trained_exit = exit_head is not None
     exit_head = exit_head if trained_exit else llama.exit_head(model.config).float()
-    model.heads.float()
-    trainee = SmolHeads(model, exit_head)
-    for p in model.parameters():
-        p.requires_grad_(False)
-    for p in [*trainee.heads.parameters(), *(trainee.exit.parameters() if trained_exit else ())]:
-        p.requires_grad_(True)
+    trainee, weight = smollm_trainee(model, exit_head, trained_exit)
     cfg = TrainConfig(steps=steps, lr=LR, warmup=max(1, steps // 10), batch_size=BATCH,
                       seed=seed, log_every=max(1, steps // 4))
-    weight = model.lm_head.weight.detach()
     secs = fit(trainee, cfg, smollm_loss(trainee, weight, data, cfg, gen), "task heads", None, log)
     preds, _ = held_out(trainee, weight, data)
     for p in trainee.parameters():
