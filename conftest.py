@@ -1,5 +1,6 @@
-"""Shared test fixtures: random tiny float64 models and prompts, the hypothesis strategies and
-profiles, the devices, a tiny trained checkpoint, and the --drafter option.
+"""The paper tests' fixtures: random tiny float64 models and prompts, the hypothesis strategies and
+profiles, the devices, and the exact distribution a sampler must meet. tests/plugin.py adds what
+the folders' tests need (a tiny trained checkpoint, the real model, the --drafter option).
 
     HYPOTHESIS_PROFILE=thorough python -m pytest -q     # 10x the examples of the default profile
     python -m pytest test_minibpd.py --drafter my_module:MyDrafter   # your drafter, checked
@@ -7,24 +8,20 @@ profiles, the devices, a tiny trained checkpoint, and the --drafter option.
 Every test file takes its hypothesis settings from here (`examples(scale)`), so the profile
 scales them all.
 """
-import inspect
-import math
 import itertools
+import math
 import os
 
 import pytest
 import torch
+import torch.nn.functional as F
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
-from lab import cli
-import train_heads
-from minibpd import GPT, GPTConfig
-from runtime.kvcache import window_start
-from runtime.sampling import target_probs
-from runtime.threads import set_threads
+from minibpd import GPT, GPTConfig, window_start
 
+pytest_plugins = ["tests.plugin"]
 ROOT = os.path.dirname(os.path.abspath(__file__))   # the repository
-set_threads()  # one thread, as every command (docs/threads.md)
+torch.set_num_threads(1)  # one thread, as every command (docs/threads.md)
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not torch.cuda.is_available(), reason="CUDA not available"))]
@@ -48,11 +45,12 @@ def examples(scale=1.0):
 
 # ----------------------------------------------------------------------------- random models
 
-def tiny_model(seed, vocab, n_layer, h, block, device="cpu", n_head=2, head_dim=4, std=0.5):
-    """Random float64 GPT. A large init std makes logits spread out, so argmaxes are not ties."""
+def tiny_model(seed, vocab, n_layer, h, block, device="cpu", n_head=2, head_dim=4, std=0.5,
+               cls=GPT):
+    """Random float64 GPT (cls: or its fast twin). A large init std spreads the logits out, so
+    argmaxes are not ties."""
     torch.manual_seed(seed)
-    cfg = GPTConfig(vocab, block, n_layer, n_head, n_head * head_dim, h)
-    model = GPT(cfg).double()
+    model = cls(GPTConfig(vocab, block, n_layer, n_head, n_head * head_dim, h)).double()
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0, std)
@@ -78,8 +76,8 @@ def on_random_models(**more):
     return wrap
 
 
-def model_and_prompt(m, plen, device):
-    return tiny_model(*m, device=device), random_prompt(m[0], m[1], plen)
+def model_and_prompt(m, plen, device, cls=GPT):
+    return tiny_model(*m, device=device, cls=cls), random_prompt(m[0], m[1], plen)
 
 
 # ----------------------------------------------------------------------------- distributions
@@ -105,7 +103,7 @@ def exact(model, prompt, n, T):
         for tok in cont:
             t = len(seq)
             z = model(torch.tensor([seq[window_start(t, B):t]], device=dev))[0, -1]
-            prob *= float(target_probs(model.lm_head(z).double(), T)[tok])
+            prob *= float(F.softmax(model.lm_head(z).double() / T, dim=-1)[tok])
             seq.append(tok)
         out[cont] = prob
     return out
@@ -113,78 +111,3 @@ def exact(model, prompt, n, T):
 
 def l1(counts, probs, N):
     return sum(abs(counts.get(c, 0) / N - p) for c, p in probs.items())
-
-
-# ----------------------------------------------------------------------------- fixtures
-
-@pytest.fixture(scope="session")
-def tiny_ckpt(tmp_path_factory):
-    path = str(tmp_path_factory.mktemp("ck") / "tiny.pt")
-    train_heads.main(["--steps", "40", "--rescorer-steps", "20", "--n-layer", "1", "--n-embd",
-                      "32", "--n-head", "2", "--block-size", "32", "--batch-size", "8",
-                      "--rescorer-embd", "16", "--rescorer-layers", "1", "--out", path])
-    return path
-
-
-def pytest_addoption(parser):
-    parser.addoption("--drafter", metavar="MODULE:FACTORY", default=None,
-                     help="run test_minibpd.py's drafter properties on your drafter: MODULE is a "
-                          "module name (the current directory is searched first) or a .py file; "
-                          "FACTORY(model) if it takes a `model` parameter or a required "
-                          "positional one, else FACTORY() (default minibpd:ArgmaxDrafter)")
-
-
-def pytest_configure(config):
-    """Resolve --drafter once, before any test: a missing module or factory fails the whole run
-    with the reason, not as a few errors among passes."""
-    spec = config.getoption("--drafter") or "minibpd:ArgmaxDrafter"
-    module, _, name = spec.rpartition(":")
-    if not module or not name:
-        raise pytest.UsageError(f"--drafter takes MODULE:FACTORY, e.g. my_drafter:MyDrafter; got {spec!r}")
-    try:
-        factory = getattr(cli.import_plugin(module), name)
-    except Exception as e:
-        raise pytest.UsageError(f"--drafter {spec}: {type(e).__name__}: {e}") from None
-    if not callable(factory):
-        raise pytest.UsageError(f"--drafter {spec}: {name} is not callable")
-    config.drafter_factory = (lambda model: factory(model)) if takes_model(factory) else \
-        (lambda model: factory())
-
-
-def takes_model(factory):
-    """Whether FACTORY wants the model: a parameter named `model`, or a required positional one."""
-    try:
-        params = inspect.signature(factory).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    return any(p.name == "model" or (p.default is p.empty and p.kind in (p.POSITIONAL_ONLY,
-               p.POSITIONAL_OR_KEYWORD)) for p in params)
-
-
-@pytest.fixture(scope="session")
-def drafter_factory(request):
-    """model -> a fresh drafter, from --drafter MODULE:FACTORY (default minibpd:ArgmaxDrafter)."""
-    return request.config.drafter_factory
-
-
-# ----------------------------------------------------------------------------- the real model
-
-SMOLLM_HEADS = os.path.join(ROOT, "checkpoints", "smollm2-heads.pt")
-
-
-def real_model_or_skip():
-    """The GGUF's path, or a clean skip naming the install command (SmolLM2 is optional)."""
-    from models import smollm
-    try:
-        smollm.optional_packages()
-        return smollm.find_gguf()
-    except ImportError:
-        pytest.skip(f"SmolLM2 not installed: {smollm.INSTALL}")
-
-
-def heads_or_skip():
-    """The shipped SmolLM2 heads checkpoint's path, or a clean skip."""
-    real_model_or_skip()
-    if not os.path.isfile(SMOLLM_HEADS):
-        pytest.skip(f"{SMOLLM_HEADS} missing: train it with `python train_heads.py --smollm`")
-    return SMOLLM_HEADS

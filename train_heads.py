@@ -21,403 +21,163 @@ with --force. Unless given, the rescorer's size and steps scale with the base mo
 The thread count changes floating-point sums in their last bits, and training amplifies them:
 the shipped checkpoint was trained with 2 threads (add --threads 2 to repeat it exactly).
 """
-import argparse
+# This file reads top to bottom, like nanoGPT's train.py: the settings of a run, the joint loss
+# (Kim §4), the one optimiser loop, and the base run (the model, then its rescorer LM, Kim §7.1).
+# The command line (its flags, their checks, --distill, --tasks, --smollm) is training/cli.py.
 import math
-import os
-import sys
-from dataclasses import asdict, replace
+import time
+from dataclasses import asdict, dataclass, replace
 
 import torch
+import torch.nn.functional as F
 
-from runtime.checkpoint import CheckpointError, read, split_corpus, writable
-from lab.questions import questions
-from training.finetune import (DISTILL_DEFAULTS, SMOLLM_DEFAULTS, TASKS_DEFAULTS, TEACHERS,
-                               VARIANTS, distill, finetune_tasks, smollm_heads)
-from runtime.checkpoint import CHECKPOINT, FORMAT_VERSION
-from minibpd import GPT, GPTConfig
-from models.llama import HEAD_FORMS
-from runtime.threads import choose_threads
-from training.fit import TrainConfig, as_tensors, evaluate, git_revision, half, load_corpus, train
-
-# ----------------------------------------------------------------------------- the base model and rescorer
-
-def scale_rescorer(args):
-    """The rescorer is a small LM beside the base model: half its steps, half its width (even:
-    2 attention heads), a third of its layers, unless given. Defaults: 2 x 64, 2,500 steps."""
-    if args.rescorer_steps is None:
-        args.rescorer_steps = max(1, args.steps // 2)
-    if args.rescorer_embd is None:
-        args.rescorer_embd = max(2, args.n_embd // 4 * 2)      # half, rounded down to even
-    if args.rescorer_layers is None:
-        args.rescorer_layers = max(1, args.n_layer // 3)
+from minibpd import GPT
 
 
-def train_both(args, vocab, splits, gen):
-    """The base model, then the rescorer: -> the checkpoint dict, less corpus and splits."""
-    cfg = GPTConfig(len(vocab), args.block_size, args.n_layer, args.n_head, args.n_embd,
-                    args.heads, args.dropout)
-    model = GPT(cfg)
+@dataclass
+class TrainConfig:
+    """The settings of the base model's run (train_heads.py's flags of the same names); the
+    fine-tuning modes extend them (training/fit.py's TrainConfig, from_args)."""
+    steps: int = 5000             # optimizer steps
+    lr: float = 3e-3              # peak learning rate (AdamW): linear warm-up, cosine decay
+    warmup: int = 100
+    batch_size: int = 32          # windows per step (SmolLM2: positions per step)
+    head_weight: float = 0.2      # loss weight of heads 2..h relative to head 1
+    log_every: int = 100
+    seed: int = 1337
+    block_size: int = 128         # the context window (--tasks widens it)
+    heads: int = 8                # h, head 1 included
+    rescorer_steps: int = None    # the rescorer LM's steps (default: steps // 2)
+
+
+# ----------------------------------------------------------------------------- the joint loss
+
+def batches(data, batch_size, length, gen):
+    """Random windows of `length` tokens from the 1-D tensor `data`: [batch_size, length]."""
+    ix = torch.randint(len(data) - length, (batch_size,), generator=gen)
+    return torch.stack([data[i:i + length] for i in ix])
+
+
+def head_losses(model, chunk, mask=None, skip=0, logits=None):
+    """Cross entropy and top-1 accuracy of heads skip+1..h on chunk [B, T + h]: head i at position
+    t is scored on token t + i. mask [B, T] (optional): the positions that count. logits: every
+    head's on chunk[:, :T], if already computed. -> ([h'], [h'])"""
+    h = model.config.n_bpd_heads
+    T = chunk.shape[1] - h
+    logits = model.head_logits(model(chunk[:, :T])) if logits is None else logits
+    logits = logits[:, :, skip:]                                                 # [B, T, h', V]
+    targets = torch.stack([chunk[:, 1 + i:1 + i + T] for i in range(skip, h)], dim=-1)
+    if mask is not None:
+        logits, targets = logits[mask], targets[mask]                            # [N, h', V]
+    ce = F.cross_entropy(logits.flatten(0, -2), targets.flatten(), reduction="none")
+    hits = (logits.argmax(-1) == targets).float()
+    return ce.view(-1, h - skip).mean(0), hits.view(-1, h - skip).mean(0)
+
+
+def joint_loss(model, chunk, head_weight=1.0):
+    """chunk [B, T + h] -> (joint loss, per-head losses [h]). Trunk and heads are trained jointly
+    (Kim §4). The weighting is OUR choice: a weighted mean of the per-head losses, head 1 weighted
+    1 and heads 2..h `head_weight` each (1.0: the plain mean). Stern trains one randomly chosen
+    head a batch instead."""
+    per_head, _ = head_losses(model, chunk)
+    w = torch.full_like(per_head, float(head_weight))
+    w[0] = 1.0
+    return (w * per_head).sum() / w.sum(), per_head
+
+
+# ----------------------------------------------------------------------------- the fit loop
+
+def lr_at(step, steps, lr, warmup):
+    """Linear warm-up, then cosine decay to lr / 10."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup))))
+
+
+def fit(model, cfg, loss_at, label, held_out=None, log=print):
+    """The one optimiser loop (base model, rescorer, distillation, tasks): AdamW, warm-up + cosine
+    decay, gradient clipping at 1.0, over the parameters that require grad. loss_at(step) ->
+    (loss, the log's note on it). held_out: a token tensor whose head-1 loss the log shows now
+    and then. -> seconds."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.1, betas=(0.9, 0.95))
+    model.train()
+    t0 = time.time()
+    for step in range(cfg.steps):
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, cfg.steps, cfg.lr, cfg.warmup)
+        loss, note = loss_at(step)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        if step % cfg.log_every == 0 or step == cfg.steps - 1:
+            el, tune = time.time() - t0, ""
+            if held_out is not None and (step % (5 * cfg.log_every) == 0 or step == cfg.steps - 1):
+                model.eval()
+                tune = f" | tune loss head 1 {evaluate(model, held_out, 16)[0][0]:.3f}"
+                model.train()
+            log(f"[{label}] step {step:5d}/{cfg.steps} {note()} | {el / 60:.1f} min, "
+                f"{(cfg.steps - step - 1) * el / (step + 1) / 60:.1f} min left" + tune)
+    model.eval()
+    return time.time() - t0
+
+
+@torch.no_grad()
+def evaluate(model, data, n_windows=64):
+    """Per-head held-out loss and top-1 accuracy on evenly spaced windows of `data`."""
+    span = model.config.block_size + model.config.n_bpd_heads
+    starts = torch.linspace(0, len(data) - span - 1, n_windows).long()
+    losses, accs = head_losses(model, torch.stack([data[i:i + span] for i in starts]))
+    return losses.tolist(), accs.tolist()
+
+
+# ----------------------------------------------------------------------------- the base run
+
+def train(model, data, cfg, gen, label, held_out=None):
+    """Joint training (joint_loss) on random windows of `data` -> seconds."""
+    span, t0 = model.config.block_size + model.config.n_bpd_heads, time.time()
+
+    def loss_at(step):
+        loss, per_head = joint_loss(model, batches(data, cfg.batch_size, span, gen), cfg.head_weight)
+        tok_s = (step + 1) * cfg.batch_size * span / max(1e-9, time.time() - t0)
+        return loss, lambda: "loss/head " + " ".join(f"{x:.2f}" for x in per_head.tolist()) + \
+            f" | {tok_s:,.0f} tok/s"
+    return fit(model, cfg, loss_at, label, held_out)
+
+
+def half(model):
+    return {k: v.half() for k, v in model.state_dict().items()}   # fp16 on disk: half the MB
+
+
+def train_both(run, cfg, vocab, splits, gen, rescorer_layers, rescorer_embd, revision="unknown",
+               cls=GPT):
+    """The base model (cfg, a GPTConfig), then the small rescorer LM of Kim §7.1, both trained
+    on splits["train"] (token tensors) -> the checkpoint dict, less its format_version, corpus
+    and splits (the command line adds them). cls builds both models: GPT, or a twin of it that
+    computes the same forward pass (training/cli.py hands in runtime.fast_heads.FastGPT)."""
+    model = cls(cfg)
     print(f"model: {sum(p.numel() for p in model.parameters()):,} parameters, {cfg}")
-    run = TrainConfig.from_args(args)
     secs = train(model, splits["train"], run, gen, "heads", splits["tune"])
     losses, accs = evaluate(model, splits["test"])
     print("held-out (test) per head:  loss " + " ".join(f"{x:.3f}" for x in losses))
     print("                      top-1 acc " + " ".join(f"{x:.3f}" for x in accs))
     # The small rescorer LM (Kim §7.1): same class, one head, 2 attention heads.
-    rcfg = GPTConfig(len(vocab), args.block_size, args.rescorer_layers, 2, args.rescorer_embd, 1,
-                     args.dropout)
-    rescorer = GPT(rcfg)
+    rcfg = replace(cfg, n_layer=rescorer_layers, n_head=2, n_embd=rescorer_embd, n_bpd_heads=1)
+    rescorer = cls(rcfg)
     n, n_base = (sum(p.numel() for p in m.parameters()) for m in (rescorer, model))
     print(f"rescorer: {n:,} parameters ({n / n_base:.1%} of the base), n_layer {rcfg.n_layer}, "
-          f"n_embd {rcfg.n_embd}, {args.rescorer_steps:,} steps")
-    rsecs = train(rescorer, splits["train"], replace(run, steps=args.rescorer_steps),
+          f"n_embd {rcfg.n_embd}, {run.rescorer_steps:,} steps")
+    rsecs = train(rescorer, splits["train"], replace(run, steps=run.rescorer_steps),
                   gen, "rescorer", splits["tune"])
     print(f"rescorer: held-out loss {evaluate(rescorer, splits['test'])[0][0]:.3f}")
-    return {"format_version": FORMAT_VERSION, "config": asdict(cfg), "model": half(model),
-            "rescorer_config": asdict(rcfg), "rescorer": half(rescorer), "vocab": vocab,
-            "seed": args.seed, "git_revision": git_revision(),
-            "train": {"steps": args.steps, "rescorer_steps": args.rescorer_steps,
+    return {"config": asdict(cfg), "model": half(model), "rescorer_config": asdict(rcfg),
+            "rescorer": half(rescorer), "vocab": vocab, "seed": run.seed, "git_revision": revision,
+            "train": {"steps": run.steps, "rescorer_steps": run.rescorer_steps,
                       "seconds": round(secs + rsecs), "test_loss": losses, "test_acc": accs,
                       "torch": str(torch.__version__)}}
 
 
-# ----------------------------------------------------------------------------- the command line
-
-class UsageError(SystemExit):
-    """Exit status 2, like `python minibpd.py` on bad input; str() keeps the message for callers."""
-    def __init__(self, message):
-        super().__init__(f"error: {message}")
-        self.code = 2
-
-
-def fail(message):
-    print(f"error: {message}", file=sys.stderr)    # one line, no traceback
-    raise UsageError(message)
-
-
-class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Every default shown; a computed default (None) is spelled out in the flag's own help."""
-    def _get_help_string(self, action):
-        return action.help if action.default is None else super()._get_help_string(action)
-
-
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter,
-                                allow_abbrev=False)
-
-    def arg(flag, help, metavar="N", **kw):         # every flag has a help line: its default shows
-        p.add_argument(flag, help=help, metavar=metavar, **kw)
-    arg("--data", "UTF-8 text file, used as it is (default: Python's own pydoc_data.topics, "
-        "cleaned)", metavar="FILE")
-    p.add_argument("--clean", action="store_true", help="clean --data like the default corpus: "
-                   "collapse spaces (indentation too), drop reST rules and table borders")
-    arg("--out", "checkpoint file to write", default=CHECKPOINT, metavar="FILE")
-    p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
-    arg("--seed", "seeds torch: weights and batches", type=int, default=1337)
-    arg("--steps", "optimizer steps for the base model", type=int, default=5000)
-    arg("--rescorer-steps", "optimizer steps for the rescorer LM (default: steps // 2)", type=int)
-    arg("--rescorer-layers", "rescorer blocks (default: n_layer // 3, at least 1)", type=int)
-    arg("--rescorer-embd", "rescorer width, even: it has 2 attention heads (default: "
-        "n_embd // 2 rounded down to an even number, at least 2)", type=int)
-    arg("--batch-size", "windows per step", type=int, default=32)
-    arg("--lr", "peak learning rate (AdamW)", type=float, default=3e-3, metavar="X")
-    arg("--warmup", "linear warm-up steps, then cosine decay to lr / 10", type=int, default=100)
-    arg("--n-layer", "transformer blocks", type=int, default=6)
-    arg("--n-head", "attention heads per block", type=int, default=4)
-    arg("--n-embd", "embedding width", type=int, default=128)
-    arg("--block-size", "context window, in characters", type=int, default=128)
-    arg("--heads", "h, the number of BPD heads (head 1 included)", type=int, default=8)
-    arg("--head-weight", "loss weight of heads 2..h relative to head 1 (1.0: plain mean)",
-        type=float, default=0.2, metavar="X")
-    arg("--dropout", "dropout probability", type=float, default=0.0, metavar="X")
-    arg("--log-every", "steps between log lines", type=int, default=100)
-    arg("--threads", "torch threads (default: every core if the 1-minute load average is "
-        "under 0.5, else 1)", type=int)
-    add_distill_args(p, arg)
-    add_smollm_args(p, arg)
-    args = p.parse_args(argv)
-    # which flags were written out: --distill changes the defaults of the others
-    args.given = explicit_flags(p, sys.argv[1:] if argv is None else argv)
-    return args
-
-
-def add_distill_args(p, arg):
-    """--distill and its flags (arg: parse_args' helper, a help line required)."""
-    arg("--distill", "self-distil the heads of --base instead of training a model: 'frozen' "
-        "(trunk + head 1 frozen) or 'joint' (see 'self-distillation' in train_heads.py). Then "
-        f"--steps, --lr, --warmup and --out default to {DISTILL_DEFAULTS['steps']}, "
-        f"{DISTILL_DEFAULTS['lr']}, {DISTILL_DEFAULTS['warmup']} and "
-        "checkpoints/minibpd-distilled.pt (default: off)", metavar="VARIANT")
-    p_tasks = "fine-tune --base on the five tasks' train splits (tasks.py) instead of training a "\
-        "model; then " + ", ".join(f"--{k.replace('_', '-')} defaults to {v}" for k, v in
-                                   TASKS_DEFAULTS.items() if k != "out") + \
-        " and --out to checkpoints/minibpd-tasks.pt"
-    p.add_argument("--tasks", help=p_tasks, action="store_true")
-    arg("--base", "--distill, --tasks: the trained checkpoint to start from (default: the shipped "
-        "checkpoints/minibpd.pt)", metavar="FILE")
-    arg("--regen-every", "--distill: optimizer steps between regenerations of the greedy data",
-        type=int, default=50)
-    arg("--gen-rows", "--distill: greedy continuations generated per regeneration, as the rows "
-        "of one batched KV cache", type=int, default=128)
-    arg("--anchor", "--distill joint: loss weight of KL(base || model) of head 1 on the greedy "
-        "windows (next to head 1's weight 1 on the corpus)", type=float, default=0.0, metavar="X")
-    arg("--teacher", "--distill: which model generates the greedy data: 'current' (the model "
-        "being trained, as it trains) or 'base' (a frozen copy of --base)", default="current",
-        metavar="WHO")
-
-
-def add_smollm_args(p, arg):
-    """--smollm and its flags (arg: parse_args' helper, a help line required)."""
-    p_smollm = "train BPD heads 2..h for SmolLM2-135M (smollm.py; frozen base, self-distilled on "\
-        "its own greedy continuations of offline text and chat questions) instead of training a "\
-        "model; then " + \
-        ", ".join(f"--{k.replace('_', '-')} defaults to {v}" for k, v in SMOLLM_DEFAULTS.items()
-                  if k != "out") + " and --out to checkpoints/smollm2-heads.pt"
-    p.add_argument("--smollm", help=p_smollm, action="store_true")
-    arg("--teacher-tokens", "--smollm: positions of offline train text run through the base in "
-        "batched windows (teacher forcing, no generation), whose argmaxes (--teacher-targets) the "
-        f"heads pre-train on before self-distillation; 0: none (default: "
-        f"{SMOLLM_DEFAULTS['teacher_tokens']:,} with --smollm)", type=int)
-    arg("--teacher-targets", "--smollm: which teacher-forced argmaxes are targets: 'exact' "
-        "(only where the text's tokens in between were greedy's, so that the target is greedy's "
-        "own token) or 'all' (default: 'all' for chained heads, which read the text's tokens in "
-        "between, so that every argmax is the base's choice after what they read; 'exact' for "
-        "Stern's)", metavar="WHICH")
-    arg("--teacher-steps", "--smollm: optimizer steps on the teacher-forced positions "
-        f"(default: {SMOLLM_DEFAULTS['teacher_steps']} with --smollm)", type=int)
-    arg("--head-form", "--smollm: heads 2..h in Stern §6's form ('stern': each reads the final "
-        "hidden state alone) or 'chained' (each also reads the token the head before it drafted; "
-        "ours, after Hydra; models/llama.py ChainedHead) (default: "
-        f"{SMOLLM_DEFAULTS['head_form']} with --smollm)", metavar="FORM")
-    arg("--draft-vocab", "--smollm: heads 2..h train on, and draft among, the S tokens the base "
-        "chose most often (exact: verification keeps every token); 0: all of them (default: "
-        f"{SMOLLM_DEFAULTS['draft_vocab']} with --smollm)", type=int, metavar="S")
-    arg("--continuations", "--smollm: greedy continuations of train-split prompts generated for "
-        "self-distillation, 128 tokens each (the tune split's 64 are fixed) (default: "
-        f"{SMOLLM_DEFAULTS['continuations']:,} with --smollm)", type=int, metavar="N")
-    arg("--chat-continuations", "--smollm: more of them, answers to train-split questions about "
-        "the standard library in the model's chat template (lab/questions.py); 0: none, and no "
-        "tune-split chat record (default: "
-        f"{SMOLLM_DEFAULTS['chat_continuations']:,} with --smollm)", type=int, metavar="M")
-
-
-def explicit_flags(parser, argv):
-    """The dests of the flags written on the command line (so --distill can change defaults)."""
-    return {a.dest for a in parser._actions for opt in a.option_strings
-            if any(x == opt or x.startswith(opt + "=") for x in argv)}
-
-
-SMOLLM_FLAGS = ("teacher_tokens", "teacher_steps", "teacher_targets", "draft_vocab", "head_form",
-               "continuations", "chat_continuations")
-
-
-def check_distill_args(args):
-    """--distill's and --tasks' own checks (they set their defaults first), before any work."""
-    chosen = [m for m, on in (("--distill", args.distill is not None), ("--tasks", args.tasks),
-                              ("--smollm", args.smollm)) if on]
-    if len(chosen) > 1:
-        fail(f"{' and '.join(chosen)} are different ways to train: choose one")
-    mode = chosen[0] if chosen else None
-    own = {"--distill": ("regen_every", "gen_rows", "teacher", "anchor"), "--tasks": (),
-           "--smollm": SMOLLM_FLAGS}
-    for flag in ("base",) * (mode in (None, "--smollm")) + sum((v for k, v in own.items() if k != mode), ()):
-        if flag in args.given:
-            fail(f"--{flag.replace('_', '-')} only applies with "
-                 + ("--distill or --tasks" if flag == "base" else
-                    next(m for m, names in own.items() if flag in names)))
-    if mode is None:
-        return
-    if args.distill is not None and args.distill not in VARIANTS:
-        fail(f"--distill must be one of {', '.join(VARIANTS)}, got {args.distill!r}")
-    if args.teacher not in TEACHERS:
-        fail(f"--teacher must be one of {', '.join(TEACHERS)}, got {args.teacher!r}")
-    fixed = ["data", "clean", "n_layer", "n_head", "n_embd", "heads", "dropout",
-             "rescorer_layers", "rescorer_embd"] + ["block_size", "rescorer_steps"] * (mode == "--distill")
-    if mode == "--smollm":              # the base is SmolLM2 itself, its corpus built in
-        fixed = ["data", "clean", "n_layer", "n_head", "n_embd", "dropout", "block_size",
-                 "rescorer_steps", "rescorer_layers", "rescorer_embd", "head_weight"]
-    for flag in fixed:
-        if flag in args.given:          # the model and its corpus come from --base
-            fail(f"--{flag.replace('_', '-')} does not apply with {mode}: the model, its "
-                 "corpus and its rescorer come from " + ("SmolLM2 and finetune.py" if mode ==
-                                                         "--smollm" else "--base"))
-    if not (math.isfinite(args.anchor) and args.anchor >= 0):
-        fail(f"--anchor must be a finite number >= 0, got {args.anchor}")
-    if args.distill == "frozen" and "anchor" in args.given:
-        fail("--anchor does not apply with --distill frozen: head 1 is frozen")
-    for name in ("regen_every", "gen_rows"):
-        if getattr(args, name) < 1:
-            fail(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    defaults = {"--distill": DISTILL_DEFAULTS, "--tasks": TASKS_DEFAULTS, "--smollm": SMOLLM_DEFAULTS}
-    for name, value in defaults[mode].items():
-        if name not in args.given:
-            setattr(args, name, value)
-    if mode == "--smollm":
-        check_smollm_args(args)
-        return
-    args.base = args.base or CHECKPOINT
-    if not os.path.isfile(args.base):
-        fail(f"--base {args.base}: no such checkpoint (train one with `python train_heads.py`)")
-    check_base(args.base, mode)
-    if os.path.abspath(args.base) == os.path.abspath(args.out):
-        fail(f"--out {args.out} is --base: write the fine-tuned model to another file")
-
-
-def check_base(path, mode):
-    """--base is read (its header, no model built) before any work: it must be train_heads.py's
-    own character GPT, which --distill and --tasks fine-tune."""
-    try:
-        kind = read(path, needs=("config",)).get("kind")
-    except CheckpointError as e:
-        fail(f"--base: {e}")
-    if kind is not None:
-        fail(f"--base {path} is a {kind!r} checkpoint: {mode} fine-tunes a character GPT that "
-             "train_heads.py trained (e.g. checkpoints/minibpd.pt)"
-             + ("; SmolLM2's heads are trained with --smollm" if "smollm" in kind else ""))
-
-
-def check_smollm_args(args):
-    """--smollm: heads 2..h need h >= 2, the teacher-forced phase steps if it has positions, a
-    draft vocabulary at least 2 tokens and at most the vocabulary; the optional packages."""
-    if args.heads < 2:
-        fail(f"--heads must be >= 2 with --smollm (head 1 is the base model itself), got {args.heads}")
-    if args.continuations < 1:
-        fail(f"--continuations must be >= 1, got {args.continuations}")
-    for name in ("teacher_tokens", "teacher_steps", "draft_vocab", "chat_continuations"):
-        if getattr(args, name) < 0:
-            fail(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
-    if args.chat_continuations > 0:                    # (seconds: questions parses the stdlib)
-        if args.chat_continuations > len(questions("train")):
-            fail(f"--chat-continuations must be at most the {len(questions('train')):,} train-split "
-                 f"questions (lab/questions.py), got {args.chat_continuations:,}")
-    if args.head_form not in HEAD_FORMS:
-        fail(f"--head-form must be {' or '.join(map(repr, HEAD_FORMS))}, got {args.head_form!r}")
-    if args.teacher_targets is None:
-        args.teacher_targets = "all" if args.head_form == "chained" else "exact"
-    if args.teacher_targets not in ("exact", "all"):
-        fail(f"--teacher-targets must be 'exact' or 'all', got {args.teacher_targets!r}")
-    if args.teacher_tokens and not args.teacher_steps:
-        fail("--teacher-tokens needs --teacher-steps >= 1 (or --teacher-tokens 0: no teacher forcing)")
-    if args.draft_vocab == 1 or args.draft_vocab > 49152:
-        fail(f"--draft-vocab must be 0 (all tokens) or 2..49152 (SmolLM2's vocabulary), got "
-             f"{args.draft_vocab}")
-    from models import smollm
-    try:
-        smollm.optional_packages()
-        smollm.find_gguf()
-    except ImportError as e:
-        fail(str(e))
-
-
-def check_args(args):
-    """Every flag checked before any work: a typo should cost a second, not a training run."""
-    check_distill_args(args)
-    for name, least in [("steps", 1), ("batch_size", 1), ("warmup", 0), ("n_layer", 1),
-                        ("n_head", 1), ("n_embd", 1), ("block_size", 1), ("heads", 1),
-                        ("log_every", 1), ("threads", 1), ("rescorer_steps", 1),
-                        ("rescorer_layers", 1), ("rescorer_embd", 2)]:
-        value = getattr(args, name)
-        if value is not None and value < least:             # None: a computed default
-            fail(f"--{name.replace('_', '-')} must be >= {least}, got {value}")
-    if args.n_embd % args.n_head:
-        fail(f"--n-embd {args.n_embd} must be divisible by --n-head {args.n_head}")
-    if args.rescorer_embd is not None and args.rescorer_embd % 2:
-        fail(f"--rescorer-embd {args.rescorer_embd} must be even (the rescorer has 2 heads)")
-    if not (math.isfinite(args.lr) and args.lr > 0):
-        fail(f"--lr must be a finite number > 0, got {args.lr}")
-    if not 0 <= args.dropout < 1:                           # also false for nan
-        fail(f"--dropout must be in [0, 1), got {args.dropout}")
-    if not (math.isfinite(args.head_weight) and args.head_weight >= 0):
-        fail(f"--head-weight must be a finite number >= 0, got {args.head_weight}")
-    if not 0 <= args.seed <= 2**63 - 1:                     # torch.manual_seed's range
-        fail(f"--seed must be in [0, 2**63 - 1], got {args.seed}")
-    # --out: refuse now rather than after training. The default is the shipped checkpoint.
-    out, folder = args.out, os.path.dirname(os.path.abspath(args.out))
-    if not out or os.path.isdir(out):
-        fail(f"--out {out!r} is not a file name")
-    if os.path.exists(out) and not args.force:
-        fail(f"--out {out} already exists; pass --force to overwrite it")
-    if not os.path.isdir(folder):
-        fail(f"--out {out}: directory {folder} does not exist")
-    if not writable(out):
-        fail(f"--out {out}: not writable (tried: the file cannot be opened for writing there)")
-    try:
-        choose_threads(args.threads, training=True)
-    except ValueError as e:
-        fail(str(e))
-
-
-def corpus_splits(args):
-    """The corpus, its vocabulary and splits (texts and tensors), sized for the model."""
-    text, corpus = load_corpus(args.data, True if args.clean else None)
-    vocab, texts = "".join(sorted(set(text))), split_corpus(text)
-    splits = as_tensors(texts, vocab)
-    span = args.block_size + args.heads + 1
-    if min(len(v) for v in splits.values()) <= span:
-        fail(f"{'--data ' + args.data if args.data else 'the corpus'} is too small for "
-             f"--block-size {args.block_size} --heads {args.heads}: each split needs over {span} "
-             f"characters (about {20 * span} in all, it has {len(text)})")
-    print(f"corpus: {corpus['name']}{', cleaned' if corpus['cleaned'] else ''}, "
-          f"{corpus['chars']:,} chars, vocab {len(vocab)}, "
-          + ", ".join(f"{k} {len(v):,}" for k, v in splits.items()))
-    return corpus, vocab, texts, splits
-
-
-def with_threads(args, work):
-    """Run work() on the training thread policy (threads.choose_threads), giving the caller's
-    threads back after (main() may run inside another program: the tests). -> (result, n)"""
-    threads, reason = choose_threads(args.threads, training=True)
-    print(f"threads: {threads} ({reason}{'' if args.threads else '; --threads overrides'})")
-    before = torch.get_num_threads()
-    try:
-        torch.set_num_threads(threads)
-        return work(), threads
-    finally:
-        torch.set_num_threads(before)
-
-
-def main(argv=None):
-    args = parse_args(argv)
-    check_args(args)
-    try:
-        run(args)
-    except ValueError as e:                 # the library's refusals: one line, exit status 2
-        fail(str(e))
-
-
-def run(args):
-    if args.smollm:
-        from models import smollm
-        (model, extra), threads = with_threads(args, lambda: smollm_heads(TrainConfig.from_args(args)))
-        extra["train"]["threads"] = threads
-        smollm.save_heads(model, args.out, extra)
-        print(f"saved {args.out} ({extra['train']['seconds'] / 60:.1f} min in all, "
-              f"{extra['train']['seconds_generating'] / 60:.1f} generating)")
-        return
-    if args.tasks:
-        ckpt, threads = with_threads(args, lambda: finetune_tasks(TrainConfig.from_args(args)))
-        ckpt["finetune"]["threads"] = threads
-        torch.save(ckpt, args.out)
-        print(f"saved {args.out} ({ckpt['finetune']['seconds'] / 60:.1f} min of fine-tuning)")
-        return
-    if args.distill:
-        ckpt, threads = with_threads(args, lambda: distill(TrainConfig.from_args(args)))
-        ckpt["distill"]["threads"] = threads
-        torch.save(ckpt, args.out)
-        d = ckpt["distill"]
-        print(f"saved {args.out} ({d['seconds'] / 60:.1f} min of distillation, "
-              f"{d['seconds_generating'] / 60:.1f} generating)")
-        return
-    scale_rescorer(args)
-    torch.manual_seed(args.seed)
-    gen = torch.Generator().manual_seed(args.seed)
-    corpus, vocab, texts, splits = corpus_splits(args)
-    ckpt, threads = with_threads(args, lambda: train_both(args, vocab, splits, gen))
-    ckpt.update(corpus=corpus, splits=texts)
-    ckpt["train"]["threads"] = threads
-    torch.save(ckpt, args.out)
-    print(f"saved {args.out} ({ckpt['train']['seconds'] / 60:.1f} min of training)")
-
-
-if __name__ == "__main__":
+if __name__ == "__main__":      # the command line: its flags, their checks, the other modes
+    from training.cli import main
     main()

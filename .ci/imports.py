@@ -1,23 +1,35 @@
-"""The layout check: the import graph of the project's modules (every import, lazy ones
-included), their layers, and what a reader's limits forbid. `python .ci/imports.py` prints the
-graph and exits 1 on any of:
-  - an import circle (the one exception: minibpd.py's `if __name__ == "__main__":` hand-off);
+"""The layout check: the paper at the top, the lab in folders built on it. `python .ci/imports.py`
+prints the import graph (every import, lazy ones included) and exits 1 on any of:
+  - the paper layer: a top-level file (PAPER, and conftest.py) importing at module level anything
+    but the standard library, torch, numpy, the test tools (pytest, hypothesis) and each other;
+    more than MAX_HANDOFFS function-level imports of the folders in all of them together, or one
+    without a comment saying why (the `if __name__ == "__main__":` hand-offs to a command line
+    are free); a paper file over its size (PAPER); more than MAX_NAMES names defined or imported
+    in minibpd.py before `bpd_decode`;
+  - an import circle, apart from the paper layer's hand-offs (the folders build on the paper,
+    which calls them back only through those few lines);
   - a module over 600 lines, or a function over 50 (docstring included);
   - a re-exported name: a module that imports a project name it neither uses nor defines (so that
     callers would import it from there: one name, one address);
   - a top level holding anything but the paper's files, packaging/CI files and the folders.
-Tests and the measuring scripts in tools/ are not modules of the library: they are left out.
+Tests and the measuring scripts in tools/ are not modules of the library: they are left out, but
+for the paper's test files.
 """
 import ast
+import io
 import os
 import sys
+import tokenize
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ("runtime", "decoders", "models", "lab", "training")
-TOP = {"minibpd.py", "lattice.py", "ngram.py", "train_heads.py", "test_minibpd.py", "README.md",
-       "conftest.py", "pyproject.toml", "requirements.txt", ".gitignore", ".ci", ".git",
-       "checkpoints", "docs", "tests", "tools", *PACKAGES}
-MAX_LINES, MAX_FUNCTION = 600, 50
+PAPER = {"minibpd.py": 350, "lattice.py": 300, "ngram.py": 200, "train_heads.py": 220,
+         "test_minibpd.py": 400}
+TOP = {*PAPER, "README.md", "conftest.py", "pyproject.toml", "requirements.txt", ".gitignore",
+       ".ci", ".git", "checkpoints", "docs", "tests", "tools", *PACKAGES}
+MAX_LINES, MAX_FUNCTION, MAX_HANDOFFS, MAX_NAMES = 600, 50, 4, 25
+THIRD_PARTY = {"torch", "numpy", "pytest", "hypothesis"}
+STDLIB = set(getattr(sys, "stdlib_module_names", ())) | {"__future__"}
 
 
 def modules():
@@ -38,45 +50,55 @@ def main_block(node):
             and isinstance(node.test.left, ast.Name) and node.test.left.id == "__name__")
 
 
-def imports(tree, this, names):
-    """-> {module: 'top' | 'lazy' | 'main'}: the project modules a module imports, and where."""
-    found = {}
-
-    def add(name, where):
-        while name and name not in names:
-            name = name.rpartition(".")[0]
-        if name and name != this:
-            found.setdefault(name, where)
+def import_nodes(tree):
+    """-> [(node, where)]: every import statement, where = 'top' | 'lazy' | 'main'."""
+    found = []
 
     def visit(node, where):
         for child in ast.iter_child_nodes(node):
             here = "main" if main_block(child) else where
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
                 here = "lazy" if here == "top" else here
-            if isinstance(child, ast.Import):
-                for a in child.names:
-                    add(a.name, here)
-            elif isinstance(child, ast.ImportFrom) and child.level == 0 and child.module:
-                for a in child.names:
-                    add(f"{child.module}.{a.name}" if f"{child.module}.{a.name}" in names
-                        else child.module, here)
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                found.append((child, here))
             visit(child, here)
     visit(tree, "top")
     return found
 
 
+def imported(node):
+    """The dotted names an import statement names (absolute imports only)."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    if node.level or not node.module:
+        return []
+    return [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+
+
+def imports(tree, this, names):
+    """-> {module: 'top' | 'lazy' | 'main'}: the project modules a module imports, and where."""
+    found = {}
+    for node, where in import_nodes(tree):
+        for name in imported(node):
+            while name and name not in names:
+                name = name.rpartition(".")[0]
+            if name and name != this:
+                found.setdefault(name, where)
+    return found
+
+
 def reexports(tree, names):
     """Project names imported at the top of a module and never used in it: re-exports."""
-    imported = {}
+    imported_names = {}
     for node in tree.body:
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and \
                 node.module.split(".")[0] in {n.split(".")[0] for n in names}:
             for a in node.names:
-                imported[a.asname or a.name] = f"{node.module}.{a.name}"
+                imported_names[a.asname or a.name] = f"{node.module}.{a.name}"
     used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
     used |= {n.value.id for n in ast.walk(tree) if isinstance(n, ast.Attribute)
              and isinstance(n.value, ast.Name)}
-    return sorted(full for alias, full in imported.items() if alias not in used)
+    return sorted(full for alias, full in imported_names.items() if alias not in used)
 
 
 def cycles(graph):
@@ -109,11 +131,74 @@ def layers(graph):
     return depth
 
 
+# ----------------------------------------------------------------------------- the paper layer
+
+def commented_lines(source):
+    """Line numbers that carry a comment."""
+    return {tok.start[0] for tok in tokenize.generate_tokens(io.StringIO(source).readline)
+            if tok.type == tokenize.COMMENT}
+
+
+def names_before(tree, function):
+    """Names a module binds at its top level (imports, classes, functions, assignments) before
+    `def function`."""
+    bound = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == function:
+            return bound
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound += [(a.asname or a.name).split(".")[0] for a in node.names]
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.append(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            bound += [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+    raise ValueError(f"no {function} at the top level")
+
+
+def paper_problems():
+    """The paper layer's rules (module docstring). -> (problems, hand-off lines)."""
+    files = [*PAPER, "conftest.py"]
+    paper = {f[:-3] for f in files}
+    problems, handoffs = [], []
+    for f in files:
+        source = open(os.path.join(HERE, f), encoding="utf-8").read()
+        tree, notes = ast.parse(source), commented_lines(source)
+        n = len(source.splitlines())
+        if f in PAPER and n > PAPER[f]:
+            problems.append(f"{f}: {n} lines (the paper layer allows {PAPER[f]})")
+        for node, where in import_nodes(tree):
+            for name in imported(node)[:1]:
+                root = name.split(".")[0]
+                if root in STDLIB or root in THIRD_PARTY or root in paper or where == "main":
+                    continue
+                if where == "top":
+                    problems.append(f"{f}:{node.lineno} imports {name} at module level (the "
+                                    "paper imports only the standard library, torch, numpy and "
+                                    "each other)")
+                else:
+                    handoffs.append(f"{f}:{node.lineno} {name}")
+                    if node.lineno not in notes:
+                        problems.append(f"{f}:{node.lineno} hands off to {name} without a "
+                                        "comment saying why")
+    if len(handoffs) > MAX_HANDOFFS:
+        problems.append(f"{len(handoffs)} function-level imports of the folders in the paper "
+                        f"files (at most {MAX_HANDOFFS}): {', '.join(handoffs)}")
+    before = names_before(ast.parse(open(os.path.join(HERE, "minibpd.py")).read()), "bpd_decode")
+    if len(before) > MAX_NAMES:
+        problems.append(f"minibpd.py: {len(before)} names before bpd_decode (at most "
+                        f"{MAX_NAMES}): {', '.join(before)}")
+    return problems, handoffs, before
+
+
 def main():
     names = modules()
     trees = {m: ast.parse(open(p, encoding="utf-8").read()) for m, p in names.items()}
     graph = {m: imports(t, m, names) for m, t in trees.items()}
-    plain = {m: {d: w for d, w in deps.items() if w != "main"} for m, deps in graph.items()}
+    paper = {f[:-3] for f in PAPER}
+    # the paper's hand-offs (lazy imports of a folder from a paper file) are the one way back up
+    plain = {m: {d: w for d, w in deps.items() if w != "main" and not
+                 (m in paper and w == "lazy" and d not in paper)} for m, deps in graph.items()}
     problems = [f"import circle through {', '.join(sorted(cycles(plain)))}"] if cycles(plain) else []
     depth = layers(plain)
     for m in sorted(names, key=lambda m: (depth[m], m)):
@@ -132,9 +217,14 @@ def main():
                    - {f for f in os.listdir(HERE) if f.endswith(".egg-info") or f.startswith(".venv")
                       or f == "__pycache__"})
     problems += [f"top level: {', '.join(extra)} is neither the paper, packaging nor a folder"] * bool(extra)
+    paper_bad, handoffs, before = paper_problems()
+    problems += paper_bad
     lines = sum(len(open(p, encoding="utf-8").read().splitlines()) for p in names.values())
+    print(f"the paper layer: {', '.join(f'{f} {len(open(os.path.join(HERE, f)).read().splitlines())}' for f in PAPER)} lines; "
+          f"{len(before)} names before bpd_decode; hand-offs to the folders: {', '.join(handoffs)}")
     print(f"{len(names)} modules, {lines:,} lines; " + ("; ".join(problems) if problems else
-          "no import circles, no module over 600 lines, no function over 50, no re-exports"))
+          "no import circles, no module over 600 lines, no function over 50, no re-exports, "
+          "the paper layer within its rules"))
     return 1 if problems else 0
 
 

@@ -14,8 +14,12 @@ tuned file and the command line) and `answer` (prompt + greedy continuation; onl
 which peeks at it, reads it).
 
 Settings named k (lattice width), p (drafts verified per call), alpha (LM interpolation weight)
-and order (n-gram order) are checked by lattice.check_settings for every decoder that has them;
-p-best's DP must fit lattice.MAX_DP_CELLS and its p rows kvcache.MAX_CACHE_BYTES.
+and order (n-gram order) are checked by decoders.budgets.check_settings for every decoder that
+has them; p-best's DP must fit settings.MAX_DP_CELLS and its p rows kvcache.MAX_CACHE_BYTES.
+
+The drafters come from lattice.py (readable, `--reference`) and their fast twins here:
+fastlattice.py (p-best), viterbi.py (p = 1), neural.py (the cached small LM), and lookup.py
+(prompt lookup, in neither paper).
 
 A Method is what the bench times and checks: the baseline (sample_decode, one token per call:
 'greedy' at temperature 0, 'sample' above) or a decoder's drafter in bpd_decode.
@@ -33,10 +37,13 @@ import torch.nn.functional as F
 
 import lattice
 from decoders.fastlattice import FastPBestDrafter, NgramTable
+from decoders.lookup import PromptLookupDrafter, check_copy, check_ngram
+from decoders.neural import CachedNeuralDrafter
+from decoders.budgets import check_dp_budget, check_settings
 from decoders.viterbi import EAGER_BYTES, NgramAutomaton, ViterbiDrafter
-from minibpd import ArgmaxDrafter, bpd_decode, build_model, family_module, sample_decode
+from minibpd import ArgmaxDrafter, bpd_decode, sample_decode
 from runtime.kvcache import check_cache_budget
-from runtime.checkpoint import encode, file_sha256, retrain, train_kind
+from runtime.checkpoint import build_model, encode, family_module, file_sha256, retrain, train_kind
 from ngram import NgramLM
 
 ALPHAS = [0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
@@ -104,23 +111,23 @@ def check_entry(name, make, defaults, grid, about):
 
 
 def check(name, s, model=None):
-    """Clear errors for impossible settings (lattice.check_settings) and, given the model, for
+    """Clear errors for impossible settings (settings.check_settings) and, given the model, for
     settings over a budget (its vocabulary bounds k, its size the cache): all before any model
     call. Errors name the decoder."""
     known = {k: s[k] for k in ("k", "p", "alpha", "order", "nodes") if k in s}
     try:
-        lattice.check_settings(**known)
+        check_settings(**known)
         if "ngram" in s:
-            lattice.check_ngram(s["ngram"])
+            check_ngram(s["ngram"])
         if "copy" in s:
-            lattice.check_copy(s["copy"])
+            check_copy(s["copy"])
         if model is None:
             return
         if "p" in s:                      # prompt lookup (an ngram setting) adds one more draft
             check_cache_budget(model, s["p"] + ("ngram" in s))
         if "k" in s and ("p" in s or "order" in s):
             order = s.get("order", 1) if s.get("alpha", 0) > 0 else 1
-            lattice.check_dp_budget(s["k"], s.get("p", 1), order, model.config.vocab_size)
+            check_dp_budget(s["k"], s.get("p", 1), order, model.config.vocab_size)
     except ValueError as e:
         raise ValueError(f"{name}: {e}") from None
 
@@ -143,23 +150,21 @@ class HeadSampler(ArgmaxDrafter):
 
 
 def pbest(res, k, p, alpha=0.0, order=None, name="pbest", nodes=0):
-    """A p-best drafter: the readable lattice.PBestDrafter under res.reference (--reference), else
-    its fast twin with the LM's lookup table (built once per order)."""
+    """A p-best drafter: lattice.PBestDrafter's fast twin with the LM's lookup table (built once
+    per order), or its readable search under res.reference (--reference)."""
     lm = None if order is None else res.ngram(order)
-    if res.reference:
-        return lattice.PBestDrafter(k, p, alpha, lm, name, nodes)
-    table = res.table(order) if lm is not None and alpha > 0 else None
-    return FastPBestDrafter(k, p, alpha, lm, table, name, nodes)
+    table = res.table(order) if lm is not None and alpha > 0 and not res.reference else None
+    return FastPBestDrafter(k, p, alpha, lm, table, name, nodes, reference=res.reference)
 
 
 register("bpd", lambda res, s, answer: ArgmaxDrafter(),
          about="plain BPD: each head's most likely token (Stern §3)", refines=False)
-register("neural", lambda res, s, answer: lattice.NeuralDrafter(
+register("neural", lambda res, s, answer: CachedNeuralDrafter(
              res.small_lm(), s["k"], s["alpha"], s["reach"], reference=res.reference),
          {"k": 8, "alpha": 0.5, "reach": 0.0}, {"k": [8, 16], "alpha": ALPHAS, "reach": [0.0, 0.05]},
          about="local rescoring of head i's top-k with the small LM (Kim §7.1)")
-register("ngram", lambda res, s, answer: lattice.PBestDrafter(
-             s["k"], 1, s["alpha"], res.ngram(s["order"]), name="ngram")
+register("ngram", lambda res, s, answer: FastPBestDrafter(
+             s["k"], 1, s["alpha"], res.ngram(s["order"]), name="ngram", reference=True)
          if res.reference else ViterbiDrafter(s["k"], s["alpha"], res.ngram(s["order"]),
                                               res.automaton(s["order"])),
          {"k": 8, "alpha": 0.5, "order": 4}, {"k": [8], "order": [3, 4, 5], "alpha": ALPHAS},
@@ -172,11 +177,11 @@ register("pbest", lambda res, s, answer: pbest(res, s["k"], s["p"], s["alpha"], 
          {"k": 8, "p": 16, "alpha": 0.5, "order": 4, "nodes": 0},
          {"k": [8], "p": [16], "order": [3, 4, 5], "alpha": ALPHAS, "nodes": NODES},
          about="the p best lattice paths, verified in one call (Kim §7.2)")
-register("lookup", lambda res, s, answer: lattice.PromptLookupDrafter(
+register("lookup", lambda res, s, answer: PromptLookupDrafter(
              s["ngram"], reference=res.reference, copy=s["copy"], nodes=s["nodes"]),
          {"ngram": 3, "copy": 0, "nodes": 0}, {"ngram": [1, 2, 3, 4], "copy": COPIES},
          about="prompt lookup (Saxena 2023): BPD's draft and a copy from the context")
-register("lookup_pbest", lambda res, s, answer: lattice.PromptLookupDrafter(
+register("lookup_pbest", lambda res, s, answer: PromptLookupDrafter(
              s["ngram"], DECODERS["pbest"].make(res, {k: s[k] for k in DECODERS["pbest"].defaults},
                                                 answer), name="lookup_pbest",
              reference=res.reference, copy=s["copy"]),

@@ -3,22 +3,50 @@
 
   best_paths_fast    the p best lattice paths by whole-array numpy operations (NgramTable: the
                      n-gram LM's lookups as sorted int64 codes, or whole dense tables);
-  FastPBestDrafter   lattice.PBestDrafter with best_paths_fast as its search.
-It builds on lattice.py (the scoring rule `interpolate`, the settings checks, top_k_ids) and
-returns exactly lattice.best_paths' paths (tests/test_lattice.py: against it and brute force).
-The p = 1 Viterbi of `ngram` is decoders/viterbi.py.
+  top_k_ids          a lattice's candidates without sorting whole rows (SmolLM2's 49,152);
+  FastPBestDrafter   lattice.PBestDrafter with both, its settings checked, its drafting work
+                     counted and a node budget (ours).
+It builds on lattice.py (the scoring rule `interpolate`, Lattice) and returns exactly
+lattice.best_paths' paths (tests/test_lattice.py: against it and brute force). The p = 1
+Viterbi of `ngram` is decoders/viterbi.py.
 """
 import math
 from operator import index
 
 import numpy as np
 
-from lattice import PBestDrafter, check_settings, interpolate
+from decoders.budgets import (check_dp_budget, check_settings, lattice_lookups,
+                               within_budget)
+from lattice import Lattice, PBestDrafter, head_lattice, interpolate
 
 # best_paths_fast finds exactly best_paths' paths with whole-array operations: the decode loop's
 # version. NgramTable is the n-gram LM's lookup as sorted int64 codes (np.searchsorted).
 
 DENSE_MAX = 2 ** 21   # log-prob tables up to this many entries (16 MB) are precomputed whole
+
+
+def top_k_ids(lp, k):
+    """The k best ids of each row of lp [h, V] (float64, NaN-free), best first, exact ties to
+    the smaller id: np.argsort(-lp, axis=1, kind="stable")[:, :k], without sorting whole rows
+    (SmolLM2's V = 49,152). np.partition finds each row's k-th best value; every id above it, then
+    the smallest ids equal to it, make the k, and a stable sort of those k orders them."""
+    h, V = lp.shape
+    k = min(k, V)
+    if V <= 8 * k:
+        return np.argsort(-lp, axis=1, kind="stable")[:, :k]
+    kth = -np.partition(-lp, k - 1, axis=1)[:, k - 1]                   # [h]
+    out = np.empty((h, k), dtype=np.int64)
+    for i, row in enumerate(lp):
+        above = np.flatnonzero(row > kth[i])
+        ids = np.sort(np.concatenate([above, np.flatnonzero(row == kth[i])[:k - len(above)]]))
+        out[i] = ids[np.argsort(-row[ids], kind="stable")]
+    return out
+
+
+def fast_lattice(logprobs, context, k):
+    """lattice.head_lattice, its candidates found by top_k_ids: the same lattice."""
+    lp = logprobs.detach().double().cpu().numpy()
+    return Lattice.from_logprobs(lp, k, first=context[-1], top=top_k_ids(lp, k))
 
 
 def lookup_sorted(keys, values, query, default):
@@ -247,12 +275,31 @@ def best_paths_fast(lattice, lm, history, p, alpha, table=None):
 
 
 class FastPBestDrafter(PBestDrafter):
-    """lattice.PBestDrafter searching with best_paths_fast: the same drafts, fast. `table`: the
-    LM's NgramTable, built once per LM (building it walks the whole LM)."""
+    """lattice.PBestDrafter searching with best_paths_fast on top_k_ids' lattice: the same
+    drafts, fast (reference=True: lattice.py's own search and lattice, for --reference). Its
+    settings are checked here, before any decoding (a DP over MAX_DP_CELLS is refused); `counts`
+    tallies the n-gram lookups (the bench's cost table); nodes > 0 (ours, for speed) keeps the
+    drafts' token tree within that many drafted tokens (within_budget). `table`: the LM's
+    NgramTable, built once per LM (building it walks the whole LM)."""
 
-    def __init__(self, k, p, alpha=0.0, lm=None, table=None, name="pbest", nodes=0):
-        super().__init__(k, p, alpha, lm, name, nodes)
-        self.table = (table or NgramTable(lm)) if lm is not None and alpha > 0 else None
+    def __init__(self, k, p, alpha=0.0, lm=None, table=None, name="pbest", nodes=0,
+                 reference=False):
+        use_lm = lm is not None and alpha > 0
+        check_settings(k, p, alpha, lm.order if use_lm else 1, nodes)
+        check_dp_budget(k, p, lm.order if use_lm else 1, lm.vocab_size if lm is not None else k)
+        super().__init__(k, p, alpha, lm, name)
+        self.nodes, self.reference, self.counts = nodes, reference, {"ngram_lookups": 0}
+        self.table = (table or NgramTable(lm)) if use_lm and not reference else None
 
     def search(self, lat, history):
+        if self.reference:
+            return super().search(lat, history)
         return best_paths_fast(lat, self.lm, history, self.p, self.alpha, self.table)
+
+    def __call__(self, logprobs, context):
+        lat = (head_lattice if self.reference else fast_lattice)(logprobs, context, self.k)
+        if self.lm is not None and self.alpha > 0:
+            self.counts["ngram_lookups"] += lattice_lookups(lat.h, self.k, self.lm.vocab_size,
+                                                            self.lm.order)
+        drafts = [tokens for _, tokens in self.search(lat, context[:-1])]
+        return within_budget(drafts, self.nodes) if self.nodes else drafts

@@ -11,8 +11,9 @@ from operator import index
 import numpy as np
 import torch
 
-from decoders.fastlattice import lookup_sorted
-from lattice import check_settings, interpolate, top_k_ids
+from decoders.fastlattice import lookup_sorted, top_k_ids
+from decoders.budgets import check_settings
+from lattice import interpolate
 
 # ----------------------------------------------------------------------------- p = 1: Viterbi
 # The `ngram` decoder verifies one draft: the single best path (Kim §7.2, p = 1). At p = 1 the

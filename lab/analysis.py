@@ -12,9 +12,10 @@ import torch
 import torch.nn.functional as F
 
 import decoders
-from minibpd import ArgmaxDrafter, accept, draft_budget, greedy_decode
+from minibpd import ArgmaxDrafter, accept_longest, draft_budget, greedy_decode, window_start
 from runtime.contract import max_draft_tokens
-from runtime.kvcache import device_of, draft_tree, prefill_length, window_start
+from runtime.kvcache import device_of, prefill_length
+from runtime.tree import draft_tree
 
 
 # ----------------------------------------------------------------------------- offline replay
@@ -29,7 +30,8 @@ def states_along(model, seq, first):
         s = window_start(t, B)
         end = min(s + B, len(seq) - 1)                  # the last t that shares this window
         ids = torch.tensor([seq[s:end]], device=dev)    # greedy's prefill first, as it ran
-        z = model(ids, prefix=prefill_length(s, t - s, B))[0]           # [end - s, C]
+        kw = {"prefix": prefill_length(s, t - s, B)} if hasattr(model, "prefilled") else {}
+        z = model(ids, **kw)[0]          # [end - s, C]; a prefill apart (llama) as greedy's
         yield t, z[t - 1 - s:]                                          # [end - t + 1, C]
         t = end + 1
 
@@ -48,7 +50,7 @@ def heads_along(model, seq, first):
 def replay(drafter, heads, answer, plen, n, h, B):
     """Replays bpd_decode's steps against the known greedy continuation answer = prompt + greedy:
     the same drafts and accepted lengths, with no verification calls (the decode loop's own
-    draft_budget and accept). heads: {position t: the heads' outputs there} (heads_along's
+    draft_budget and accept_longest). heads: {position t: the heads' outputs there} (heads_along's
     log-probs; anything the drafter reads). -> stats like bpd_decode (steps also record
     'pending', the position of each draft's first, certain token)."""
     known, stats = plen + 1, {"calls": 1, "accepted": [1], "steps": []}
@@ -57,7 +59,7 @@ def replay(drafter, heads, answer, plen, n, h, B):
         m, pending, gained = draft_budget(known, plen + n, reach, B), known - 1, 1
         if m > 0:
             drafts = [d[:m + 1] for d in drafter(heads[pending][:m + 1], answer[:known])]
-            row, drafted, _ = accept(drafts, [answer[pending + 1:pending + 2 + m]] * len(drafts))
+            row, drafted = accept_longest(drafts, [answer[pending + 1:pending + 2 + m]] * len(drafts))
             gained = drafted + 1
             stats["steps"].append({"context": known, "pending": pending, "drafts": drafts,
                                    "winner": row, "accepted": gained})
@@ -71,7 +73,7 @@ def replay(drafter, heads, answer, plen, n, h, B):
 def gain(draft, answer, pending):
     """Tokens one verification call gains with this draft: its first token (certain) and then
     every token equal to greedy up to the first miss, whose place the base model's token takes."""
-    return 1 + accept([draft], [answer[pending + 1:pending + len(draft)]])[1]
+    return 1 + accept_longest([draft], [answer[pending + 1:pending + len(draft)]])[1]
 
 
 def marks(draft, answer, pending):

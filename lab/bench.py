@@ -22,7 +22,8 @@ from lab import tasks
 from decoders import Method, baseline_name, split_text
 from minibpd import bpd_decode, greedy_decode
 from runtime.checkpoint import decode, encode
-from runtime.kvcache import device_of, window_start
+from minibpd import window_start
+from runtime.kvcache import device_of
 from runtime.sampling import target_probs
 
 

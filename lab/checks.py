@@ -9,12 +9,12 @@ import sys
 import torch
 
 import decoders
-import lattice
 from decoders import split_text
 from lab import approximate, bench
-from minibpd import family_module
-from runtime.checkpoint import (CHECKPOINT, CHECKPOINTS, dtype_of, file_sha256, to_vocab,
-                                writable)
+from decoders.lookup import check_copy
+from decoders.budgets import check_settings
+from runtime.checkpoint import (CHECKPOINT, CHECKPOINTS, dtype_of, family_module, file_sha256,
+                                to_vocab, writable)
 from runtime.kvcache import is_int
 
 MAX_NEW_TOKENS = 100_000      # more is refused: greedy alone would run for minutes
@@ -125,8 +125,8 @@ def check_args(args):
     if args.tune and given:
         raise ValueError(f"--tune chooses {', '.join('--' + k for k in given)} itself; drop the flag")
     if "copy" in given:
-        lattice.check_copy(given["copy"])
-    lattice.check_settings(**{k: v for k, v in given.items() if k != "copy"})   # budgets: later
+        check_copy(given["copy"])
+    check_settings(**{k: v for k, v in given.items() if k != "copy"})   # budgets: later
     if args.plot:
         check_plot_dir(args.plot)
     if args.tune and args.objective == "tokens_per_s" and not args.tuned:

@@ -24,16 +24,18 @@ from lab.checks import (DEMO_TOKENS, MAX_NEW_TOKENS, MAX_TEXT_BYTES, PROMPT_TOKE
                         SUBWORD_TASK_DECODERS, SUBWORD_TASK_EXAMPLES,
                         check_against_checkpoint, check_args, overrides, resolve_device)
 import decoders
+from decoders.budgets import MAX_DP_CELLS, MAX_ORDER
 from lab import figures
-import lattice
 from lab import scale
 from lab import tasks
 from lab.bench import make_prompts
 from decoders import Resources, baseline_name, split_text
 from runtime.checkpoint import (DTYPES, CheckpointError, decode, encode, file_sha256, read,
                                 train_kind)
-from minibpd import (DrafterError, Verifier, build_model, family_module, greedy_decode,
-                     load_checkpoint)
+from minibpd import greedy_decode, load_checkpoint
+from runtime.checkpoint import build_model, family_module
+from runtime.contract import DrafterError
+from runtime.loop import VERIFY_MODES
 from runtime.threads import set_threads
 
 def import_plugin(spec):
@@ -73,7 +75,7 @@ def epilog():
     return (f"decoders (--decoder; the bench runs them all):\n  {'greedy':{w}s} one token per "
             f"call: the reference (sample at --temperature > 0)\n{listed}\n\nlimits: --max-new-tokens <= "
             f"{MAX_NEW_TOKENS:,}; p-best's DP holds at most min(k, V)^order x p <= "
-            f"{lattice.MAX_DP_CELLS:,} scores; order <= {lattice.MAX_ORDER}; the KV cache (p rows) "
+            f"{MAX_DP_CELLS:,} scores; order <= {MAX_ORDER}; the KV cache (p rows) "
             f"at most 1 GiB; --text at most {MAX_TEXT_BYTES // 2 ** 20} MiB.")
 
 
@@ -127,7 +129,7 @@ def add_model_flags(p):
     p.add_argument("--seed", type=int, default=0, help="picks the demo prompt; seeds torch and "
                    "the sampling generator")
     p.add_argument("--heads", type=int, default=None, help="use only heads 1..N (default: all)")
-    p.add_argument("--verify", default="auto", choices=Verifier.MODES, help="verify several "
+    p.add_argument("--verify", default="auto", choices=VERIFY_MODES, help="verify several "
                    "drafts as P rows (batch) or one token tree (tree); auto: tree when a decoder "
                    "drafts several")
     p.add_argument("--reference", action="store_true", help="run the readable implementations "

@@ -34,8 +34,10 @@ import torch.nn.functional as F
 from lab import analysis
 from lab import bench
 import decoders
-from runtime.kvcache import KVCache, device_of, draft_tree, tree_layout, window_start
-from minibpd import GPT, GPTConfig, greedy_decode
+from minibpd import GPTConfig, KVCache, greedy_decode, window_start
+from runtime.fast_heads import FastGPT
+from runtime.kvcache import device_of
+from runtime.tree import draft_tree, tree_layout
 from runtime.contract import max_drafts
 
 # The shipped shape (6 layers of width 128, 4 attention heads of 32 dims, 8 BPD heads, the shipped
@@ -110,9 +112,9 @@ def row_pass(model, tokens, cached):
 
 
 def tree_pass(model, drafts, cached):
-    """The forward pass of one tree verification (kvcache.tree_call): the new token and the
+    """The forward pass of one tree verification (tree.tree_call): the new token and the
     drafts' token tree (each distinct prefix once) in one row under the tree attention mask
-    (kvcache.tree_layout), on a cache holding `cached` tokens. drafts: P lists of 1 + m tokens,
+    (tree.tree_layout), on a cache holding `cached` tokens. drafts: P lists of 1 + m tokens,
     the first the certain token, as a run's steps record them. -> a function that runs it."""
     h, B, dev = model.config.n_bpd_heads, model.config.block_size, device_of(model)
     proposed = [d[1:] for d in drafts]
@@ -259,7 +261,7 @@ def call_positions(plen, accepted):
 
 def window_tails(plen, accepted, B):
     """Tails of the calls that feed a whole window: the prefill, and each call after the window
-    moved (kvcache.uncached_from empties the cache; the tail is then the new window up to t)."""
+    moved (KVCache.tail empties the cache; the tail is then the new window up to t)."""
     ts = call_positions(plen, accepted)
     starts = [window_start(t, B) for t in ts]
     return [t - s for i, (t, s) in enumerate(zip(ts, starts)) if i == 0 or s != starts[i - 1]]
@@ -382,7 +384,7 @@ def size_costs(cfg, profiles, cached, window, device, dtype, reps=None):
     """Every cost the projection needs at one size, timed together (timed_all) on a random model
     of config cfg: call_ms {tokens: ms}, tree_ms {decoder: ms}, window_ms, heads_ms."""
     with torch.random.fork_rng(devices=[]):          # its random weights leave torch's seed alone
-        model = GPT(cfg).to(device=device, dtype=dtype).eval()
+        model = FastGPT(cfg).to(device=device, dtype=dtype).eval()
     fns = {("call_ms", str(t)): row_pass(model, t, cached) for t in TOKENS
            if t <= cfg.block_size - cached}
     fns.update({("tree_ms", name): tree_pass(model, p.drafts, cached)

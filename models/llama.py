@@ -14,7 +14,7 @@ near-tie (in bf16 often). In batch-invariant mode every matmul runs on blocks of
 shape: `row_block` rows (tokens, zero-padded), each block a fresh, aligned tensor (linear_rows,
 by_rows), and attention runs on key tiles of `key_block` slots whose partial results are added in
 a fixed order (tiles a query cannot see add exact zeros); a token tree's node attends to its
-keys gathered in the order one-token decoding holds them (tree_attention). Three things decide a
+keys gathered in the order one-token decoding holds them (attention.tree_attention). Three things decide a
 kernel's rounding, and each is fixed: the shape, the memory alignment (kernels peel unaligned
 starts), and an element's place in SIMD loops (SiLU's scalar tail rounds differently from its
 vector body). Between the matmuls the row-wise operations (RMSNorm's mean and rsqrt, SiLU,
@@ -28,7 +28,6 @@ activations, attention and the KV cache stay in fp32.
 """
 import copy
 import dataclasses
-import functools
 import math
 import types
 from dataclasses import dataclass
@@ -37,11 +36,13 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from minibpd import BPDHead, head_states, heads_view
+from minibpd import BPDHead, KVCache
+from models.attention import (bias_tiles, causal_bias, mask_to_bias, tiled_attention,
+                              tree_attention, tree_plan)
 from models.blocks import by_rows, derived, linear, linear_rows, padded_copy
-from runtime.kvcache import KVCache, KVSpec
+from runtime.fast_heads import head_states, heads_view
+from runtime.kvcache import KVSpec, prefill_length
 
-ALIGN = 16        # elements: attention's batch items start on 64-byte boundaries (batch invariance)
 VECTOR_LOOP = 64  # elements: a multiple of every SIMD loop's unrolled width, so no scalar tail
 MEMO_ROWS = 64    # TiedHead remembers the logits of its last call of at most this many rows
 DRAFT_FILL = -1e9 # head logits outside a draft vocabulary (finite: 0 * log 0 stays 0, not NaN)
@@ -108,114 +109,6 @@ class LlamaConfig:
         widths = (self.n_embd, (self.n_head + 2 * self.n_kv_head) * self.head_dim, self.n_hidden,
                   self.vocab_size)
         return max(VECTOR_LOOP // math.gcd(VECTOR_LOOP, w) for w in widths)
-
-
-def attention(q, keys, values, bias, rows=None, key_block=None):
-    """softmax(q k^T / sqrt(d) + bias) v with grouped-query attention.
-    q [P, H, L, d]; keys, values [P, Hkv, S, d]; bias [L, S] or, one per item, [P, L, S] (0:
-    visible, -inf: hidden).
-    -> [P, H, L, d]. The g = H / Hkv query heads sharing a key head are g L rows against the
-    same keys. rows=None: one product over all rows and keys. rows=R: R-row query blocks against
-    key tiles of key_block slots (a multiple of VECTOR_LOOP), each product one fixed shape, the head
-    size zero-padded to ALIGN so that every tile starts aligned; the tiles' numerators and
-    denominators are added in order, so keys past a query's reach add exact zeros."""
-    tiles = bias_tiles(bias, q.shape[1] // keys.shape[1], rows, key_block)
-    return tiled_attention(q, keys, values, tiles, rows, key_block)
-
-
-def bias_tiles(bias, g, rows, key_block):
-    """bias [L, S] or [P, L, S] -> the bias in attention's blocks, [1 or P, 1, nq, nk, R, T]: each
-    row repeated for the g query heads of a key head, padded keys hidden, padded rows seeing
-    all. The same in every layer of a call: Llama.forward makes it once."""
-    L, S = bias.shape[-2:]
-    R, T = (g * L, S) if rows is None else (rows, key_block)
-    bias = bias.view(-1, L, S).repeat(1, g, 1)                          # [1 or P, g L, S]
-    bias = padded_copy(padded_copy(bias, 1, T, -math.inf), R, 1)        # padded keys: hidden
-    nq, nk = bias.shape[1] // R, bias.shape[2] // T
-    return bias.view(len(bias), 1, nq, R, nk, T).transpose(3, 4)        # padded rows: see all
-
-
-def tiled_attention(q, keys, values, tiles, rows, key_block):
-    """attention() with its bias already in blocks (bias_tiles)."""
-    P, H, L, d = q.shape
-    Hkv, S = keys.shape[1], keys.shape[2]
-    n = H // Hkv * L                                      # query rows per key head
-    R, T, D = (n, S, 1) if rows is None else (rows, key_block, ALIGN)
-    q = padded_copy((q * d ** -0.5).reshape(P, Hkv, n, d), R, D)        # [P, Hkv, nq R, d']
-    k, v = keys, values              # a cache's slots come rounded up to whole key tiles
-    if rows is None or S % T or d % D:
-        k, v = (padded_copy(t, T, D) for t in (keys, values))           # [P, Hkv, nk T, d']
-    nq, nk, d2 = q.shape[2] // R, k.shape[2] // T, q.shape[3]
-    qb = q.view(P, Hkv, nq, 1, R, d2)
-    kb = k.view(P, Hkv, 1, nk, T, d2).transpose(-1, -2).contiguous()    # [.., nk, d', T]
-    s = qb @ kb + tiles                                                 # [P, Hkv, nq, nk, R, T]
-    e = torch.exp(s - s.amax(dim=(3, 5), keepdim=True))                 # the max is exact
-    num = e @ v.view(P, Hkv, 1, nk, T, d2)                              # [P, Hkv, nq, nk, R, d']
-    den = e.sum(-1, keepdim=True)                                       # [P, Hkv, nq, nk, R, 1]
-    out, total = num[:, :, :, 0], den[:, :, :, 0]
-    for t in range(1, nk):                                              # fixed order
-        out, total = out + num[:, :, :, t], total + den[:, :, :, t]
-    y = (out / total).reshape(P, Hkv, nq * R, d2)[:, :, :n, :d]
-    return y.reshape(P, H, L, d)
-
-
-def tree_plan(mask, dtype, g, rows, key_block):
-    """What tree_attention needs of a token tree's mask [L, S] (bool: visible), the same in every
-    layer, so made once a call: (prefix [L]: the rows whose visible slots are a prefix, their bias
-    in tiles, and for the others the gathered slots idx [N, W] and their bias in tiles, one item
-    each; None when all are prefix rows). g: query heads per key head (bias_tiles)."""
-    seen = mask.sum(-1)                                                  # [L]
-    prefix = mask.cumsum(-1).gather(-1, (seen - 1)[:, None])[:, 0] == seen
-    idx = node_tiles = None
-    if not prefix.all():
-        idx, visible = gathered_slots(mask[~prefix], key_block)          # [N, W] each
-        node_tiles = bias_tiles(mask_to_bias(visible, dtype)[:, None], g, rows, key_block)
-    return prefix, bias_tiles(mask_to_bias(mask[prefix], dtype), g, rows, key_block), idx, node_tiles
-
-
-def tree_attention(q, keys, values, plan, rows, key_block):
-    """attention() for one row holding a token tree (kvcache.tree_layout), batch-invariant. A
-    row whose visible slots are a prefix of the slots (the tail, a first node) sees its keys
-    where one-token decoding does: attention(). A node below another sees its ancestors at
-    scattered slots, and key tiles holding them there would add its terms in another grouping
-    (on SmolLM2 in bf16 that flipped an argmax): its visible keys are gathered, in slot order,
-    into keys of its own, which then sit slot for slot as in one-token decoding of its path,
-    and attention() runs each such row as an item of its own, as a one-token call does.
-    q [1, H, L, d]; keys, values [1, Hkv, S, d]; plan: tree_plan(mask). -> [1, H, L, d]."""
-    prefix, tiles, idx, node_tiles = plan
-    y = torch.empty_like(q)
-    if prefix.any():
-        y[:, :, prefix] = tiled_attention(q[:, :, prefix], keys, values, tiles, rows, key_block)
-    if idx is not None:
-        k, v = (t[0][:, idx].transpose(0, 1) for t in (keys, values))   # [N, Hkv, W, d]
-        node_q = q[0, :, ~prefix].transpose(0, 1).unsqueeze(2)           # [N, H, 1, d]
-        y_nodes = tiled_attention(node_q, k, v, node_tiles, rows, key_block)   # [N, H, 1, d]
-        y[0, :, ~prefix] = y_nodes[:, :, 0].transpose(0, 1)
-    return y
-
-
-def gathered_slots(mask, key_block):
-    """mask [N, S] -> (idx [N, W], visible [N, W]): row i's visible slots in slot order, then
-    hidden padding (slot 0, not visible) to W, a multiple of key_block. A tree layout's slots all
-    sit in slot order along a path (an ancestor comes before its child), so row i's gathered
-    keys are one-token decoding's keys of its path."""
-    seen = mask.sum(-1)
-    W = int(seen.max()) + -int(seen.max()) % key_block
-    idx = torch.zeros(len(mask), W, dtype=torch.long, device=mask.device)
-    visible = torch.arange(W, device=mask.device)[None] < seen[:, None]  # [N, W]
-    idx[visible] = mask.nonzero()[:, 1]                                  # row-major: in order
-    return idx, visible
-
-
-@functools.lru_cache(maxsize=4096)
-def causal_bias(L, start, dtype, device):
-    """[L, start + L]: 0 where query i (at slot start + i) sees slot j <= start + i, else -inf."""
-    mask = torch.ones(L, start + L, dtype=torch.bool, device=device).tril(start)
-    return mask_to_bias(mask, dtype)
-
-
-def mask_to_bias(mask, dtype):
-    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, -math.inf)
 
 
 def rope_tables(n_positions, head_dim, theta):
@@ -337,7 +230,7 @@ class Block(nn.Module):
         q, k = rotate(qkv[:, :H + Hkv], *rope).split([H, Hkv], dim=1)     # q and k: one rotation
         v = qkv[:, H + Hkv:]
         if cache is not None:          # the new keys/values go in; every valid slot comes back
-            k, v = cache.write(layer, k, v, cfg.key_block if rows else 1)  # [P, Hkv, S, d]
+            k, v = cached(cache, layer, k, v, cfg.key_block if rows else 1)  # [P, Hkv, S, d]
         if tree is not None:                                              # batch-invariant tree
             y = tree_attention(q, k, v, tree, rows, cfg.key_block)
         else:
@@ -345,6 +238,18 @@ class Block(nn.Module):
         y = stream_rows(y.transpose(1, 2).reshape(N, C), cfg, rows)       # [M, C]
         x = x + linear_rows(self.out, y, rows, wide)
         return self.mlp(x, rows, wide)
+
+
+def cached(cache, layer, k, v, round_to):
+    """cache.write(layer, k, v), its slots rounded up to a multiple of round_to where the cache
+    has them (stale or zero: batch-invariant attention hides them as its key tiles' padding,
+    and the tiles then need no padded copy)."""
+    keys, values = cache.write(layer, k, v)
+    end, (kc, vc) = keys.shape[2], cache.kv[layer]
+    rounded = end + -end % round_to
+    if rounded == end or rounded > kc.shape[2]:
+        return keys, values
+    return kc[:k.shape[0], :, :rounded], vc[:k.shape[0], :, :rounded]
 
 
 def stream_rows(flat, cfg, rows):
@@ -376,14 +281,25 @@ class ChainedHead(nn.Module):
         return x[:, :self.proj.out_features] + self.proj(F.silu(self.fc(x)))
 
 
+class SternHead(BPDHead):
+    """minibpd.BPDHead (Stern §6's form) for this model: SiLU as the trunk's MLP, weights in the
+    model's dtype (Linear), W2 at zero, so that an untrained head predicts what head 1 does
+    (Medusa-style training starts there)."""
+
+    def __init__(self, n_embd):
+        nn.Module.__init__(self)
+        self.fc, self.proj = Linear(n_embd, n_embd), Linear(n_embd, n_embd)
+        nn.init.zeros_(self.proj.weight)
+        nn.init.zeros_(self.proj.bias)
+
+    def forward(self, z):
+        return z + self.proj(F.silu(self.fc(z)))
+
+
 def bpd_head(cfg):
-    """A proposal head for this model: in Stern §6's form (minibpd.BPDHead: SiLU as the trunk's
-    MLP, weights in the model's dtype, Linear) or chained (cfg.head_form, ChainedHead); W2 at
-    zero, so that an untrained head predicts what head 1 does (Medusa-style training starts
-    there; a chained one predicts the token it is given)."""
-    if cfg.head_form == "chained":
-        return ChainedHead(cfg.n_embd)
-    return BPDHead(cfg.n_embd, F.silu, Linear, start_as_head_1=True)
+    """A proposal head for this model: SternHead, or chained (cfg.head_form, ChainedHead: an
+    untrained one predicts the token it is given)."""
+    return ChainedHead(cfg.n_embd) if cfg.head_form == "chained" else SternHead(cfg.n_embd)
 
 
 def exit_head(cfg):
@@ -429,13 +345,15 @@ class Llama(nn.Module):
         w = self.tok_emb.weight.dtype
         return w if w in (torch.float32, torch.float64) else torch.float32
 
-    def forward(self, idx, cache=None, tree=None, prefix=0):
+    def forward(self, idx, cache=None, tree=None, prefix=None):
         """idx [P, L] token ids -> final hidden states z [P, L, C] (after the final RMSNorm). With
         a cache the L tokens sit at window slots cache.length.. (positions = slots; the cache is
         written, not advanced). tree: (positions [L], mask [L, length + L]) of a token tree.
         prefix: the first `prefix` tokens are a prefill (the same in every row), which in
         batch-invariant mode runs apart from the rest (prefilled) from cfg.prefill_apart tokens on
-        (fewer: in the call's blocks, as the rest; the same choice in every decoder)."""
+        (fewer: in the call's blocks, as the rest; the same choice in every decoder); None: the
+        cache's (prefill_of)."""
+        prefix = self.prefill_of(idx, cache, tree) if prefix is None else prefix
         rows = self.lm_head.rows
         if rows is not None and prefix >= max(1, self.config.prefill_apart):
             return self.prefilled(idx, cache, tree, prefix)
@@ -444,6 +362,17 @@ class Llama(nn.Module):
         for i, block in enumerate(self.blocks):
             x = block(x, idx.shape, rope, cache, i, tiles, rows, plan)
         return self.norm(x)[:idx.numel()].view(*idx.shape, -1)
+
+    def prefill_of(self, idx, cache, tree=None):
+        """The prefill of a decode call (kvcache.prefill_length): on an empty cache, the leading
+        tokens of the call but its last in the first window (a prompt: the decode loops meet an
+        empty cache there only with one, never with a draft tree), block_size - shift of them in
+        a moved one; 0 otherwise, and where the rows do not share those tokens (independent
+        sequences: runtime.loop.decode_rows)."""
+        if cache is None or cache.length > 0 or (tree is not None and cache.start == 0):
+            return 0
+        n = prefill_length(cache.start, idx.shape[1], self.config.block_size)
+        return n if torch.equal(idx[:, :n], idx[:1, :n].expand(len(idx), n)) else 0
 
     def inputs(self, idx, start, tree, rows):
         """What every layer of a call needs: the residual stream x [M, C] of idx [P, L] (tokens at
@@ -489,13 +418,12 @@ class Llama(nn.Module):
             head = block(head, (1, n), h_rope, cache, i, h_tiles, None, None,
                          self.config.wide_prefill)
             x = block(x, (P, L - n), rope, after, i, tiles, self.lm_head.rows, plan)
-        cache.written = after.written               # the protocol of KVCache.advance
         head = self.norm(head).view(1, n, -1).expand(P, n, -1)              # [P, n, C]
         return torch.cat([head, self.norm(x)[:P * (L - n)].view(P, L - n, -1)], dim=1)
 
     def head_logits(self, z, last=None):
         """z [..., C] -> logits of all h heads [..., h, V]; head i predicts i - 1 tokens further.
-        Heads 2..h run stacked (minibpd.head_states), or one by one with `reference` (the
+        Heads 2..h run stacked (fast_heads.head_states), or one by one with `reference` (the
         readable version, --reference), by fixed-shape row blocks either way; chained heads one
         after another (chained_logits, which reads `last`; Stern's ignore it). With
         `draft_vocab` (token ids; not under autograd) heads 2..h are projected onto those tokens
@@ -543,7 +471,7 @@ class Llama(nn.Module):
         return zs.view(*z.shape[:-1], len(self.heads) + 1, z.shape[-1])
 
     def verified_logits(self, z):
-        """lm_head(z) for verification (minibpd.verified_logits): z [P, m + 1, C] -> [P, m + 1, V].
+        """lm_head(z) for verification (minibpd.GreedyRule): z [P, m + 1, C] -> [P, m + 1, V].
         Batch-invariant, the block's spare rows carry heads 2..h's states at the first
         positions of draft 0: one projection block for the verified logits and the next
         draft's heads, which head_logits then copies from lm_head's memo when the next draft
@@ -583,7 +511,7 @@ class Llama(nn.Module):
         """x [N, C] -> [N, h C]: z, then z + W2 silu(W1 z) for heads 2..h."""
         if self.reference:
             return torch.cat([x] + [head(x) for head in self.heads], dim=-1)
-        return head_states(self.heads, x).reshape(x.shape[0], -1)
+        return head_states(self.heads, x, F.silu).reshape(x.shape[0], -1)
 
     def kv_spec(self):
         """What a KVCache for this model holds: (layers, kv heads, head dim, dtype, device)."""

@@ -422,7 +422,7 @@ class EarlyExit(Llama):
                                 {f"0.{k}": v for k, v in exit_state.items()})[0]
         self.exit.to(base.tok_emb.weight.device, base.tok_emb.weight.dtype)
 
-    def forward(self, idx, cache=None, tree=None, prefix=0):
+    def forward(self, idx, cache=None, tree=None, prefix=None):
         """idx [P, L] -> the exit head's states [P, L, C] (lm_head gives the logits)."""
         z = super().forward(idx, cache, tree, prefix)
         return by_rows(self.exit, z, self.lm_head.rows)

@@ -17,7 +17,7 @@ verifying model's argmax:
 A passing drafted token is emitted as drafted, not replaced by the argmax; at the first that
 fails (or after the last) comes the base model's argmax, as in the exact rule. So a rule changes
 only what counts as the verifier's choice at each position (`Relaxed.choices`); choosing the row
-and the prefix stays minibpd.accept, the one accept step.
+and the prefix stays minibpd.GreedyRule's (RelaxedRule replaces only its choices).
 
 Above temperature 0 the speculative sampling rule (sampling.py) is what makes the output the
 base model's distribution; a relaxed rule there has no meaning we could test, so it is refused.
@@ -26,6 +26,7 @@ import re
 
 import torch
 
+from minibpd import GreedyRule
 from runtime.kvcache import is_int, padded
 
 EXACT = "exact"
@@ -65,7 +66,7 @@ class Relaxed:
         return (ahead < self.k) | forced
 
     def choices(self, logits, drafts):
-        """What minibpd.accept compares the drafts with, in place of the argmaxes: at each
+        """What minibpd.GreedyRule compares the drafts with, in place of the argmaxes: at each
         position the drafted token where it passes, else the verifier's argmax. logits
         [P, m + 1, V], drafts P lists of up to m + 1 ints (padded: runtime.kvcache.padded) -> P
         lists of m + 1 ints. A pad never passes: after a short draft's end comes the argmax."""
@@ -99,3 +100,14 @@ def rule(spec, temperature=0.0):
                          f"defined for greedy decoding only, not at temperature {temperature}: "
                          "sampling keeps the exact rule")
     return relaxed
+
+
+class RelaxedRule(GreedyRule):
+    """minibpd.GreedyRule with a Relaxed rule's choices: the drafted token where it passes."""
+
+    def __init__(self, model, relaxed):
+        super().__init__(model)
+        self.relaxed = relaxed
+
+    def choices(self, z, drafts):
+        return self.relaxed.choices(self.logits(z), drafts)

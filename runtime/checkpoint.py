@@ -1,6 +1,6 @@
-"""checkpoint: reading a minibpd checkpoint file safely, and its text: the default corpus and its
-split, characters <-> token ids, text mapped into a vocabulary (below the model:
-minibpd.load_checkpoint builds the model from what `read` returns, and re-exports the rest).
+"""checkpoint: reading a minibpd checkpoint file safely and building its model (load, behind
+minibpd.load_checkpoint), and its text: the default corpus and its split, characters <-> token
+ids, text mapped into a vocabulary.
 
 A checkpoint is a dict saved by train_heads.py: format_version, config and model (the GPT's
 state, fp16), rescorer_config and rescorer (the small LM of Kim §7.1), vocab (its characters),
@@ -15,7 +15,12 @@ import shlex
 import string
 import unicodedata
 
+import importlib
+
 import torch
+
+from minibpd import GPTConfig
+from runtime.fast_heads import FastGPT
 
 # The shipped checkpoints, found in the repository whatever the working directory.
 CHECKPOINTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "checkpoints")
@@ -103,6 +108,67 @@ def dtype_of(ck, path):
         raise CheckpointError(f"checkpoint {path} has dtype {name!r}, not one of "
                               f"{', '.join(DTYPES)}; {retrain(path, train_kind(ck))}")
     return DTYPES[name]
+
+
+# ----------------------------------------------------------------------------- building the model
+
+def build_model(config, state, device="cpu", dtype=torch.float32, where="checkpoint", path=None,
+                kind=None):
+    """The GPT (its fast twin, runtime/fast_heads.py) of a saved config dict and state dict, with
+    a clear error on any mismatch (which tensors disagree) and on weights that are not all
+    finite (they would decode garbage); the way out names `path` and the train_heads.py mode of
+    `kind` (train_kind)."""
+    try:
+        model = FastGPT(GPTConfig(**config))
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"{where}: its config does not fit this minibpd.py ({e}); "
+                              f"{retrain(path, kind)}") from None
+    check_state(model.state_dict(), state, where, path, kind)
+    model.load_state_dict({k: v.float() for k, v in state.items()})
+    return model.to(device=device, dtype=dtype).eval()
+
+
+# A checkpoint's "kind" names the module that builds its model (absent: minibpd's GPT). That
+# module offers from_checkpoint(ck, device, dtype) -> (model, vocab); adding a model family is
+# one module and one line here.
+MODEL_FAMILIES = {"smollm2-heads": "models.smollm"}
+
+
+def family_module(ck, path="the checkpoint"):
+    """The module of the checkpoint's model family (MODEL_FAMILIES), or None for minibpd's GPT."""
+    family = ck.get("kind")
+    if family is None:
+        return None
+    if family not in MODEL_FAMILIES:
+        raise CheckpointError(f"checkpoint {path} is of kind {family!r}, which this minibpd does "
+                              f"not know (known: {', '.join(MODEL_FAMILIES)})")
+    return importlib.import_module(MODEL_FAMILIES[family])
+
+
+def load(path=None, device="cpu", dtype=None):
+    """minibpd.load_checkpoint: -> (model, checkpoint dict). Read with weights_only=True: a
+    checkpoint cannot run code. dtype None: the checkpoint's own (`ck["dtype"]`, else float32).
+    A checkpoint of another model family (MODEL_FAMILIES, e.g. SmolLM2's heads) is built by its
+    module; its ck["vocab"] may then be a tokenizer (encode/decode take either)."""
+    path = CHECKPOINT if path is None else path
+    ck = {**read(path, needs=("config",)), "path": path}      # path: for its errors
+    dtype, kind = dtype_of(ck, path) if dtype is None else dtype, train_kind(ck)
+    family = family_module(ck, path)
+    if family is not None:
+        try:
+            model, vocab = family.from_checkpoint(ck, device, dtype)
+        except (ValueError, ImportError) as e:
+            raise CheckpointError(f"checkpoint {path}: {e}") from None
+        return model.eval(), {**ck, "vocab": vocab}
+    require(ck, path, ("model", "vocab"))
+    model = build_model(ck["config"], ck["model"], device, dtype, f"checkpoint {path}", path, kind)
+    vocab = ck["vocab"]
+    if not isinstance(vocab, str) or len(set(vocab)) != len(vocab) or \
+            len(vocab) != model.config.vocab_size:
+        raise CheckpointError(f"checkpoint {path}: its vocab must be a string of "
+                              f"{model.config.vocab_size} distinct characters, one per token; "
+                              f"{retrain(path, kind)}")
+    return model, ck
 
 
 def first_nonfinite(state):

@@ -1,7 +1,74 @@
-"""The drafter contract (minibpd.ArgmaxDrafter's docstring states it), checked before anything a
-drafter hands back is used: the numbers it declares (max_drafts, max_draft_tokens) and its
-drafts. bpd_decode calls these at every step; the test suite's --drafter option calls them too."""
+"""contract: the drafter contract (minibpd.ArgmaxDrafter's docstring states it), checked before
+anything a drafter hands back is used: the numbers it declares (max_drafts, max_draft_tokens),
+its drafts and, for a sampling drafter, its declared q. bpd_decode calls its drafter through a
+CheckedDrafter; the test suite's --drafter option checks the same rules.
+"""
+import torch
+
 from runtime.kvcache import is_int, token_ids
+from runtime.sampling import check_proposal
+
+
+class DrafterError(RuntimeError):
+    """A drafter (or its factory) raised: its own failure, not bad input to the decoder."""
+
+
+class Drafts(list):
+    """Checked drafts (lists of ints); q: the proposal a sampling drafter declared, checked
+    (runtime/sampling.py), or None for deterministic drafts."""
+    q = None
+
+
+class CheckedDrafter:
+    """A drafter as the decode loop calls it. Its declared numbers are read and checked once
+    (a drafter that changes them later is held to the first: the cache was sized by them); each
+    answer is checked against the contract (check_drafts) and handed back as fresh lists, and
+    an exception inside the drafter becomes a DrafterError naming it. At temperature T > 0 a
+    drafter with sample(logprobs, context, T, generator) -> (drafts, q) is called that way, with
+    a generator of its own each call (drafter_generator) and its q checked. `keep_rng`: torch's
+    global generator is put back after each call, so that a drafter that reseeds it cannot make
+    the next run draw the same seed (the loop's own generator is seeded from it). Every other
+    attribute (name, counts, ...) is the drafter's own."""
+
+    def __init__(self, drafter, model, temperature=0.0, generator=None, keep_rng=False):
+        self.drafter, h = drafter, model.config.n_bpd_heads
+        self.max_draft_tokens = max_draft_tokens(drafter, h)
+        self.max_drafts = max_drafts(drafter)
+        self.name, self.h, self.V = drafter_name(drafter), h, model.config.vocab_size
+        self.sampling = temperature > 0 and hasattr(drafter, "sample")
+        self.temperature, self.generator, self.keep_rng = temperature, generator, keep_rng
+
+    def __getattr__(self, attr):            # only for attributes not set above
+        if attr == "drafter":
+            raise AttributeError(attr)
+        return getattr(self.drafter, attr)
+
+    def __call__(self, logprobs, context):
+        rows, first = len(logprobs), context[-1]       # before the drafter can change them
+        state = torch.get_rng_state() if self.keep_rng else None
+        try:
+            if self.sampling:
+                own = drafter_generator(self.generator)
+                drafts, q = self.drafter.sample(logprobs, context, self.temperature, own)
+            else:
+                drafts, q = self.drafter(logprobs, context), None
+        except (Exception, SystemExit, GeneratorExit) as e:     # sys.exit() too: its failure
+            raise DrafterError(f"drafter {self.name} failed: {type(e).__name__}: {e}") from e
+        finally:
+            if state is not None:
+                torch.set_rng_state(state)
+        longest = longest_draft(self.drafter, rows, self.h, self.sampling)
+        out = Drafts(check_drafts(drafts, rows, first, self.V, self.max_drafts,
+                                  self.drafter, longest))
+        out.q = check_proposal(q, out, self.V, self.name) if self.sampling else None
+        return out
+
+
+def drafter_generator(generator):
+    """A sampling drafter's generator for one call, seeded by one draw from the loop's own: what
+    the drafter does to it (reseed it, restore it) cannot reach verification's draws, nor its
+    next call's."""
+    return torch.Generator().manual_seed(int(torch.randint(2 ** 62, (1,), generator=generator)))
 
 
 def declared(drafter, attr, default, least):

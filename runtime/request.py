@@ -1,10 +1,12 @@
 """request: a decode request checked before any model call (the prompt, the number of new
-tokens), the one check sample_decode and bpd_decode share."""
-from runtime.kvcache import is_int, token_ids
+tokens, the temperature), the one check sample_decode and bpd_decode share."""
+from runtime.kvcache import check_cache_budget, is_int, token_ids
+from runtime.sampling import own_generator
 
 
-def check_request(model, prompt, max_new_tokens):
-    """Clear errors for a bad request, before any model call. -> the prompt as a new list."""
+def check_request(model, prompt, max_new_tokens, temperature=0.0, generator=None):
+    """Clear errors for a bad request, before any model call. -> (the prompt as a new list, the
+    generator the decode loop draws from: sampling.own_generator)."""
     try:
         seq = token_ids(prompt)
     except TypeError:
@@ -16,4 +18,5 @@ def check_request(model, prompt, max_new_tokens):
         raise ValueError(f"prompt token ids must lie in [0, {V})")
     if not is_int(max_new_tokens) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
-    return seq
+    check_cache_budget(model, 1)                # before a cache is allocated
+    return seq, own_generator(generator, temperature)

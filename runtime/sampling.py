@@ -26,16 +26,17 @@ from r. Which children are tried (children_to_try) depends on where the drafts c
   i.i.d. draws from q[i + 1], because each position was drawn independently.
 
 Temperature 0 is greedy decoding: target_probs is then a one-hot on the argmax, and the decode
-loop takes its greedy rule (minibpd.accept_greedy) instead. decoders.HeadSampler is the drafter
-that declares a proposal q.
+loop takes its greedy rule (minibpd.GreedyRule) instead; SampledRule is the rule above in the
+same shape. decoders.HeadSampler is the drafter that declares a proposal q.
 """
 import torch
 import torch.nn.functional as F
 
 
 def target_probs(logits, temperature):
-    """The base model's next-token distribution, [..., V] -> [..., V]: the one definition every
-    path samples from. Temperature 0: a one-hot on the argmax (ties: the smallest id, as argmax)."""
+    """The base model's next-token distribution, [..., V] -> [..., V]: softmax(logits / T), as
+    minibpd.next_token draws from it (the one definition every path samples from). Temperature
+    0: a one-hot on the argmax (ties: the smallest id, as argmax)."""
     if temperature == 0:
         return F.one_hot(logits.argmax(-1), logits.shape[-1]).to(logits.dtype)
     return F.softmax(logits / temperature, dim=-1)
@@ -133,3 +134,20 @@ def verify_sampled(probs, proposed, q=None, generator=None):
             return rows[0], depth, int(torch.multinomial(r, 1, generator=generator)), tries
         rows = [j for j in rows if depth < len(proposed[j]) and proposed[j][depth] == accepted]
         depth += 1
+
+
+class SampledRule:
+    """Accept at temperature T > 0 (verify_sampled), in minibpd.GreedyRule's shape: z [P, m + 1,
+    C], drafts (with .q: a sampling drafter's declared proposal, else None) -> (row, kept,
+    token, {"tries": ...}). Its draws come from the decode loop's own generator."""
+
+    def __init__(self, model, temperature, generator):
+        self.logits = getattr(model, "verified_logits", model.lm_head)
+        self.temperature, self.generator = temperature, generator
+
+    def __call__(self, z, drafts):
+        probs = target_probs(self.logits(z).double(), self.temperature).cpu()   # [P, m + 1, V]
+        q = getattr(drafts, "q", None)
+        row, kept, token, tries = verify_sampled(probs, [d[1:] for d in drafts],
+                                                 None if q is None else q[1:], self.generator)
+        return row, kept, token, {"tries": tries}

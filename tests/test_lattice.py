@@ -12,7 +12,8 @@ from hypothesis import given, strategies as st
 from conftest import examples
 from lattice import Lattice, PBestDrafter, best_paths, oracle_path, path_score
 from decoders.fastlattice import NgramTable, best_paths_fast
-from lattice import dp_cells
+from decoders.fastlattice import FastPBestDrafter, top_k_ids
+from decoders.budgets import dp_cells
 
 try:
     from ngram import NgramLM
@@ -301,10 +302,10 @@ def test_rounding_tie_after_pruning():
 def test_budgets_refuse_up_front():
     lm = make_lm("real", 4, 0)
     with pytest.raises(ValueError, match="budget"):
-        PBestDrafter(100, 16, 0.5, NgramLM(4, 200))          # 100^4 x 16 scores a step
+        FastPBestDrafter(100, 16, 0.5, NgramLM(4, 200))      # 100^4 x 16 scores a step
     with pytest.raises(ValueError, match="order must be at most"):
-        PBestDrafter(2, 1, 0.5, NgramLM(40, 3))
-    assert PBestDrafter(8, 16, 0.5, lm).max_drafts == 16       # within the budget
+        FastPBestDrafter(2, 1, 0.5, NgramLM(40, 3))
+    assert FastPBestDrafter(8, 16, 0.5, lm).max_drafts == 16   # within the budget
     assert dp_cells(8, 16, 5, 96) == 8 ** 5 * 16 and dp_cells(100, 1, 2, 7) == 49
 
 
@@ -595,7 +596,7 @@ def test_top_k_ids_is_the_stable_sort(h, vocab, k, tied, inf, rs):
         lp[rng.random(lp.shape) < 0.5] = -np.inf
     lp[rng.random(lp.shape) < 0.05] = -0.0                  # -0.0 ties 0.0
     want = np.argsort(-lp, axis=1, kind="stable")[:, :k]
-    assert lattice.top_k_ids(lp, k).tolist() == want.tolist()
+    assert top_k_ids(lp, k).tolist() == want.tolist()
 
 
 # ----------------------------------------------------------------------------- wide lattices

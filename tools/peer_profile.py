@@ -32,7 +32,7 @@ from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from models import blocks, llama, peer, smollm  # noqa: E402
-from runtime.kvcache import KVCache  # noqa: E402
+from minibpd import KVCache  # noqa: E402
 
 CACHED = 64
 TEXT = "The history of the city goes back more than two thousand years. " * 12

@@ -33,7 +33,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from models import smollm
-from runtime.kvcache import KVCache
+from minibpd import KVCache
 from models import llama
 
 CACHED, NEW, REPS = 64, (1, 8, 16, 48), 5
@@ -80,7 +80,7 @@ def call_ms(model, vocab, L, modes=(None,)):
         for mode in modes:
             if mode is not None:
                 model.batch_invariant = mode
-            cache.truncate(CACHED)
+            cache.length = CACHED
             model.lm_head.memo = None          # else the repeated rows' logits come from the memo
             t0 = time.perf_counter()
             model.lm_head(model(new, cache))

@@ -14,9 +14,11 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import decoders  # noqa: E402
-import lattice  # noqa: E402
-from runtime.kvcache import KVCache, draft_tree, model_call, tree_call
-from minibpd import accept_greedy, load_checkpoint
+from decoders.fastlattice import FastPBestDrafter  # noqa: E402
+from decoders.neural import CachedNeuralDrafter  # noqa: E402
+from minibpd import GreedyRule, KVCache, load_checkpoint  # noqa: E402
+from runtime.kvcache import model_call  # noqa: E402
+from runtime.tree import TreeCache, draft_tree, tree_call  # noqa: E402
 from runtime.contract import check_drafts
 from runtime.threads import set_threads
 from runtime.checkpoint import encode
@@ -46,7 +48,7 @@ def main():
     print(f"base call, 8 tokens (BPD verification):  {ms(lambda: model_call(model, cache, seq, [list(range(7))]), 200):6.2f} ms")
     print(f"base call, 16 x 8 tokens (p-best):       {ms(lambda: model_call(model, cache, seq, [list(range(7))] * 16), 50):6.2f} ms")
     z8, _ = model_call(model, cache, seq, [list(range(7))])
-    print(f"verify (argmax, match, pick a row):      {ms(lambda: accept_greedy(model, z8, [[seq[-1]] + list(range(7))]), 500):6.2f} ms")
+    print(f"verify (argmax, match, pick a row):      {ms(lambda: GreedyRule(model)(z8, [[seq[-1]] + list(range(7))]), 500):6.2f} ms")
     one, sixteen = [[seq[-1]] + list(range(7))], [[seq[-1]] + list(range(7))] * 16
     V = model.config.vocab_size
     print(f"drafter contract check, 1 / 16 drafts of 8: {ms(lambda: check_drafts(one, 8, seq[-1], V, 16, None), 2000):6.3f} / "
@@ -58,28 +60,28 @@ def main():
     zs, f2 = model_call(small, sc, seq[:-1], [[]])
     sc.advance(f2)
     print(f"small LM call, 1 token:                  {ms(lambda: model_call(small, sc, seq, [[]]), 200):6.2f} ms")
-    neural = lattice.NeuralDrafter(small, 16, 0.8)
+    neural = CachedNeuralDrafter(small, 16, 0.8)
     print(f"neural drafter, 8 positions:             {ms(lambda: neural(lp, seq), 50):6.2f} ms")
-    print(f"p-best DP k=8 p=16, no LM (pbest0):      {ms(lambda: lattice.PBestDrafter(8, 16)(lp, seq), 20):6.2f} ms")
+    print(f"p-best DP k=8 p=16, no LM (pbest0):      {ms(lambda: FastPBestDrafter(8, 16)(lp, seq), 20):6.2f} ms")
     for order in (3, 4, 5):
         t0 = time.perf_counter()
         lm = res.ngram(order)
         fit = time.perf_counter() - t0
-        pb = lattice.PBestDrafter(8, 16, 0.9, lm, res.table(order))
-        ng = lattice.PBestDrafter(8, 1, 0.7, lm, res.table(order))
+        pb = FastPBestDrafter(8, 16, 0.9, lm, res.table(order))
+        ng = FastPBestDrafter(8, 1, 0.7, lm, res.table(order))
         print(f"{order}-gram: fit {fit:.2f} s; DP k=8 p=16 {ms(lambda: pb(lp, seq), 20):6.2f} ms, "
               f"p=1 {ms(lambda: ng(lp, seq), 20):6.2f} ms")
-    for name, pb in (("pbest0", lattice.PBestDrafter(8, 16)),
-                     ("pbest 5-gram", lattice.PBestDrafter(8, 16, 0.9, res.ngram(5), res.table(5)))):
+    for name, pb in (("pbest0", FastPBestDrafter(8, 16)),
+                     ("pbest 5-gram", FastPBestDrafter(8, 16, 0.9, res.ngram(5), res.table(5)))):
         extra = [d[1:] for d in pb(lp, seq)]
-        tc = KVCache(model, 1, spare=15 * 7)
+        tc = TreeCache(model, 1, spare=15 * 7)
         _, f3 = model_call(model, tc, seq[:-1], [[]])
         tc.advance(f3)
         nodes = len(draft_tree(extra)[0])
         print(f"{name} drafts verified as one tree ({nodes} nodes): "
               f"{ms(lambda: tree_call(model, tc, seq, extra), 100):6.2f} ms "
               f"(as 16 rows: {ms(lambda: model_call(model, cache, seq, extra), 50):6.2f} ms)")
-    k16 = lattice.PBestDrafter(16, 16, 0.9, res.ngram(4), res.table(4))
+    k16 = FastPBestDrafter(16, 16, 0.9, res.ngram(4), res.table(4))
     print(f"4-gram DP k=16 p=16:                     {ms(lambda: k16(lp, seq), 5):6.2f} ms")
 
 

@@ -19,7 +19,7 @@ from lab import bench
 import decoders  # noqa: E402
 import minibpd  # noqa: E402
 from runtime import threads
-from runtime import checkpoint
+from runtime import checkpoint, tree
 
 SPENT = defaultdict(float)
 
@@ -37,14 +37,10 @@ def timed(name, fn):
 def instrument():
     """Time every part bpd_decode calls, by wrapping them where it looks them up."""
     minibpd.predict = timed("predict (heads, log-softmax, drafter, checks)", minibpd.predict)
-    V = minibpd.Verifier
-    V.__call__ = timed("verify: the model call", V.__call__)
-    V.keep = timed("keep: cache bookkeeping", V.keep)
-    V.cost = timed("stats: tokens run", V.cost)
-    minibpd.Stats.call = timed("stats: record", minibpd.Stats.call)
-    minibpd.Stats.step = timed("stats: record", minibpd.Stats.step)
-    rule = minibpd.acceptance_rule
-    minibpd.acceptance_rule = lambda *a: timed("accept: the rule", rule(*a))
+    for V in (minibpd.Verifier, tree.TreeVerifier):
+        V.__call__ = timed("verify: the model call", V.__call__)
+        V.keep = timed("keep: cache bookkeeping", V.keep)
+    minibpd.GreedyRule.__call__ = timed("accept: the rule", minibpd.GreedyRule.__call__)
 
 
 def main():

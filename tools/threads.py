@@ -21,7 +21,7 @@ def child(threads):
     sys.path.insert(0, HERE)
     from minibpd import GPT, GPTConfig, bpd_decode, greedy_decode, load_checkpoint
     from runtime.checkpoint import encode
-    from training.fit import joint_loss
+    from train_heads import joint_loss
     torch.set_num_threads(threads)
     model, ck = load_checkpoint()
     prompt = encode(ck["splits"]["test"][:64], ck["vocab"])

@@ -26,9 +26,11 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import decoders  # noqa: E402
 import lattice  # noqa: E402
+from decoders.fastlattice import FastPBestDrafter  # noqa: E402
 from minibpd import ArgmaxDrafter, bpd_decode, load_checkpoint
 from runtime.threads import set_threads
-from runtime.kvcache import KVCache, model_call
+from minibpd import KVCache
+from runtime.kvcache import model_call
 from runtime.checkpoint import encode
 from decoders import viterbi
 
@@ -75,7 +77,7 @@ def drafters(res, orders):
     out = {}
     for order in orders:
         lm, table = res.ngram(order), res.table(order)
-        out[order, "PBestDrafter"] = lattice.PBestDrafter(K, 1, ALPHA, lm, table, name="ngram")
+        out[order, "PBestDrafter"] = FastPBestDrafter(K, 1, ALPHA, lm, table, name="ngram")
         out[order, "ViterbiDrafter"] = viterbi.ViterbiDrafter(K, ALPHA, lm)
     return out
 
@@ -97,7 +99,7 @@ def build_costs(lm, contexts):
 def differences(res, order, contexts):
     """How many contexts where ngram_draft differs from PBestDrafter, and from best_paths."""
     lm = res.ngram(order)
-    old = lattice.PBestDrafter(K, 1, ALPHA, lm, res.table(order))
+    old = FastPBestDrafter(K, 1, ALPHA, lm, res.table(order))
     auto, vs_old, vs_ref = viterbi.NgramAutomaton(lm), 0, 0
     for lp, ctx in contexts:
         new = viterbi.ngram_draft(lp, ctx, K, ALPHA, lm, auto)

@@ -1,7 +1,7 @@
 """finetune: training a trained model further, from --base: self-distillation of its heads on its
 own greedy output (--distill), and one model for the five tasks (--tasks); and BPD heads for a
-frozen pretrained LM, SmolLM2-135M (--smollm; smollm.py and llama.py). train_heads.py is the
-command line; training/fit.py the fit loop all use.
+frozen pretrained LM, SmolLM2-135M (--smollm; smollm.py and llama.py). training/cli.py is the
+command line; train_heads.py holds the fit loop all use.
 """
 import copy
 import dataclasses
@@ -19,9 +19,12 @@ import torch.nn.functional as F
 from lab import stdlib, tasks
 from lab.analysis import replay
 from runtime.checkpoint import CHECKPOINT, CheckpointError, file_sha256, train_kind
-from minibpd import GPT, build_model, decode_rows, load_checkpoint
-from training.fit import (anchor_kl, as_tensors, batches, evaluate, fit, git_revision, half,
-                          head_losses, train)
+from minibpd import load_checkpoint
+from runtime.fast_heads import FastGPT
+from runtime.checkpoint import build_model
+from runtime.loop import decode_rows
+from train_heads import batches, evaluate, fit, half, head_losses, train
+from training.fit import anchor_kl, as_tensors, git_revision
 from models import llama
 from training.generate import EXIT_LAYERS, GEN_TOKENS, smollm_data
 from training.teacher import TEACHER_WINDOW, draft_vocabulary, in_vocab, teacher_forced
@@ -49,7 +52,7 @@ DISTILL_DEFAULTS = {"steps": 600, "lr": 1e-3, "warmup": 30, "out": DISTILLED}
 
 def greedy_windows(model, data, rows, gen):
     """-> (windows [rows, T + h], mask [rows, T]): train-split prompts of one random length, each
-    continued greedily to a full training window (minibpd.decode_rows, greedy_decode's windows);
+    continued greedily to a full training window (runtime.loop.decode_rows, greedy_decode's windows);
     the mask keeps the positions whose targets are all generated (t >= prompt length - 1)."""
     T, h = model.config.block_size, model.config.n_bpd_heads
     plen = int(torch.randint(max(1, T // 8), max(2, 3 * T // 4) + 1, (1,), generator=gen))
@@ -162,7 +165,7 @@ def widen(model, block_size):
     base at its own 128-character window 3.29; docs/tasks.md)."""
     old = model.pos_emb.weight.detach()[:block_size]
     new = torch.cat([old, old[-1:].expand(block_size - len(old), -1)])
-    wide = GPT(dataclasses.replace(model.config, block_size=block_size))
+    wide = FastGPT(dataclasses.replace(model.config, block_size=block_size))
     wide.load_state_dict({**model.state_dict(), "pos_emb.weight": new.contiguous()})
     return wide
 

@@ -15,7 +15,7 @@ import time
 import torch
 
 from lab import questions
-from minibpd import decode_rows
+from runtime.loop import decode_rows
 from training.teacher import head_targets
 
 CONTINUATIONS = {"train": 2304, "tune": 64}   # text, per split, unless --continuations sets train's
@@ -71,7 +71,7 @@ def chat_batches(vocab, split, n, gen):
 @torch.no_grad()
 def greedy_states(model, rows, n):
     """rows [P, L] -> (tokens [P, n], z [P, n, C] fp32, exit [P, n, C] bf16): P greedy
-    continuations of n tokens (minibpd.decode_rows), and the states that predicted them:
+    continuations of n tokens (runtime.loop.decode_rows), and the states that predicted them:
     z[:, s] is the final hidden state whose head 1 gave tokens[:, s], exit[:, s] the residual
     stream after EXIT_LAYERS blocks at the same position."""
     zs, exits = [], []

@@ -21,7 +21,8 @@ from lab.bench import as_prompt
 from models import llama
 from training.finetune import agreement, held_out, smollm_loss, smollm_trainee
 from training.generate import GEN_WINDOW, generate, length_batches, with_targets
-from training.fit import TrainConfig, fit
+from train_heads import fit
+from training.fit import TrainConfig
 
 GEN_TOKENS = 32                      # greedy tokens generated after each prompt
 GEN_ROWS = 16                        # prompts per generation batch (sorted by length)

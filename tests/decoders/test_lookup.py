@@ -1,4 +1,4 @@
-"""Prompt lookup decoding (lattice.PromptLookupDrafter; decoders `lookup` and `lookup_pbest`): the
+"""Prompt lookup decoding (decoders.lookup.PromptLookupDrafter; decoders `lookup` and `lookup_pbest`): the
 copy rule on hand-made contexts, the n-gram index equal to the reverse scan (also when one drafter
 moves to another sequence), the drafter contract, exactness on random float64 tiny models, and
 more tokens per call than plain BPD where the text repeats itself."""
@@ -11,7 +11,8 @@ import decoders
 import lattice
 from runtime import contract
 from conftest import examples, on_random_models, random_prompt, tiny_model
-from lattice import PromptLookupDrafter, copied_continuation
+from decoders import lookup
+from decoders.lookup import PromptLookupDrafter, copied_continuation
 from minibpd import ArgmaxDrafter, bpd_decode, greedy_decode
 from ngram import NgramLM
 
@@ -111,7 +112,7 @@ def test_nodes_bound_the_tree_and_keep_bpds_draft(context, ngram, m, nodes, seed
 
 
 def test_bad_ngram():
-    for bad in (0, -1, 2.5, True, lattice.MAX_LOOKUP_NGRAM + 1):
+    for bad in (0, -1, 2.5, True, lookup.MAX_LOOKUP_NGRAM + 1):
         with pytest.raises(ValueError, match="ngram must be"):
             PromptLookupDrafter(bad)
     with pytest.raises(ValueError, match="lookup: ngram must be"):

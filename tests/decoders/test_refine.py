@@ -14,9 +14,14 @@ import decoders
 import lattice
 from runtime import contract
 from conftest import on_random_models, random_prompt, tiny_model
-from minibpd import ArgmaxDrafter, bpd_decode, greedy_decode
+from decoders import budgets
+from decoders.fastlattice import FastPBestDrafter
+from decoders.lookup import PromptLookupDrafter
+from decoders.neural import CachedNeuralDrafter
+from minibpd import GPT, ArgmaxDrafter, bpd_decode, greedy_decode
+from runtime.fast_heads import FastGPT
 from ngram import NgramLM
-from runtime import kvcache
+from runtime import tree
 
 NAMES = list(decoders.DECODERS)
 DP = ("ngram", "pbest", "lookup_pbest")   # an n-gram DP: refused over its budget
@@ -33,10 +38,10 @@ settings_st = st.tuples(st.integers(1, 70), st.integers(1, 20), st.sampled_from(
                         st.integers(1, 4))
 
 
-def setup(m, device, order, plen, n):
-    """A random model, its Resources (a random small LM, an n-gram LM fitted on random text),
-    a prompt and its greedy continuation."""
-    model = tiny_model(*m, device=device)
+def setup(m, device, order, plen, n, cls=GPT):
+    """A random model (cls: GPT or its fast twin), its Resources (a random small LM, an n-gram
+    LM fitted on random text), a prompt and its greedy continuation."""
+    model = tiny_model(*m, device=device, cls=cls)
     seed, V, _, _, B = m
     small = tiny_model(seed + 1, V, 1, 1, B, device=device)
     lm = NgramLM(order, V).fit(random_prompt(seed + 2, V, 300))
@@ -51,7 +56,7 @@ def test_every_drafter_is_exact(device, m, s, plen, n):
     k, p, alpha, order = s
     model, res, prompt, full = setup(m, device, order, plen, n)
     for name in NAMES:
-        if k ** order * p > lattice.MAX_DP_CELLS and name in DP:
+        if k ** order * p > budgets.MAX_DP_CELLS and name in DP:
             continue                                   # refused up front (test_cli.py)
         drafter = make(name, res, full, k, p, alpha, order)
         out, stats = bpd_decode(model, prompt, n, drafter)
@@ -71,13 +76,13 @@ def test_offline_replay_equals_decode(device, m, s, plen, n):
     h, B = model.config.n_bpd_heads, model.config.block_size
     oracle = lattice.OracleDrafter(full, k)
     for name in NAMES:
-        if k ** order * p > lattice.MAX_DP_CELLS and name in DP:
+        if k ** order * p > budgets.MAX_DP_CELLS and name in DP:
             continue
         _, online = bpd_decode(model, prompt, n, make(name, res, full, k, p, alpha, order))
         drafter = make(name, res, full, k, p, alpha, order)
         offline = analysis.replay(drafter, heads, full, plen, n, h, B)
         assert (offline["calls"], offline["accepted"]) == (online["calls"], online["accepted"]), name
-        if isinstance(drafter, lattice.PromptLookupDrafter):
+        if isinstance(drafter, PromptLookupDrafter):
             continue          # a copy from the context need not be a path of the top-k lattice
         for step in offline["steps"]:
             pend, m_ = step["pending"], len(step["drafts"][0]) - 1
@@ -90,7 +95,7 @@ def test_neural_drafter_alpha_zero_is_bpd():
     small = tiny_model(4, 20, 1, 1, 16)
     prompt = random_prompt(5, 20, 10)
     _, a = bpd_decode(model, prompt, 40, ArgmaxDrafter())
-    _, b = bpd_decode(model, prompt, 40, lattice.NeuralDrafter(small, 8, 0.0))
+    _, b = bpd_decode(model, prompt, 40, CachedNeuralDrafter(small, 8, 0.0))
     assert a["accepted"] == b["accepted"]
 
 
@@ -99,11 +104,11 @@ def test_neural_drafter_cache_survives_reuse():
     fresh one: a new sequence resets its small-LM cache."""
     model = tiny_model(3, 20, 2, 6, 12)
     small = tiny_model(4, 20, 1, 1, 12)
-    reused = lattice.NeuralDrafter(small, 4, 0.6)
+    reused = CachedNeuralDrafter(small, 4, 0.6)
     for seed in range(4):
         prompt = random_prompt(seed, 20, 9)
         _, a = bpd_decode(model, prompt, 30, reused)
-        _, b = bpd_decode(model, prompt, 30, lattice.NeuralDrafter(small, 4, 0.6))
+        _, b = bpd_decode(model, prompt, 30, CachedNeuralDrafter(small, 4, 0.6))
         assert a["steps"] == b["steps"]
 
 
@@ -112,7 +117,7 @@ def test_neural_drafter_cache_survives_reuse():
     ({"alpha": -0.1}, "alpha must be"), ({"order": 0}, "order must be"), ({"k": 2.5}, "k must be")])
 def test_bad_settings(kwargs, message):
     with pytest.raises(ValueError, match=message):
-        lattice.check_settings(**kwargs)
+        budgets.check_settings(**kwargs)
 
 
 def test_missing_rescorer(tiny_ckpt, tmp_path, capsys):
@@ -223,7 +228,7 @@ def test_tree_verification_equals_batch(device, m, s, plen, n):
     makers = {name: (lambda name=name: make(name, res, full, k, p, alpha, order)) for name in NAMES}
     makers["bushy"] = Bushy
     for name, maker in makers.items():
-        if k ** order * p > lattice.MAX_DP_CELLS and name in DP:
+        if k ** order * p > budgets.MAX_DP_CELLS and name in DP:
             continue
         out_b, batch = bpd_decode(model, prompt, n, maker(), verify="batch")
         out_t, tree = bpd_decode(model, prompt, n, maker(), verify="tree")
@@ -238,10 +243,10 @@ def test_tree_verification_equals_batch(device, m, s, plen, n):
 
 
 def test_draft_tree_and_layout():
-    tokens, parents, paths = kvcache.draft_tree([[5, 6, 7], [5, 6, 8], [9, 6], [5, 6, 7]])
+    tokens, parents, paths = tree.draft_tree([[5, 6, 7], [5, 6, 8], [9, 6], [5, 6, 7]])
     assert tokens == [5, 6, 7, 8, 9, 6] and parents == [-1, 0, 1, 1, -1, 4]
     assert paths == [[0, 1, 2], [0, 1, 3], [4, 5], [0, 1, 2]]
-    pos, mask = kvcache.tree_layout(2, parents, 3, "cpu")
+    pos, mask = tree.tree_layout(2, parents, 3, "cpu")
     assert pos.tolist() == [3, 4, 5, 6, 7, 7, 5, 6]                 # tail, then 4 + depth
     assert mask.shape == (8, 11) and mask[:, :3].all()              # everything sees the cache
     assert mask[0, 3:].tolist() == [True] + [False] * 7              # the tail is causal
@@ -251,7 +256,7 @@ def test_draft_tree_and_layout():
 
 def test_kv_cache_compact():
     model = tiny_model(1, 11, 1, 3, 16)
-    cache = kvcache.KVCache(model, 1, spare=4)
+    cache = tree.TreeCache(model, 1, spare=4)
     k = torch.arange(1 * 2 * 6 * 4, dtype=torch.float64).view(1, 2, 6, 4)
     cache.write(0, k, k)
     cache.compact(2, [1, 3])                           # tail of 2, then nodes 1 and 3 of 4
@@ -264,7 +269,7 @@ def test_kv_cache_compact():
 READABLE_CELLS = 2 ** 15   # drawn examples keep the readable DP under 1 s a step
 
 
-@example(m=(107, 31, 1, 7, 14), s=(31, 3, 0.7, 4), plen=23, n=7, budget=lattice.MAX_DP_CELLS)
+@example(m=(107, 31, 1, 7, 14), s=(31, 3, 0.7, 4), plen=23, n=7, budget=budgets.MAX_DP_CELLS)
 @on_random_models(s=settings_st.filter(lambda s: s[2] < 1.0), budget=st.just(READABLE_CELLS))
 def test_reference_implementations_give_the_same_steps(device, m, s, plen, n, budget):
     """--reference runs the readable code (each head through BPDHead.forward, best_paths, the plain
@@ -279,12 +284,12 @@ def test_reference_implementations_give_the_same_steps(device, m, s, plen, n, bu
     back-pointers (fastlattice.unravel); n = 7 keeps its first step (where the two disagreed) at
     full size, about 30 s, instead of n = 30's 372 s."""
     k, p, alpha, order = s
-    model, res, prompt, answer = setup(m, device, order, plen, n)
+    model, res, prompt, answer = setup(m, device, order, plen, n, FastGPT)
     slow = copy.copy(model)
     slow.reference = True
     ref = decoders.Resources(slow, small=res.small_lm(), lms=res.lms, reference=True)
     for name in NAMES:
-        if name in DP and lattice.dp_cells(k, 1 if name == "ngram" else p, order, m[1]) > budget:
+        if name in DP and budgets.dp_cells(k, 1 if name == "ngram" else p, order, m[1]) > budget:
             continue
         out, fast = bpd_decode(model, prompt, n, make(name, res, answer, k, p, alpha, order))
         out_r, readable = bpd_decode(slow, prompt, n, make(name, ref, answer, k, p, alpha, order))
@@ -309,20 +314,20 @@ def test_node_budget_keeps_drafts_exact_and_within_budget(device, m, s, plen, n,
     max(nodes, m) drafted tokens (test_within_budget: which drafts are kept)."""
     k, p, alpha, order = s
     model, res, prompt, answer = setup(m, device, order, plen, n)
-    if k ** order * p > lattice.MAX_DP_CELLS:
+    if k ** order * p > budgets.MAX_DP_CELLS:
         return
-    budget = lattice.PBestDrafter(k, p, alpha, res.ngram(order), nodes=nodes)
+    budget = FastPBestDrafter(k, p, alpha, res.ngram(order), nodes=nodes, reference=True)
     out, stats = bpd_decode(model, prompt, n, budget)
     assert out == answer[plen:]
     for step in stats["steps"]:
         drafts, m_ = step["drafts"], len(step["drafts"][0]) - 1
-        assert len(kvcache.draft_tree([d[1:] for d in drafts])[0]) <= max(nodes, m_)
+        assert len(tree.draft_tree([d[1:] for d in drafts])[0]) <= max(nodes, m_)
 
 
 def test_within_budget():
     drafts = [[9, 1, 2, 3], [9, 1, 2, 4], [9, 5, 6, 7], [9, 1, 8, 8]]
-    assert lattice.within_budget(drafts, 3) == drafts[:1]
-    assert lattice.within_budget(drafts, 4) == drafts[:2]             # one new node: 3 -> 4
-    assert lattice.within_budget(drafts, 6) == drafts[:2] + drafts[3:]   # 7 would need 3 more
-    assert lattice.within_budget(drafts, 9) == drafts
-    assert lattice.within_budget(drafts, 1) == drafts[:1]             # the best always
+    assert budgets.within_budget(drafts, 3) == drafts[:1]
+    assert budgets.within_budget(drafts, 4) == drafts[:2]             # one new node: 3 -> 4
+    assert budgets.within_budget(drafts, 6) == drafts[:2] + drafts[3:]   # 7 would need 3 more
+    assert budgets.within_budget(drafts, 9) == drafts
+    assert budgets.within_budget(drafts, 1) == drafts[:1]             # the best always

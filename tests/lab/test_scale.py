@@ -14,6 +14,7 @@ from lab import figures, scale
 from lab.analysis import greedy_processed
 from lab.bench import make_prompts
 from conftest import examples, on_random_models, random_prompt, tiny_model
+from minibpd import window_start
 from decoders import Resources, split_text
 from minibpd import GPT, GPTConfig, ArgmaxDrafter, bpd_decode, greedy_decode, load_checkpoint
 from runtime import kvcache
@@ -73,7 +74,7 @@ def test_crossover_params():
 def test_window_tails_match_greedy(plen, n, B):
     """Greedy feeds one token per call, and each whole window it refeeds (greedy_processed)."""
     tails = scale.window_tails(plen, [1] * n, B)
-    assert tails[0] == plen - kvcache.window_start(plen, B)
+    assert tails[0] == plen - window_start(plen, B)
     assert sum(tails) + n - len(tails) == greedy_processed(plen, n, B)
 
 

@@ -11,6 +11,7 @@ import minibpd
 from lab import tasks
 from training import finetune
 import train_heads
+from training import cli as training_cli
 from runtime import checkpoint
 
 SMALL = 6          # examples per task and split: the recipe runs, the test stays short
@@ -24,7 +25,7 @@ def tasks_ckpt(tiny_ckpt, tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setattr(tasks, "build_all", small)
     try:
-        train_heads.main(["--tasks", "--base", tiny_ckpt, "--steps", "3", "--rescorer-steps", "2",
+        training_cli.main(["--tasks", "--base", tiny_ckpt, "--steps", "3", "--rescorer-steps", "2",
                           "--batch-size", "2", "--block-size", "48", "--out", path, "--threads", "1",
                           "--log-every", "1000"])
     finally:

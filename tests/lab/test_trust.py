@@ -15,9 +15,11 @@ from lab import cli
 import decoders
 import minibpd
 import train_heads
+from training import cli as training_cli
 from conftest import ROOT
 from conftest import tiny_model
-from minibpd import ArgmaxDrafter, DrafterError, bpd_decode
+from minibpd import ArgmaxDrafter, bpd_decode, greedy_decode
+from runtime.contract import DrafterError
 from test_cli import no_model_calls, one_line_error, run_cli, unknown_character  # noqa: F401 (a fixture)
 from runtime import kvcache
 from runtime import checkpoint
@@ -68,7 +70,7 @@ def test_checkpoints_that_would_decode_garbage(tiny_ckpt, tmp_path, capsys, name
 def test_distilling_a_nan_base_is_refused(tiny_ckpt, tmp_path, capsys):
     path = damaged(tiny_ckpt, tmp_path, "nan.pt", nan_weights)
     with pytest.raises(SystemExit):
-        train_heads.main(["--distill", "joint", "--base", path, "--out", str(tmp_path / "d.pt"),
+        training_cli.main(["--distill", "joint", "--base", path, "--out", str(tmp_path / "d.pt"),
                           "--steps", "2", "--threads", "1"])
     assert "holds NaN or inf" in capsys.readouterr().err and not (tmp_path / "d.pt").exists()
 
@@ -77,7 +79,7 @@ def test_a_shape_mismatch_names_the_shapes():
     model = minibpd.GPT(minibpd.GPTConfig(20, 8, 1, 2, 8, 3))
     state = dict(model.state_dict(), **{"tok_emb.weight": torch.zeros(21, 8)})
     with pytest.raises(checkpoint.CheckpointError, match=r"tok_emb.weight: \(21, 8\) for \(20, 8\)"):
-        minibpd.build_model({"vocab_size": 20, "block_size": 8, "n_layer": 1, "n_head": 2,
+        checkpoint.build_model({"vocab_size": 20, "block_size": 8, "n_layer": 1, "n_head": 2,
                              "n_embd": 8, "n_bpd_heads": 3}, state)
 
 
@@ -162,7 +164,7 @@ def test_no_abbreviated_flags(capsys):
         cli.main(["--plug", "nothing", "--demo"])
     assert e.value.code == 2 and "unrecognized arguments: --plug" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        train_heads.parse_args(["--dist", "joint"])
+        training_cli.parse_args(["--dist", "joint"])
 
 
 class Failing:
@@ -261,7 +263,7 @@ def test_limits_are_refused(tiny_ckpt, capsys, no_model_calls, argv, message):
 def test_out_that_cannot_be_written_fails_before_training(capsys, monkeypatch):
     monkeypatch.setattr(train_heads, "train", lambda *a, **k: pytest.fail("training started"))
     with pytest.raises(SystemExit):
-        train_heads.main(["--out", "/proc/minibpd_cannot_write_here.pt", "--steps", "1"])
+        training_cli.main(["--out", "/proc/minibpd_cannot_write_here.pt", "--steps", "1"])
     assert "not writable" in capsys.readouterr().err
 
 
@@ -300,7 +302,7 @@ def test_small_refusals():
     big = types.SimpleNamespace(config=minibpd.GPTConfig(7, 2 ** 22, 1, 2, 128, 3),  # not built:
                                 kv_spec=lambda: kvcache.KVSpec(1, 2, 64, torch.float64, "cpu"))
     with pytest.raises(ValueError, match="even one KV cache row would need"):   # 4 GiB a row
-        kvcache.KVCache(big)
+        greedy_decode(big, [1, 2], 3)
     with pytest.raises(ValueError, match="neural: k must be an integer >= 1"):
         decoders.check("neural", {"k": 0, "alpha": 0.5})
 
@@ -328,14 +330,14 @@ def no_model_load(monkeypatch):
     def load(*a, **k):
         raise AssertionError("a model was loaded before the refusal")
     monkeypatch.setattr(smollm, "load", load)
-    monkeypatch.setattr(minibpd, "build_model", load)
+    monkeypatch.setattr(checkpoint, "build_model", load)
 
 
 def suggested(err):
     """The train_heads.py command an error advises, parsed as train_heads.py would (--help level)."""
     command = shlex.split(err.split("`")[1])
     assert command[:2] == ["python", "train_heads.py"], err
-    return train_heads.parse_args(command[2:])
+    return training_cli.parse_args(command[2:])
 
 
 def smollm_copy(tmp_path, name, change=None, keep=None):
@@ -407,9 +409,9 @@ def test_a_dtype_that_is_no_torch_dtype_is_a_checkpoint_error(tiny_ckpt, tmp_pat
 def test_a_smollm_base_is_refused_before_any_work(tmp_path, capsys, monkeypatch, mode):
     """train_heads.py --tasks / --distill fine-tune a character GPT: SmolLM2's heads checkpoint as
     --base is refused from its header, before loading anything (it raised a TypeError after)."""
-    monkeypatch.setattr(train_heads, "run", lambda args: pytest.fail("the run started"))
+    monkeypatch.setattr(training_cli, "run", lambda args: pytest.fail("the run started"))
     with pytest.raises(SystemExit) as e:
-        train_heads.main([*mode, "--base", SMOLLM, "--out", str(tmp_path / "o.pt")])
+        training_cli.main([*mode, "--base", SMOLLM, "--out", str(tmp_path / "o.pt")])
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
     assert err.startswith(f"error: --base {SMOLLM} is a 'smollm2-heads' checkpoint") and "--smollm" in err

@@ -34,15 +34,15 @@ import minibpd
 from runtime import contract
 from models import smollm
 from conftest import ROOT
-from conftest import SMOLLM_HEADS as HEADS
-from conftest import bound, exact, examples, heads_or_skip, l1, random_prompt, real_model_or_skip
-from runtime.kvcache import KVCache, window_start
-from minibpd import bpd_decode, greedy_decode
+from conftest import bound, exact, examples, l1, random_prompt
+from tests.plugin import SMOLLM_HEADS as HEADS, heads_or_skip, real_model_or_skip
+from minibpd import KVCache, bpd_decode, greedy_decode, window_start
 from models.llama import Llama, LlamaConfig
 from models.smollm import EarlyExit
-from models import blocks, llama
+from models import attention, blocks, llama
 kernels = blocks     # (test arguments named `blocks` shadow the module)
-from runtime import checkpoint, kvcache
+from runtime import checkpoint, kvcache, loop, tree
+from decoders.neural import CachedNeuralDrafter
 from decoders import viterbi
 
 HERE = ROOT  # the repository
@@ -276,9 +276,9 @@ def test_attention_is_softmax_attention(seed, n_kv, group, L, start, rows, tile)
     mask = torch.ones(L, S, dtype=torch.bool).tril(start)
     want = torch.nn.functional.scaled_dot_product_attention(
         q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1), attn_mask=mask)
-    bias = llama.mask_to_bias(mask, torch.float64)
-    torch.testing.assert_close(llama.attention(q, k, v, bias), want)
-    torch.testing.assert_close(llama.attention(q, k, v, bias, rows, tile), want)
+    bias = attention.mask_to_bias(mask, torch.float64)
+    torch.testing.assert_close(attention.attention(q, k, v, bias), want)
+    torch.testing.assert_close(attention.attention(q, k, v, bias, rows, tile), want)
 
 
 # ----------------------------------------------------------------------------- batch invariance
@@ -307,7 +307,7 @@ def assert_chunks_bit_identical(model, tokens, chunks, rows=1):
     for L in chunks:
         idx = torch.randint(model.config.vocab_size, (rows, L), generator=g)
         idx[0] = torch.tensor(tokens[i:i + L])
-        got.append(model(idx, cache)[0])
+        got.append(model(idx, cache, prefix=0)[0])       # blocks throughout: no prefill apart
         cache.advance(L, row=0)
         i += L
     got = torch.cat(got)
@@ -410,9 +410,9 @@ def tree_states(model, prefix, proposed):
     draft's path."""
     cache = KVCache(model, 1, len(proposed) * len(proposed[0]))
     if len(prefix) > 1:
-        model(torch.tensor([prefix[:-1]]), cache)
+        model(torch.tensor([prefix[:-1]]), cache, prefix=0)    # in blocks, as one-token calls
         cache.advance(len(prefix) - 1)
-    return kvcache.tree_call(model, cache, prefix, proposed)[0]
+    return tree.tree_call(model, cache, prefix, proposed)[0]
 
 
 def assert_tree_bit_identical(model, prefix, proposed):
@@ -456,9 +456,9 @@ def test_tree_attention_is_needed_under_batch_invariance(monkeypatch):
     decoding's (here on 9 of 10 random trees, by up to 2.4e-7; a bf16 argmax flipped on
     SmolLM2)."""
     monkeypatch.setattr(llama, "tree_plan", lambda mask, dtype, g, rows, key_block:
-                        llama.mask_to_bias(mask, dtype))
+                        attention.mask_to_bias(mask, dtype))
     monkeypatch.setattr(llama, "tree_attention", lambda q, k, v, bias, rows, key_block:
-                        llama.attention(q, k, v, bias, rows, key_block))
+                        attention.attention(q, k, v, bias, rows, key_block))
     failed = 0
     for seed in range(10):
         m = (seed, 40, 2, 4, 90, 1, 3, 8)
@@ -544,7 +544,7 @@ def greedy_states(model, prompt, n):
     """greedy_decode's own calls (decode_rows) -> (seq, {t: z [C]}): the state that chose each
     position t, with every prefill and window move as greedy makes them."""
     zs = []
-    rows = minibpd.decode_rows(model, torch.tensor([prompt]), n, states=zs)[0].tolist()
+    rows = loop.decode_rows(model, torch.tensor([prompt]), n, states=zs)[0].tolist()
     return rows, {len(prompt) + i: z[0] for i, z in enumerate(zs)}
 
 
@@ -580,7 +580,7 @@ def test_a_window_move_prefills_what_greedy_prefills(dtype, m, plen, past, d, wi
 def test_a_window_move_check_can_fail(monkeypatch):
     """The check above fails when a verifier prefills its whole tail but its last token, as it
     did before prefill_length (float32: 15 of 20 random models on a 2-core AMD EPYC)."""
-    monkeypatch.setattr(kvcache, "prefill_length", lambda start, tail, block_size: tail - 1)
+    monkeypatch.setattr(llama, "prefill_length", lambda start, tail, block_size: tail - 1)
     failed = 0
     for seed in range(20):
         m = (seed, 40, 2, 3, 32, 2, 2, 8)
@@ -720,9 +720,9 @@ def test_neural_rescoring_with_an_early_exit_is_exact(m, mode, plen, n, k, alpha
     model = tiny_llama(*m, batch_invariant=mode[0], rows=mode[1], key_block=mode[2])
     small = random_exit(model, 1, m[0])
     prompt = random_prompt(m[0], m[1], plen)
-    fast, fast_stats = bpd_decode(model, prompt, n, lattice.NeuralDrafter(small, k, alpha))
+    fast, fast_stats = bpd_decode(model, prompt, n, CachedNeuralDrafter(small, k, alpha))
     slow, slow_stats = bpd_decode(model, prompt, n,
-                                  lattice.NeuralDrafter(small, k, alpha, reference=True))
+                                  CachedNeuralDrafter(small, k, alpha, reference=True))
     assert fast == slow == greedy_decode(model, prompt, n)
     assert [s["drafts"] for s in fast_stats["steps"]] == [s["drafts"] for s in slow_stats["steps"]]
 
@@ -794,18 +794,21 @@ def imported(path):
 
 
 def test_layering_a_model_family_is_one_module_and_the_core_imports_none():
-    """llama.py stands on the paper's heads (minibpd), the cache (KVSpec, KVCache) and its own
-    fixed-shape products (models/blocks.py, torch and the standard library only), nothing else of
+    """llama.py stands on the paper's heads and cache (minibpd), the fast heads, KVSpec and its own
+    fixed-shape products and attention (models/blocks.py, models/attention.py: torch and the
+    standard library only), nothing else of
     the project; smollm.py on llama, blocks (its early exit's fixed-shape rows), the
     checkpoint's checks, numpy and, inside functions only, the optional packages. The
-    core (minibpd, lattice, runtime/, decoders/) imports no model family: minibpd.MODEL_FAMILIES
+    core (minibpd, lattice, runtime/, decoders/) imports no model family: runtime.checkpoint.MODEL_FAMILIES
     names the module of each checkpoint kind."""
     stdlib = set(sys.stdlib_module_names)
     top, everywhere = imported("models/llama.py")
     assert {m.split(".")[0] for m in everywhere} - {"models"} <= stdlib | {"torch", "minibpd",
                                                                           "runtime"}, everywhere
-    assert {m for m in everywhere if m.startswith("models")} == {"models.blocks"}
+    assert {m for m in everywhere if m.startswith("models")} == {"models.attention", "models.blocks"}
     assert {m.split(".")[0] for m in imported("models/blocks.py")[1]} <= stdlib | {"torch"}
+    assert {m.split(".")[0] for m in imported("models/attention.py")[1]} <= \
+        stdlib | {"torch", "models"}
     assert everywhere & {"minibpd", "runtime.kvcache"} == {"minibpd", "runtime.kvcache"}
     top, everywhere = imported("models/smollm.py")
     assert {m.split(".")[0] for m in top} <= stdlib | {"torch", "numpy", "models", "runtime"}, top
@@ -817,7 +820,7 @@ def test_layering_a_model_family_is_one_module_and_the_core_imports_none():
                                           for f in os.listdir(os.path.join(HERE, d)) if f.endswith(".py")]
     for path in core:
         assert not any(m.split(".")[0] == "models" for m in imported(path)[1]), path
-    assert minibpd.MODEL_FAMILIES[smollm.KIND] == "models.smollm"
+    assert checkpoint.MODEL_FAMILIES[smollm.KIND] == "models.smollm"
 
 
 def test_missing_package_names_the_install_command(monkeypatch):

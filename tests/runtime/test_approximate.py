@@ -13,10 +13,12 @@ import minibpd
 from conftest import model_and_prompt, on_random_models, tiny_model
 from decoders import Method
 from minibpd import GPT, bpd_decode, greedy_decode
+from decoders.lookup import PromptLookupDrafter
+from runtime import loop
 from runtime.approximate import Relaxed
 
 DRAFTERS = {"bpd": minibpd.ArgmaxDrafter, "pbest": lambda: lattice.PBestDrafter(3, 4),
-            "long lookup": lambda: lattice.PromptLookupDrafter(1, copy=10)}   # drafts of 2 lengths
+            "long lookup": lambda: PromptLookupDrafter(1, copy=10)}   # drafts of 2 lengths
 
 
 def written_out(logits, drafts, k, b):
@@ -37,17 +39,17 @@ def written_out(logits, drafts, k, b):
 def spy(mp, specs):
     """Every verification call of the next bpd_decode, judged by each rule of `specs` too (the
     same z and drafts): a list of (z's logits, drafts, {spec: (row, a, token)}) per call."""
-    seen, real = [], minibpd.acceptance_rule
+    seen, real = [], loop.acceptance_rule
 
     def spied(model, T, gen, spec="exact"):
         rule, others = real(model, T, gen, spec), {s: real(model, T, gen, s) for s in specs}
 
-        def both(z, drafts, q):
-            got = rule(z, drafts, q)
-            seen.append((model.lm_head(z), drafts, {s: r(z, drafts, q)[:3] for s, r in others.items()}))
+        def both(z, drafts):
+            got = rule(z, drafts)
+            seen.append((model.lm_head(z), drafts, {s: r(z, drafts)[:3] for s, r in others.items()}))
             return got
         return both
-    mp.setattr(minibpd, "acceptance_rule", spied)
+    mp.setattr(loop, "acceptance_rule", spied)
     return seen
 
 

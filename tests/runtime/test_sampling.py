@@ -23,7 +23,7 @@ import torch
 from hypothesis import settings
 
 import decoders
-from runtime import sampling
+from runtime import contract, request, sampling
 from conftest import (DEVICES, bound, exact, l1, model_and_prompt, on_random_models,
                       random_prompt, tiny_model)
 import minibpd
@@ -182,7 +182,7 @@ def test_without_its_own_generator_the_resetter_is_caught(monkeypatch):
     """Power of the 'resetter' case above: hand the drafter verification's generator itself (the
     old behaviour) and its reseeding makes verification draw the same numbers at every step: the
     same check fails."""
-    monkeypatch.setattr(minibpd, "drafter_generator", lambda generator: generator)
+    monkeypatch.setattr(contract, "drafter_generator", lambda generator: generator)
     for case in CASES:
         model, res, prompt, full, n, T = setup(case, "cpu")
         probs, N = exact(model, prompt, n, T), runs()
@@ -230,8 +230,12 @@ def test_without_a_generator_a_drafter_reseeding_torch_cannot_bias_the_output(ca
 
 def test_without_its_own_loop_generator_the_reseeder_is_caught(monkeypatch):
     """Power of the check above: give verification torch's global generator again (the old
-    behaviour: own_generator hands back None) and the same check fails."""
-    monkeypatch.setattr(minibpd, "own_generator", lambda generator, temperature: generator)
+    behaviour: own_generator hands back None, and nothing puts torch's generator back after a
+    drafter's call) and the same check fails."""
+    monkeypatch.setattr(request, "own_generator", lambda generator, temperature: generator)
+    real = contract.CheckedDrafter.__init__
+    monkeypatch.setattr(contract.CheckedDrafter, "__init__",
+                        lambda self, *a, **k: real(self, *a, **{**k, "keep_rng": False}))
     for case in CASES:
         model, res, prompt, full, n, T = setup(case, "cpu")
         probs, N = exact(model, prompt, n, T), runs()

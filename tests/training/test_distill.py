@@ -9,12 +9,11 @@ from hypothesis import given, strategies as st
 
 
 import minibpd
-import train_heads
-from training import fit as training
+from training import cli, fit as training
 from conftest import examples, tiny_model
 from test_train_heads import CODE, TINY, fails, files_under
 from training import finetune, teacher
-from runtime import checkpoint
+from runtime import checkpoint, loop
 
 DISTIL = ["--steps", "4", "--batch-size", "4", "--log-every", "1000", "--threads", "1",
           "--gen-rows", "6", "--regen-every", "2"]
@@ -27,7 +26,7 @@ def base(tmp_path_factory):
     data = folder / "code.py"
     data.write_text(CODE, encoding="utf-8")
     out = str(folder / "base.pt")
-    train_heads.main(TINY + ["--heads", "4", "--steps", "20", "--data", str(data), "--out", out])
+    cli.main(TINY + ["--heads", "4", "--steps", "20", "--data", str(data), "--out", out])
     return out
 
 
@@ -38,7 +37,7 @@ def prompts_of(ck, n=3, length=5):
 
 def test_frozen_keeps_greedy_and_trunk_bit_identical(base, tmp_path):
     out = str(tmp_path / "frozen.pt")
-    train_heads.main(DISTIL + ["--distill", "frozen", "--base", base, "--out", out])
+    cli.main(DISTIL + ["--distill", "frozen", "--base", base, "--out", out])
     (m0, ck0), (m1, ck1) = minibpd.load_checkpoint(base), minibpd.load_checkpoint(out)
     heads = {k for k in ck0["model"] if k.startswith("heads.")}
     assert heads and any(not torch.equal(ck0["model"][k], ck1["model"][k]) for k in heads)
@@ -55,8 +54,8 @@ def test_frozen_keeps_greedy_and_trunk_bit_identical(base, tmp_path):
 @pytest.mark.parametrize("teacher", ["current", "base"])
 def test_joint_saves_a_checkpoint_whose_bpd_is_its_greedy(teacher, base, tmp_path):
     out = str(tmp_path / "joint.pt")
-    train_heads.main(DISTIL + ["--distill", "joint", "--base", base, "--out", out,
-                               "--teacher", teacher])
+    cli.main(DISTIL + ["--distill", "joint", "--base", base, "--out", out,
+                       "--teacher", teacher])
     ck0, (m1, ck1) = minibpd.load_checkpoint(base)[1], minibpd.load_checkpoint(out)
     assert not torch.equal(ck0["model"]["blocks.0.mlp.0.weight"], ck1["model"]["blocks.0.mlp.0.weight"])
     d = ck1["distill"]
@@ -71,7 +70,7 @@ def test_joint_saves_a_checkpoint_whose_bpd_is_its_greedy(teacher, base, tmp_pat
 def test_batched_greedy_matches_greedy_decode(base):
     model, ck = minibpd.load_checkpoint(base)
     prompts = prompts_of(ck, n=4)
-    rows = minibpd.decode_rows(model, torch.tensor(prompts), 30)    # window moves at 16, 24
+    rows = loop.decode_rows(model, torch.tensor(prompts), 30)    # window moves at 16, 24
     for p, row in zip(prompts, rows.tolist()):
         assert row[len(p):] == minibpd.greedy_decode(model, p, 30)
 
@@ -169,13 +168,13 @@ def test_chain_inputs_are_the_texts_next_tokens(seed, h, T):
 
 
 def test_distill_defaults(tmp_path):
-    args = train_heads.parse_args(["--distill", "joint", "--steps", "7"])
-    train_heads.check_distill_args(args)
+    args = cli.parse_args(["--distill", "joint", "--steps", "7"])
+    cli.check_distill_args(args)
     assert (args.steps, args.lr, args.warmup, args.out) == \
         (7, finetune.DISTILL_DEFAULTS["lr"], finetune.DISTILL_DEFAULTS["warmup"], finetune.DISTILLED)
     assert args.base == checkpoint.CHECKPOINT
-    plain = train_heads.parse_args([])
-    train_heads.check_distill_args(plain)
+    plain = cli.parse_args([])
+    cli.check_distill_args(plain)
     assert plain.steps == 5000 and plain.out == checkpoint.CHECKPOINT and plain.distill is None
 
 
@@ -200,8 +199,8 @@ def test_the_anchor_by_brute_force(seed, plen):
 
 def test_joint_with_anchor_records_it(base, tmp_path):
     out = str(tmp_path / "anchored.pt")
-    train_heads.main(DISTIL + ["--distill", "joint", "--base", base, "--out", out, "--teacher",
-                               "base", "--anchor", "1.0"])
+    cli.main(DISTIL + ["--distill", "joint", "--base", base, "--out", out, "--teacher",
+                       "base", "--anchor", "1.0"])
     model, ck = minibpd.load_checkpoint(out)
     assert ck["distill"]["anchor"] == 1.0
     for p in prompts_of(ck):

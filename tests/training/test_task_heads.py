@@ -10,7 +10,8 @@ import torch
 
 import minibpd
 from lab import tasks
-from conftest import ROOT, heads_or_skip, real_model_or_skip
+from conftest import ROOT
+from tests.plugin import heads_or_skip, real_model_or_skip
 from training import generate, task_heads
 
 HEADS = os.path.join(ROOT, "checkpoints", "smollm2-heads.pt")
@@ -112,9 +113,9 @@ def test_smollm_heads_trains_a_step(monkeypatch, form, targets):
     assert forced["tokens"] == 32 and forced["steps"] == 2 and len(forced["tune_greedy_agreement"]) == 3
     assert forced["targets"] == targets and forced["with_target"][0] == 1.0
     assert model.config.head_form == extra["train"]["head_form"] == form
-    assert all(type(hd).__name__ == {"stern": "BPDHead", "chained": "ChainedHead"}[form]
+    assert all(type(hd).__name__ == {"stern": "SternHead", "chained": "ChainedHead"}[form]
                for hd in model.heads)
     assert type(smollm.rescorer(model, {**extra, "rescorer": extra["rescorer"]}).exit).__name__ \
-        == "BPDHead"
+        == "SternHead"
     assert len(extra["draft_vocab"]) == 20 and torch.equal(model.draft_vocab, extra["draft_vocab"])
     assert smollm.checked_draft_vocab(extra["draft_vocab"], model.config.vocab_size) is not None

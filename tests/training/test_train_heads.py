@@ -1,5 +1,6 @@
-"""Tests for train_heads.py: every flag checked before any work, --out never overwritten by
-accident, the rescorer's defaults scale, --data kept as it is, threads. Tiny sizes throughout."""
+"""Tests for train_heads.py and its command line (training/cli.py): every flag checked before any
+work, --out never overwritten by accident, the rescorer's defaults scale, --data kept as it is,
+threads, the model class the base run trains. Tiny sizes throughout."""
 from conftest import ROOT
 import json
 import os
@@ -12,7 +13,8 @@ import torch
 import minibpd
 import train_heads
 from runtime import threads
-from training import fit
+from runtime.fast_heads import FastGPT
+from training import cli
 from runtime import checkpoint
 
 HERE = ROOT  # the repository
@@ -48,7 +50,7 @@ def files_under(folder):
 def fails(argv, capsys):
     """Run main(argv), expect exit status 2; -> the one stderr line."""
     with pytest.raises(SystemExit) as excinfo:
-        train_heads.main(argv)
+        cli.main(argv)
     assert excinfo.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.endswith("\n") and err.count("\n") == 1, err
@@ -102,11 +104,11 @@ def test_out_is_only_overwritten_with_force(paths, monkeypatch, capsys):
     with open(out, "w") as f:
         f.write("precious")
     with monkeypatch.context() as m:
-        m.setattr(train_heads, "load_corpus", lambda *a: pytest.fail("read the corpus first"))
+        m.setattr(cli, "load_corpus", lambda *a: pytest.fail("read the corpus first"))
         err = fails(TINY + ["--data", data, "--out", out], capsys)
     assert out in err and "--force" in err
     assert open(out).read() == "precious"
-    train_heads.main(TINY + ["--data", data, "--out", out, "--force"])
+    cli.main(TINY + ["--data", data, "--out", out, "--force"])
     model, ck = minibpd.load_checkpoint(out)
     assert model.config.n_layer == 1 and ck["train"]["steps"] == 3
 
@@ -118,15 +120,15 @@ def test_out_is_only_overwritten_with_force(paths, monkeypatch, capsys):
     (1, 1, 2, (1, 1, 2)),
 ])
 def test_rescorer_defaults_scale_with_the_base(steps, n_layer, n_embd, expected):
-    args = train_heads.parse_args(["--steps", str(steps), "--n-layer", str(n_layer),
-                                   "--n-embd", str(n_embd), "--n-head", "1"])
-    train_heads.scale_rescorer(args)
+    args = cli.parse_args(["--steps", str(steps), "--n-layer", str(n_layer),
+                           "--n-embd", str(n_embd), "--n-head", "1"])
+    cli.scale_rescorer(args)
     assert (args.rescorer_steps, args.rescorer_layers, args.rescorer_embd) == expected
 
 
 def test_default_flags_are_the_shipped_run():
-    args = train_heads.parse_args([])
-    train_heads.scale_rescorer(args)
+    args = cli.parse_args([])
+    cli.scale_rescorer(args)
     assert (args.steps, args.seed, args.n_layer, args.n_head, args.n_embd, args.block_size,
             args.heads, args.rescorer_steps, args.rescorer_layers, args.rescorer_embd) == \
         (5000, 1337, 6, 4, 128, 128, 8, 2500, 2, 64)
@@ -139,14 +141,14 @@ def test_default_flags_are_the_shipped_run():
 ])
 def test_rescorer_trained_as_configured(extra, expected, paths, monkeypatch):
     data, out = paths
-    calls, real_train = [], fit.train
+    calls, real_train = [], train_heads.train
 
     def spy(model, data, args, gen, label, held_out=None):
         calls.append((label, args.steps))
         return real_train(model, data, args, gen, label, held_out)
     monkeypatch.setattr(train_heads, "train", spy)
-    train_heads.main(TINY + ["--data", data, "--out", out, "--steps", "6", "--n-layer", "3",
-                             "--n-embd", "20"] + extra)
+    cli.main(TINY + ["--data", data, "--out", out, "--steps", "6", "--n-layer", "3",
+                     "--n-embd", "20"] + extra)
     _, ck = minibpd.load_checkpoint(out)
     steps, layers, embd = expected
     assert calls == [("heads", 6), ("rescorer", steps)]
@@ -162,10 +164,10 @@ def test_data_kept_as_is_unless_clean(tmp_path, monkeypatch, capsys):
     src.write_text("".join(open(os.path.join(folder, f), encoding="utf-8").read()
                            for f in sorted(os.listdir(folder)) if f.endswith(".py")),
                    encoding="utf-8")
-    monkeypatch.setattr(train_heads, "choose_threads", lambda n, training: (1, "stubbed"))
+    monkeypatch.setattr(cli, "choose_threads", lambda n, training: (1, "stubbed"))
     threads = torch.get_num_threads()
     argv = TINY_AUTO + ["--data", str(src)]
-    train_heads.main(argv + ["--out", str(tmp_path / "kept.pt")])
+    cli.main(argv + ["--out", str(tmp_path / "kept.pt")])
     assert "threads: 1 (stubbed; --threads overrides)" in capsys.readouterr().out
     assert torch.get_num_threads() == threads                  # main() gives the threads back
     _, ck = minibpd.load_checkpoint(str(tmp_path / "kept.pt"))
@@ -173,14 +175,14 @@ def test_data_kept_as_is_unless_clean(tmp_path, monkeypatch, capsys):
     text = src.read_text(encoding="utf-8")
     assert sum(map(len, ck["splits"].values())) == len(text) and "\n        " in text
     assert text.startswith(ck["splits"]["train"][:1000])      # chunk 0, byte for byte
-    train_heads.main(argv + ["--out", str(tmp_path / "clean.pt"), "--clean"])
+    cli.main(argv + ["--out", str(tmp_path / "clean.pt"), "--clean"])
     _, ck = minibpd.load_checkpoint(str(tmp_path / "clean.pt"))
     assert ck["corpus"]["cleaned"] is True and "\n " not in ck["splits"]["train"]
 
 
 def test_help_shows_every_default(capsys):
     with pytest.raises(SystemExit) as excinfo:
-        train_heads.main(["--help"])
+        cli.main(["--help"])
     assert excinfo.value.code == 0
     out = capsys.readouterr().out
     assert "--max-steps" not in out and "python train_heads.py --force" in out
@@ -204,3 +206,30 @@ def test_script_exits_2_without_traceback(tmp_path):
     assert r.returncode == 2 and r.stderr.startswith("error: ") and "--heads" in r.stderr
     assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
     assert not os.path.exists(tmp_path / "x.pt")
+
+
+def test_script_help_lists_every_mode():
+    """`python train_heads.py --help`: the command line of training/cli.py, under the script's
+    own name, its docstring's examples, and the other modes' flags."""
+    r = subprocess.run([sys.executable, "train_heads.py", "--help"], capture_output=True,
+                       text=True, cwd=HERE)
+    assert r.returncode == 0 and r.stderr == "" and r.stdout.startswith("usage: train_heads.py ")
+    assert "python train_heads.py --force" in r.stdout
+    assert all(flag in r.stdout for flag in ("--smollm", "--distill", "--tasks", "--head-weight"))
+
+
+def test_base_run_trains_the_fast_twin(paths, monkeypatch):
+    """The command line hands runtime.fast_heads.FastGPT to train_heads.train_both (what the shipped
+    checkpoint was trained with), and both the model and its rescorer are built with it."""
+    data, out = paths
+    built, real_train = [], train_heads.train
+
+    def spy(model, *args, **kwargs):
+        built.append(type(model))
+        return real_train(model, *args, **kwargs)
+    monkeypatch.setattr(train_heads, "train", spy)
+    cli.main(TINY + ["--data", data, "--out", out])
+    assert built == [FastGPT, FastGPT]
+    assert set(torch.load(out, weights_only=True)) == {
+        "format_version", "config", "model", "rescorer_config", "rescorer", "vocab", "seed",
+        "git_revision", "train", "corpus", "splits"}

@@ -1,0 +1,100 @@
+"""lookup: prompt lookup decoding, a drafter in neither paper (Saxena 2023, "Prompt Lookup
+Decoding"; Hugging Face transformers' `prompt_lookup_num_tokens`): copy what followed the last
+time the context's tail was seen, verified beside BPD's own draft (decoders `lookup`,
+`lookup_pbest`; docs/lookup.md). Its copy may run past the heads (max_draft_tokens).
+"""
+from decoders.budgets import check_settings, within_budget
+from minibpd import ArgmaxDrafter
+from runtime.kvcache import is_int
+
+MAX_LOOKUP_NGRAM = 16   # ours: longer n-grams cost index entries and hardly ever match anew
+
+
+def check_ngram(ngram):
+    if not is_int(ngram) or not 1 <= ngram <= MAX_LOOKUP_NGRAM:
+        raise ValueError(f"ngram must be an integer from 1 to {MAX_LOOKUP_NGRAM}, got {ngram!r}")
+
+
+def check_copy(copy):
+    if not is_int(copy) or copy < 0:
+        raise ValueError(f"copy must be an integer >= 0 (0: h - 1 tokens), got {copy!r}")
+
+
+def copied_continuation(context, ngram, length):
+    """Prompt lookup's copy rule, the readable reverse scan: for n = ngram down to 1, the latest
+    earlier occurrence of the context's last n tokens (one that ends before the last token: never
+    the trailing occurrence itself, though it may overlap it) -> the at most `length` tokens that
+    followed it; [] when no n matches."""
+    for n in range(min(ngram, len(context) - 1), 0, -1):
+        tail = context[-n:]
+        for end in range(len(context) - 2, n - 2, -1):      # the occurrence ends at `end`
+            if context[end - n + 1:end + 1] == tail:
+                return context[end + 1:end + 1 + length]
+    return []
+
+
+class PromptLookupDrafter:
+    """Prompt lookup decoding: copy what followed the last time the context's tail was seen
+    (Saxena 2023, "Prompt Lookup Decoding"; Hugging Face transformers' `prompt_lookup_num_tokens`
+    in generate()). Neither Stern nor Kim has it; here it rides on BPD's heads. The copy rule is
+    copied_continuation: for n = ngram down to 1, the latest earlier occurrence of the last n
+    tokens (ours: Saxena's code and transformers take the earliest); the draft is context[-1],
+    then the copied tokens, and where the copy stops short, each remaining head's argmax (ours).
+
+    The drafts, verified in one call: the base drafter's (default ArgmaxDrafter: plain BPD's
+    draft; PBestDrafter for `lookup_pbest`), then the copy, unless no n matched or the copy is
+    already among them. So max_drafts = base.max_drafts + 1, and the copy can only add accepted
+    tokens to the base drafter's. `counts` is the base drafter's (the bench's cost table).
+    nodes > 0 (ours, for speed): the copy only where the drafts' token tree stays within that
+    many drafted tokens (within_budget), so that a call costs what the base drafter's does
+    (SmolLM2: 7 fills an 8-row block with the tail token; docs/lookup.md).
+
+    The fast path keeps an index {n-gram: where it last ended} and adds only the new tokens'
+    n-grams each call; a context that does not extend the one indexed (another sequence) rebuilds
+    it. reference=True runs the reverse scan instead: the same drafts. One drafter object serves
+    one sequence at a time (the drafter contract).
+
+    copy (ours): the most tokens one copy drafts. 0, the default: h - 1, the heads' reach. More
+    (transformers' prompt_lookup_num_tokens is 10) declares max_draft_tokens = copy, so a copy
+    may run past the heads; the base drafter's drafts keep their h tokens (a copy under h - 1
+    shortens every draft to it, as max_draft_tokens does)."""
+
+    def __init__(self, ngram=3, base=None, name="lookup", reference=False, copy=0, nodes=0):
+        check_ngram(ngram)
+        check_copy(copy)
+        check_settings(nodes=nodes)
+        self.base = ArgmaxDrafter() if base is None else base
+        self.ngram, self.name, self.reference, self.copy = ngram, name, reference, int(copy)
+        self.nodes = nodes
+        if copy:
+            self.max_draft_tokens = int(copy)
+        self.max_drafts = getattr(self.base, "max_drafts", 1) + 1
+        self.counts = getattr(self.base, "counts", {})
+        self.seen, self.last = [], {}       # the context indexed; n-gram tuple -> its last end
+
+    def __call__(self, logprobs, context):
+        drafts = self.base(logprobs, context)
+        most = self.copy or len(logprobs) - 1
+        copy = (copied_continuation(context, self.ngram, most) if self.reference
+                else self.indexed_continuation(context, most))
+        if not copy:
+            return drafts
+        heads = logprobs[1 + len(copy):].argmax(-1).tolist()   # the positions the copy misses
+        draft = [context[-1]] + copy + heads
+        drafts = drafts if draft in drafts else drafts + [draft]
+        return within_budget(drafts, self.nodes) if self.nodes else drafts
+
+    def indexed_continuation(self, context, length):
+        """copied_continuation by the index: O(len(context)) to check that the context extends
+        the one indexed, then O(new tokens x ngram) to index them (all of it when rebuilt)."""
+        if context[:len(self.seen)] != self.seen:            # another sequence: start afresh
+            self.seen, self.last = [], {}
+        for end in range(max(0, len(self.seen) - 1), len(context) - 1):   # never the last token
+            for n in range(1, min(self.ngram, end + 1) + 1):
+                self.last[tuple(context[end - n + 1:end + 1])] = end   # later ends overwrite
+        self.seen = list(context)
+        for n in range(min(self.ngram, len(context) - 1), 0, -1):
+            end = self.last.get(tuple(context[-n:]))
+            if end is not None:
+                return context[end + 1:end + 1 + length]
+        return []

@@ -1,0 +1,75 @@
+"""loop: what bpd_decode is handed beyond the papers, resolved from its arguments (prepare),
+and greedy decoding of P independent sequences at once (decode_rows, for training data).
+
+prepare() checks the request and returns objects of the shapes minibpd's loop calls: the drafter
+wrapped so every answer is checked (contract.CheckedDrafter), a verifier (minibpd.Verifier, or
+tree.TreeVerifier for verify="tree"/"auto" with several drafts) and an acceptance rule
+(minibpd.GreedyRule at T = 0; sampling.SampledRule above; approximate.RelaxedRule for Stern
+§5's rules), with the generator every draw comes from.
+"""
+import torch
+
+from minibpd import GreedyRule, KVCache, Verifier
+from runtime import approximate
+from runtime.contract import CheckedDrafter
+from runtime.kvcache import check_cache_budget
+from runtime.request import check_request
+from runtime.sampling import SampledRule, check_temperature, own_generator, target_probs
+from runtime.tree import TreeVerifier
+
+VERIFY_MODES = ("auto", "batch", "tree")
+
+
+def acceptance_rule(model, temperature, generator, spec="exact"):
+    """The rule for `spec` and the temperature: GreedyRule (exact, T = 0), SampledRule (exact
+    in distribution, T > 0) or RelaxedRule (an APPROXIMATE rule of Stern §5, T = 0 only)."""
+    check_temperature(temperature)
+    relaxed = approximate.rule(spec, temperature)            # None: the exact rule
+    if relaxed is not None:
+        return approximate.RelaxedRule(model, relaxed)
+    return GreedyRule(model) if temperature == 0 else SampledRule(model, temperature, generator)
+
+
+def verifier(model, drafter, mode="auto"):
+    """A Verifier for the checked drafter's drafts: P rows ("batch"), one token tree ("tree"),
+    or a tree when it returns several ("auto"); its cache checked against the budget first."""
+    if mode not in VERIFY_MODES:
+        raise ValueError(f"verify must be one of {', '.join(VERIFY_MODES)}, got {mode!r}")
+    n = drafter.max_drafts
+    tree = mode == "tree" or (mode == "auto" and n > 1)
+    spare = (n - 1) * drafter.max_draft_tokens if tree else 0  # a tree's extra nodes, at most
+    try:
+        check_cache_budget(model, 1 if tree else n, spare)
+    except ValueError as e:                 # over the budget: whose drafts are they?
+        raise ValueError(f"drafter {drafter.name}: max_drafts {n}: {e}") from None
+    return TreeVerifier(model, spare) if tree else Verifier(model, n)
+
+
+def prepare(model, prompt, max_new_tokens, drafter, temperature, generator, verify, accept):
+    """bpd_decode's arguments checked and resolved, before any model call. -> (the prompt as
+    a list, the checked drafter, the verifier, the acceptance rule, the generator)."""
+    seq, own = check_request(model, prompt, max_new_tokens, temperature, generator)
+    rule = acceptance_rule(model, temperature, own, accept)
+    drafter = CheckedDrafter(drafter, model, temperature, own,
+                             keep_rng=generator is None and temperature > 0)
+    return seq, drafter, verifier(model, drafter, verify), rule, own
+
+
+@torch.no_grad()
+def decode_rows(model, rows, n, temperature=0.0, generator=None, states=None):
+    """rows [P, L] -> [P, L + n]: P independent sequences of one length, each continued one token
+    per model call with the KV cache (each row its own sequence), in greedy_decode's windows.
+    `states`, a list, gains each call's final hidden states z [P, C] (the states that chose the
+    new tokens: self-distillation keeps them)."""
+    cache, generator = KVCache(model, rows=len(rows)), own_generator(generator, temperature)
+    for _ in range(n):
+        fed = len(cache.tail(range(rows.shape[1])))     # how many tokens the cache lacks
+        z = model(rows[:, -fed:], cache)[:, -1]                                 # [P, C]
+        cache.advance(fed, row=None)
+        if states is not None:
+            states.append(z)
+        logits = model.lm_head(z)                                               # [P, V]
+        new = logits.argmax(-1, keepdim=True) if temperature == 0 else torch.multinomial(
+            target_probs(logits.double(), temperature).cpu(), 1, generator=generator)
+        rows = torch.cat([rows, new.to(rows.device)], dim=1)
+    return rows

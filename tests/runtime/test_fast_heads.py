@@ -1,0 +1,71 @@
+"""The fast twin of GPT's heads (runtime/fast_heads.py): the same numbers as minibpd.GPT's
+readable head_logits, the same decodes, its stacked weights cached and renewed, and heads views."""
+import pytest
+import torch
+
+from conftest import model_and_prompt, on_random_models, random_prompt, tiny_model
+from minibpd import bpd_decode, greedy_decode
+from runtime.fast_heads import FastGPT
+
+
+def readable(model, z):
+    return model.lm_head(torch.stack([z] + [hd(z) for hd in model.heads], dim=-2))
+
+
+def test_batched_heads_equal_modules():
+    model = tiny_model(0, 11, 1, 6, 8, cls=FastGPT)
+    z = torch.randn(3, 4, 8, dtype=torch.float64)
+    for mode in (True, False):
+        model.train(mode)
+        torch.testing.assert_close(model.head_logits(z), readable(model, z))
+    with torch.no_grad():
+        model.heads[2].proj.bias.add_(1.0)                  # the inference cache must notice
+    torch.testing.assert_close(model.head_logits(z), readable(model, z))
+
+
+def test_forward_is_bit_identical_in_float32():
+    """The stacked heads are the same float32 numbers as the modules, one by one."""
+    torch.manual_seed(0)
+    model = FastGPT(__import__("minibpd").GPTConfig(103, 128, 1, 4, 128, 8)).eval()
+    z = torch.randn(5, 128)
+    with torch.no_grad():
+        fast = model.head_logits(z)
+        model.reference = True
+        assert torch.equal(fast, model.head_logits(z))
+
+
+@on_random_models()
+def test_fast_twin_decodes_like_the_paper(device, m, plen, n):
+    model, prompt = model_and_prompt(m, plen, device, cls=FastGPT)
+    out, stats = bpd_decode(model, prompt, n)
+    assert out == greedy_decode(model, prompt, n)
+    model.reference = True
+    assert bpd_decode(model, prompt, n)[1]["accepted"] == stats["accepted"]
+
+
+def test_first_heads_is_bpd_with_fewer_heads():
+    model = tiny_model(7, 13, 1, 6, 24, cls=FastGPT)
+    prompt = random_prompt(8, 13, 9)
+    greedy = greedy_decode(model, prompt, 40)
+    for j in range(1, 7):
+        view = model.first_heads(j)
+        out, stats = bpd_decode(view, prompt, 40)
+        assert out == greedy and max(stats["accepted"]) <= j
+        assert view.config.n_bpd_heads == j and len(view.heads) == j - 1
+    assert model.config.n_bpd_heads == 6 and len(model.heads) == 5     # the original is intact
+    assert bpd_decode(model.first_heads(1), prompt, 40)[1]["calls"] == 40
+    for bad in (0, 7, 2.5):
+        with pytest.raises(ValueError, match="heads must be"):
+            model.first_heads(bad)
+
+
+def test_first_heads_does_not_inherit_the_stacked_cache():
+    """The batched heads are cached at inference; a first_heads view of a model that already
+    cached its stack must stack its own heads (and the original keep its own)."""
+    model = tiny_model(2, 11, 1, 6, 8, cls=FastGPT)
+    z = torch.randn(4, 8, dtype=torch.float64)
+    full = model.head_logits(z)                                     # caches all five heads
+    view = model.first_heads(3)
+    ref = model.lm_head(torch.stack([z] + [hd(z) for hd in list(model.heads)[:2]], dim=-2))
+    torch.testing.assert_close(view.head_logits(z), ref)
+    torch.testing.assert_close(model.head_logits(z), full)

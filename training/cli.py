@@ -1,0 +1,386 @@
+"""The command line of train_heads.py: its flags (parse_args; the help text is train_heads.py's
+docstring), every check before any work (check_args: a typo should cost a second, not a training
+run), and the hand-off: the base run to train_heads.train_both, --distill, --tasks and --smollm to
+training/finetune.py. Bad input: one `error:` line on stderr, exit status 2.
+"""
+import argparse
+import math
+import os
+import sys
+
+import torch
+
+import train_heads
+from lab.questions import questions
+from minibpd import GPTConfig
+from models.llama import HEAD_FORMS
+from runtime.checkpoint import (CHECKPOINT, FORMAT_VERSION, CheckpointError, read, split_corpus,
+                                writable)
+from runtime.fast_heads import FastGPT
+from runtime.threads import choose_threads
+from training.finetune import (DISTILL_DEFAULTS, SMOLLM_DEFAULTS, TASKS_DEFAULTS, TEACHERS,
+                               VARIANTS, distill, finetune_tasks, smollm_heads)
+from training.fit import TrainConfig, as_tensors, git_revision, load_corpus
+
+
+# ----------------------------------------------------------------------------- the rescorer's size
+
+def scale_rescorer(args):
+    """The rescorer is a small LM beside the base model: half its steps, half its width (even:
+    2 attention heads), a third of its layers, unless given. Defaults: 2 x 64, 2,500 steps."""
+    if args.rescorer_steps is None:
+        args.rescorer_steps = max(1, args.steps // 2)
+    if args.rescorer_embd is None:
+        args.rescorer_embd = max(2, args.n_embd // 4 * 2)      # half, rounded down to even
+    if args.rescorer_layers is None:
+        args.rescorer_layers = max(1, args.n_layer // 3)
+
+
+# ----------------------------------------------------------------------------- the command line
+
+class UsageError(SystemExit):
+    """Exit status 2, like `python minibpd.py` on bad input; str() keeps the message for callers."""
+    def __init__(self, message):
+        super().__init__(f"error: {message}")
+        self.code = 2
+
+
+def fail(message):
+    print(f"error: {message}", file=sys.stderr)    # one line, no traceback
+    raise UsageError(message)
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Every default shown; a computed default (None) is spelled out in the flag's own help."""
+    def _get_help_string(self, action):
+        return action.help if action.default is None else super()._get_help_string(action)
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="train_heads.py", description=train_heads.__doc__,
+                                formatter_class=HelpFormatter, allow_abbrev=False)
+
+    def arg(flag, help, metavar="N", **kw):         # every flag has a help line: its default shows
+        p.add_argument(flag, help=help, metavar=metavar, **kw)
+    arg("--data", "UTF-8 text file, used as it is (default: Python's own pydoc_data.topics, "
+        "cleaned)", metavar="FILE")
+    p.add_argument("--clean", action="store_true", help="clean --data like the default corpus: "
+                   "collapse spaces (indentation too), drop reST rules and table borders")
+    arg("--out", "checkpoint file to write", default=CHECKPOINT, metavar="FILE")
+    p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+    arg("--seed", "seeds torch: weights and batches", type=int, default=1337)
+    arg("--steps", "optimizer steps for the base model", type=int, default=5000)
+    arg("--rescorer-steps", "optimizer steps for the rescorer LM (default: steps // 2)", type=int)
+    arg("--rescorer-layers", "rescorer blocks (default: n_layer // 3, at least 1)", type=int)
+    arg("--rescorer-embd", "rescorer width, even: it has 2 attention heads (default: "
+        "n_embd // 2 rounded down to an even number, at least 2)", type=int)
+    arg("--batch-size", "windows per step", type=int, default=32)
+    arg("--lr", "peak learning rate (AdamW)", type=float, default=3e-3, metavar="X")
+    arg("--warmup", "linear warm-up steps, then cosine decay to lr / 10", type=int, default=100)
+    arg("--n-layer", "transformer blocks", type=int, default=6)
+    arg("--n-head", "attention heads per block", type=int, default=4)
+    arg("--n-embd", "embedding width", type=int, default=128)
+    arg("--block-size", "context window, in characters", type=int, default=128)
+    arg("--heads", "h, the number of BPD heads (head 1 included)", type=int, default=8)
+    arg("--head-weight", "loss weight of heads 2..h relative to head 1 (1.0: plain mean)",
+        type=float, default=0.2, metavar="X")
+    arg("--dropout", "dropout probability", type=float, default=0.0, metavar="X")
+    arg("--log-every", "steps between log lines", type=int, default=100)
+    arg("--threads", "torch threads (default: every core if the 1-minute load average is "
+        "under 0.5, else 1)", type=int)
+    add_distill_args(p, arg)
+    add_smollm_args(p, arg)
+    args = p.parse_args(argv)
+    # which flags were written out: --distill changes the defaults of the others
+    args.given = explicit_flags(p, sys.argv[1:] if argv is None else argv)
+    return args
+
+
+def add_distill_args(p, arg):
+    """--distill and its flags (arg: parse_args' helper, a help line required)."""
+    arg("--distill", "self-distil the heads of --base instead of training a model: 'frozen' "
+        "(trunk + head 1 frozen) or 'joint' (see 'self-distillation' in train_heads.py). Then "
+        f"--steps, --lr, --warmup and --out default to {DISTILL_DEFAULTS['steps']}, "
+        f"{DISTILL_DEFAULTS['lr']}, {DISTILL_DEFAULTS['warmup']} and "
+        "checkpoints/minibpd-distilled.pt (default: off)", metavar="VARIANT")
+    p_tasks = "fine-tune --base on the five tasks' train splits (tasks.py) instead of training a "\
+        "model; then " + ", ".join(f"--{k.replace('_', '-')} defaults to {v}" for k, v in
+                                   TASKS_DEFAULTS.items() if k != "out") + \
+        " and --out to checkpoints/minibpd-tasks.pt"
+    p.add_argument("--tasks", help=p_tasks, action="store_true")
+    arg("--base", "--distill, --tasks: the trained checkpoint to start from (default: the shipped "
+        "checkpoints/minibpd.pt)", metavar="FILE")
+    arg("--regen-every", "--distill: optimizer steps between regenerations of the greedy data",
+        type=int, default=50)
+    arg("--gen-rows", "--distill: greedy continuations generated per regeneration, as the rows "
+        "of one batched KV cache", type=int, default=128)
+    arg("--anchor", "--distill joint: loss weight of KL(base || model) of head 1 on the greedy "
+        "windows (next to head 1's weight 1 on the corpus)", type=float, default=0.0, metavar="X")
+    arg("--teacher", "--distill: which model generates the greedy data: 'current' (the model "
+        "being trained, as it trains) or 'base' (a frozen copy of --base)", default="current",
+        metavar="WHO")
+
+
+def add_smollm_args(p, arg):
+    """--smollm and its flags (arg: parse_args' helper, a help line required)."""
+    p_smollm = "train BPD heads 2..h for SmolLM2-135M (smollm.py; frozen base, self-distilled on "\
+        "its own greedy continuations of offline text and chat questions) instead of training a "\
+        "model; then " + \
+        ", ".join(f"--{k.replace('_', '-')} defaults to {v}" for k, v in SMOLLM_DEFAULTS.items()
+                  if k != "out") + " and --out to checkpoints/smollm2-heads.pt"
+    p.add_argument("--smollm", help=p_smollm, action="store_true")
+    arg("--teacher-tokens", "--smollm: positions of offline train text run through the base in "
+        "batched windows (teacher forcing, no generation), whose argmaxes (--teacher-targets) the "
+        f"heads pre-train on before self-distillation; 0: none (default: "
+        f"{SMOLLM_DEFAULTS['teacher_tokens']:,} with --smollm)", type=int)
+    arg("--teacher-targets", "--smollm: which teacher-forced argmaxes are targets: 'exact' "
+        "(only where the text's tokens in between were greedy's, so that the target is greedy's "
+        "own token) or 'all' (default: 'all' for chained heads, which read the text's tokens in "
+        "between, so that every argmax is the base's choice after what they read; 'exact' for "
+        "Stern's)", metavar="WHICH")
+    arg("--teacher-steps", "--smollm: optimizer steps on the teacher-forced positions "
+        f"(default: {SMOLLM_DEFAULTS['teacher_steps']} with --smollm)", type=int)
+    arg("--head-form", "--smollm: heads 2..h in Stern §6's form ('stern': each reads the final "
+        "hidden state alone) or 'chained' (each also reads the token the head before it drafted; "
+        "ours, after Hydra; models/llama.py ChainedHead) (default: "
+        f"{SMOLLM_DEFAULTS['head_form']} with --smollm)", metavar="FORM")
+    arg("--draft-vocab", "--smollm: heads 2..h train on, and draft among, the S tokens the base "
+        "chose most often (exact: verification keeps every token); 0: all of them (default: "
+        f"{SMOLLM_DEFAULTS['draft_vocab']} with --smollm)", type=int, metavar="S")
+    arg("--continuations", "--smollm: greedy continuations of train-split prompts generated for "
+        "self-distillation, 128 tokens each (the tune split's 64 are fixed) (default: "
+        f"{SMOLLM_DEFAULTS['continuations']:,} with --smollm)", type=int, metavar="N")
+    arg("--chat-continuations", "--smollm: more of them, answers to train-split questions about "
+        "the standard library in the model's chat template (lab/questions.py); 0: none, and no "
+        "tune-split chat record (default: "
+        f"{SMOLLM_DEFAULTS['chat_continuations']:,} with --smollm)", type=int, metavar="M")
+
+
+def explicit_flags(parser, argv):
+    """The dests of the flags written on the command line (so --distill can change defaults)."""
+    return {a.dest for a in parser._actions for opt in a.option_strings
+            if any(x == opt or x.startswith(opt + "=") for x in argv)}
+
+
+SMOLLM_FLAGS = ("teacher_tokens", "teacher_steps", "teacher_targets", "draft_vocab", "head_form",
+               "continuations", "chat_continuations")
+
+
+def check_distill_args(args):
+    """--distill's and --tasks' own checks (they set their defaults first), before any work."""
+    chosen = [m for m, on in (("--distill", args.distill is not None), ("--tasks", args.tasks),
+                              ("--smollm", args.smollm)) if on]
+    if len(chosen) > 1:
+        fail(f"{' and '.join(chosen)} are different ways to train: choose one")
+    mode = chosen[0] if chosen else None
+    own = {"--distill": ("regen_every", "gen_rows", "teacher", "anchor"), "--tasks": (),
+           "--smollm": SMOLLM_FLAGS}
+    for flag in ("base",) * (mode in (None, "--smollm")) + sum((v for k, v in own.items() if k != mode), ()):
+        if flag in args.given:
+            fail(f"--{flag.replace('_', '-')} only applies with "
+                 + ("--distill or --tasks" if flag == "base" else
+                    next(m for m, names in own.items() if flag in names)))
+    if mode is None:
+        return
+    if args.distill is not None and args.distill not in VARIANTS:
+        fail(f"--distill must be one of {', '.join(VARIANTS)}, got {args.distill!r}")
+    if args.teacher not in TEACHERS:
+        fail(f"--teacher must be one of {', '.join(TEACHERS)}, got {args.teacher!r}")
+    fixed = ["data", "clean", "n_layer", "n_head", "n_embd", "heads", "dropout",
+             "rescorer_layers", "rescorer_embd"] + ["block_size", "rescorer_steps"] * (mode == "--distill")
+    if mode == "--smollm":              # the base is SmolLM2 itself, its corpus built in
+        fixed = ["data", "clean", "n_layer", "n_head", "n_embd", "dropout", "block_size",
+                 "rescorer_steps", "rescorer_layers", "rescorer_embd", "head_weight"]
+    for flag in fixed:
+        if flag in args.given:          # the model and its corpus come from --base
+            fail(f"--{flag.replace('_', '-')} does not apply with {mode}: the model, its "
+                 "corpus and its rescorer come from " + ("SmolLM2 and finetune.py" if mode ==
+                                                         "--smollm" else "--base"))
+    if not (math.isfinite(args.anchor) and args.anchor >= 0):
+        fail(f"--anchor must be a finite number >= 0, got {args.anchor}")
+    if args.distill == "frozen" and "anchor" in args.given:
+        fail("--anchor does not apply with --distill frozen: head 1 is frozen")
+    for name in ("regen_every", "gen_rows"):
+        if getattr(args, name) < 1:
+            fail(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    defaults = {"--distill": DISTILL_DEFAULTS, "--tasks": TASKS_DEFAULTS, "--smollm": SMOLLM_DEFAULTS}
+    for name, value in defaults[mode].items():
+        if name not in args.given:
+            setattr(args, name, value)
+    if mode == "--smollm":
+        check_smollm_args(args)
+        return
+    args.base = args.base or CHECKPOINT
+    if not os.path.isfile(args.base):
+        fail(f"--base {args.base}: no such checkpoint (train one with `python train_heads.py`)")
+    check_base(args.base, mode)
+    if os.path.abspath(args.base) == os.path.abspath(args.out):
+        fail(f"--out {args.out} is --base: write the fine-tuned model to another file")
+
+
+def check_base(path, mode):
+    """--base is read (its header, no model built) before any work: it must be train_heads.py's
+    own character GPT, which --distill and --tasks fine-tune."""
+    try:
+        kind = read(path, needs=("config",)).get("kind")
+    except CheckpointError as e:
+        fail(f"--base: {e}")
+    if kind is not None:
+        fail(f"--base {path} is a {kind!r} checkpoint: {mode} fine-tunes a character GPT that "
+             "train_heads.py trained (e.g. checkpoints/minibpd.pt)"
+             + ("; SmolLM2's heads are trained with --smollm" if "smollm" in kind else ""))
+
+
+def check_smollm_args(args):
+    """--smollm: heads 2..h need h >= 2, the teacher-forced phase steps if it has positions, a
+    draft vocabulary at least 2 tokens and at most the vocabulary; the optional packages."""
+    if args.heads < 2:
+        fail(f"--heads must be >= 2 with --smollm (head 1 is the base model itself), got {args.heads}")
+    if args.continuations < 1:
+        fail(f"--continuations must be >= 1, got {args.continuations}")
+    for name in ("teacher_tokens", "teacher_steps", "draft_vocab", "chat_continuations"):
+        if getattr(args, name) < 0:
+            fail(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
+    if args.chat_continuations > 0:                    # (seconds: questions parses the stdlib)
+        if args.chat_continuations > len(questions("train")):
+            fail(f"--chat-continuations must be at most the {len(questions('train')):,} train-split "
+                 f"questions (lab/questions.py), got {args.chat_continuations:,}")
+    if args.head_form not in HEAD_FORMS:
+        fail(f"--head-form must be {' or '.join(map(repr, HEAD_FORMS))}, got {args.head_form!r}")
+    if args.teacher_targets is None:
+        args.teacher_targets = "all" if args.head_form == "chained" else "exact"
+    if args.teacher_targets not in ("exact", "all"):
+        fail(f"--teacher-targets must be 'exact' or 'all', got {args.teacher_targets!r}")
+    if args.teacher_tokens and not args.teacher_steps:
+        fail("--teacher-tokens needs --teacher-steps >= 1 (or --teacher-tokens 0: no teacher forcing)")
+    if args.draft_vocab == 1 or args.draft_vocab > 49152:
+        fail(f"--draft-vocab must be 0 (all tokens) or 2..49152 (SmolLM2's vocabulary), got "
+             f"{args.draft_vocab}")
+    from models import smollm
+    try:
+        smollm.optional_packages()
+        smollm.find_gguf()
+    except ImportError as e:
+        fail(str(e))
+
+
+def check_args(args):
+    """Every flag checked before any work: a typo should cost a second, not a training run."""
+    check_distill_args(args)
+    for name, least in [("steps", 1), ("batch_size", 1), ("warmup", 0), ("n_layer", 1),
+                        ("n_head", 1), ("n_embd", 1), ("block_size", 1), ("heads", 1),
+                        ("log_every", 1), ("threads", 1), ("rescorer_steps", 1),
+                        ("rescorer_layers", 1), ("rescorer_embd", 2)]:
+        value = getattr(args, name)
+        if value is not None and value < least:             # None: a computed default
+            fail(f"--{name.replace('_', '-')} must be >= {least}, got {value}")
+    if args.n_embd % args.n_head:
+        fail(f"--n-embd {args.n_embd} must be divisible by --n-head {args.n_head}")
+    if args.rescorer_embd is not None and args.rescorer_embd % 2:
+        fail(f"--rescorer-embd {args.rescorer_embd} must be even (the rescorer has 2 heads)")
+    if not (math.isfinite(args.lr) and args.lr > 0):
+        fail(f"--lr must be a finite number > 0, got {args.lr}")
+    if not 0 <= args.dropout < 1:                           # also false for nan
+        fail(f"--dropout must be in [0, 1), got {args.dropout}")
+    if not (math.isfinite(args.head_weight) and args.head_weight >= 0):
+        fail(f"--head-weight must be a finite number >= 0, got {args.head_weight}")
+    if not 0 <= args.seed <= 2**63 - 1:                     # torch.manual_seed's range
+        fail(f"--seed must be in [0, 2**63 - 1], got {args.seed}")
+    # --out: refuse now rather than after training. The default is the shipped checkpoint.
+    out, folder = args.out, os.path.dirname(os.path.abspath(args.out))
+    if not out or os.path.isdir(out):
+        fail(f"--out {out!r} is not a file name")
+    if os.path.exists(out) and not args.force:
+        fail(f"--out {out} already exists; pass --force to overwrite it")
+    if not os.path.isdir(folder):
+        fail(f"--out {out}: directory {folder} does not exist")
+    if not writable(out):
+        fail(f"--out {out}: not writable (tried: the file cannot be opened for writing there)")
+    try:
+        choose_threads(args.threads, training=True)
+    except ValueError as e:
+        fail(str(e))
+
+
+def corpus_splits(args):
+    """The corpus, its vocabulary and splits (texts and tensors), sized for the model."""
+    text, corpus = load_corpus(args.data, True if args.clean else None)
+    vocab, texts = "".join(sorted(set(text))), split_corpus(text)
+    splits = as_tensors(texts, vocab)
+    span = args.block_size + args.heads + 1
+    if min(len(v) for v in splits.values()) <= span:
+        fail(f"{'--data ' + args.data if args.data else 'the corpus'} is too small for "
+             f"--block-size {args.block_size} --heads {args.heads}: each split needs over {span} "
+             f"characters (about {20 * span} in all, it has {len(text)})")
+    print(f"corpus: {corpus['name']}{', cleaned' if corpus['cleaned'] else ''}, "
+          f"{corpus['chars']:,} chars, vocab {len(vocab)}, "
+          + ", ".join(f"{k} {len(v):,}" for k, v in splits.items()))
+    return corpus, vocab, texts, splits
+
+
+def with_threads(args, work):
+    """Run work() on the training thread policy (threads.choose_threads), giving the caller's
+    threads back after (main() may run inside another program: the tests). -> (result, n)"""
+    threads, reason = choose_threads(args.threads, training=True)
+    print(f"threads: {threads} ({reason}{'' if args.threads else '; --threads overrides'})")
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads)
+        return work(), threads
+    finally:
+        torch.set_num_threads(before)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    check_args(args)
+    try:
+        run(args)
+    except ValueError as e:                 # the library's refusals: one line, exit status 2
+        fail(str(e))
+
+
+def run(args):
+    if args.smollm:
+        from models import smollm
+        (model, extra), threads = with_threads(args, lambda: smollm_heads(TrainConfig.from_args(args)))
+        extra["train"]["threads"] = threads
+        smollm.save_heads(model, args.out, extra)
+        print(f"saved {args.out} ({extra['train']['seconds'] / 60:.1f} min in all, "
+              f"{extra['train']['seconds_generating'] / 60:.1f} generating)")
+        return
+    if args.tasks:
+        ckpt, threads = with_threads(args, lambda: finetune_tasks(TrainConfig.from_args(args)))
+        ckpt["finetune"]["threads"] = threads
+        torch.save(ckpt, args.out)
+        print(f"saved {args.out} ({ckpt['finetune']['seconds'] / 60:.1f} min of fine-tuning)")
+        return
+    if args.distill:
+        ckpt, threads = with_threads(args, lambda: distill(TrainConfig.from_args(args)))
+        ckpt["distill"]["threads"] = threads
+        torch.save(ckpt, args.out)
+        d = ckpt["distill"]
+        print(f"saved {args.out} ({d['seconds'] / 60:.1f} min of distillation, "
+              f"{d['seconds_generating'] / 60:.1f} generating)")
+        return
+    run_base(args)
+
+
+def run_base(args):
+    """The base model and its rescorer (train_heads.train_both), on the corpus and its splits."""
+    scale_rescorer(args)
+    torch.manual_seed(args.seed)
+    gen = torch.Generator().manual_seed(args.seed)
+    corpus, vocab, texts, splits = corpus_splits(args)
+    cfg = GPTConfig(len(vocab), args.block_size, args.n_layer, args.n_head, args.n_embd,
+                    args.heads, args.dropout)
+    # FastGPT, not minibpd.GPT: the same forward pass bit for bit, but its stacked heads sum
+    # their gradients in another order, and training amplifies the last bits. The shipped
+    # checkpoint was trained with the stacked heads: FastGPT keeps its training bit-identical.
+    ckpt, threads = with_threads(args, lambda: train_heads.train_both(
+        TrainConfig.from_args(args), cfg, vocab, splits, gen, args.rescorer_layers,
+        args.rescorer_embd, git_revision(), cls=FastGPT))
+    ckpt = {"format_version": FORMAT_VERSION, **ckpt, "corpus": corpus, "splits": texts}
+    ckpt["train"]["threads"] = threads
+    torch.save(ckpt, args.out)
+    print(f"saved {args.out} ({ckpt['train']['seconds'] / 60:.1f} min of training)")
