@@ -180,7 +180,7 @@ def next_token(model, z, temperature=0.0, generator=None):
     logits = model.lm_head(z)
     if temperature == 0:
         return int(logits.argmax())
-    probs = F.softmax(logits.double() / temperature, dim=-1).cpu()
+    probs = F.softmax(logits.double() / float(temperature), dim=-1).cpu()
     return int(torch.multinomial(probs, 1, generator=generator))
 
 

@@ -3,9 +3,11 @@
 Reference: S. F. Chen and J. Goodman, "An Empirical Study of Smoothing
 Techniques for Language Modeling", TR-10-98, Harvard, 1998: section 3.5
 (interpolated Kneser-Ney) and section 4.1.6 (modified Kneser-Ney, three
-discounts).  Kim et al. (2024), section 7.2, rescore blockwise-parallel
-drafts globally with this LM (a numpy twin elsewhere reads `terms` and
-`gammas` and must reproduce `logprob` bit for bit).
+discounts).  Kim et al. (arXiv 2404.09221v2), section 7.2, rescore
+blockwise-parallel drafts globally with an n-gram LM and leave how it was
+trained to their Appendix C.3; this smoothing is our choice (a numpy twin
+elsewhere reads `terms` and `gammas` and must reproduce `logprob` bit for
+bit).
 
 The input is one continuous token stream (e.g. characters), no sentence
 markers.  V = vocab_size.  For context length j = 0 .. order-1, c_j is the

@@ -29,6 +29,7 @@ import copy
 import json
 import re
 import sys
+import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -38,7 +39,7 @@ import torch.nn.functional as F
 import lattice
 from decoders.fastlattice import FastPBestDrafter, NgramTable
 from decoders.lookup import PromptLookupDrafter, check_copy, check_ngram
-from decoders.neural import CachedNeuralDrafter
+from decoders.neural import CachedNeuralDrafter, check_reach
 from decoders.budgets import check_dp_budget, check_settings
 from decoders.viterbi import EAGER_BYTES, NgramAutomaton, ViterbiDrafter
 from minibpd import ArgmaxDrafter, bpd_decode, sample_decode
@@ -63,6 +64,7 @@ class Decoder:
     about: str = ""                               # one line for --help
     peeks: bool = False                           # reads the answer (oracle): analysis only
     refines: bool = True                          # a refinement of BPD's drafts (Kim §7)
+    replaced: bool = False                        # registered over one of the same name
 
 
 DECODERS = {}
@@ -76,7 +78,7 @@ def register(name, make, defaults=None, grid=None, about="", peeks=False, refine
     defaults, grid = {} if defaults is None else defaults, {} if grid is None else grid
     check_entry(name, make, defaults, grid, about)
     DECODERS[name] = Decoder(name, make, dict(defaults), {k: list(v) for k, v in grid.items()},
-                             about, bool(peeks), bool(refines))
+                             about, bool(peeks), bool(refines), name in DECODERS)
     return DECODERS[name]
 
 
@@ -121,15 +123,29 @@ def check(name, s, model=None):
             check_ngram(s["ngram"])
         if "copy" in s:
             check_copy(s["copy"])
+        if "reach" in s:
+            check_reach(s["reach"])
         if model is None:
             return
         if "p" in s:                      # prompt lookup (an ngram setting) adds one more draft
             check_cache_budget(model, s["p"] + ("ngram" in s))
+        if s.get("copy"):                 # a copy and the other drafts: one token tree
+            check_copy_budget(model, s.get("p", 1) + 1, s["copy"])
         if "k" in s and ("p" in s or "order" in s):
             order = s.get("order", 1) if s.get("alpha", 0) > 0 else 1
             check_dp_budget(s["k"], s.get("p", 1), order, model.config.vocab_size)
     except ValueError as e:
         raise ValueError(f"{name}: {e}") from None
+
+
+def check_copy_budget(model, drafts, copy):
+    """The token tree runtime.loop.verifier builds for `drafts` drafts of up to `copy` tokens
+    (lookup's max_draft_tokens), within the KV cache's budget."""
+    try:
+        check_cache_budget(model, 1, (drafts - 1) * copy)
+    except ValueError as e:
+        raise ValueError(f"copy {copy}: a token tree of {drafts} drafts of up to {copy} tokens: "
+                         f"{e}") from None
 
 
 # ----------------------------------------------------------------------------- the decoders
@@ -171,7 +187,7 @@ register("ngram", lambda res, s, answer: FastPBestDrafter(
          about="the best lattice path under heads + n-gram LM (Kim §7.2, p = 1)")
 register("pbest0", lambda res, s, answer: pbest(res, s["k"], s["p"], name="pbest0", nodes=s["nodes"]),
          {"k": 8, "p": 16, "nodes": 0}, {"k": [8], "p": [16], "nodes": NODES},
-         about="the p best lattice paths by head scores alone: the 0-gram control (Kim §7.2)")
+         about="the p best lattice paths by head scores alone: the 0-gram control (ours)")
 register("pbest", lambda res, s, answer: pbest(res, s["k"], s["p"], s["alpha"], s["order"],
                                                nodes=s["nodes"]),
          {"k": 8, "p": 16, "alpha": 0.5, "order": 4, "nodes": 0},
@@ -322,9 +338,10 @@ def load_tuned(path, checkpoint, heads=None, all_heads=None, required=False):
             raise ValueError(f"tuned file {path} not found (run `python minibpd.py --tune --tuned "
                              f"{path}` to write it)") from None
         return {}
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise ValueError(f"tuned file {path} is not valid JSON ({e}); fix it, delete it, or "
-                         "run `python minibpd.py --tune`") from None
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:   # nested too deep
+        raise ValueError(f"tuned file {path} is not valid JSON ({type(e).__name__}: "
+                         f"{' '.join(str(e).split())[:200]}); fix it, delete it, or run "
+                         "`python minibpd.py --tune`") from None
     settings = check_tuned(path, data)
     ignore = lambda why: print(f"warning: ignoring {path}: {why}; using the defaults", file=sys.stderr)
     if data.get("checkpoint_sha256") != file_sha256(checkpoint):
@@ -338,37 +355,61 @@ def load_tuned(path, checkpoint, heads=None, all_heads=None, required=False):
 def check_tuned(path, data):
     """A tuned file's structure and settings, checked like command-line input. -> the settings of
     this run's decoders (another's, a plug-in's tuned with --plugin, are skipped with a warning
-    naming the plug-ins the file records)."""
-    bad = lambda what, why: ValueError(f"tuned file {path}: {what} {why}; fix it, delete it, "
-                                       "or run `python minibpd.py --tune`")
+    naming the plug-ins the file records; so are those of a decoder a plug-in re-registered
+    that do not fit it: the file was tuned for the one it replaced, and is not at fault)."""
+    bad = lambda what: ValueError(f"tuned file {path}: {what}; fix it, delete it, or run "
+                                  "`python minibpd.py --tune`")
     if not isinstance(data, dict) or not isinstance(data.get("settings"), dict):
-        raise bad("'settings'", "must be an object {decoder: {setting: value}}")
+        raise bad("'settings' must be an object {decoder: {setting: value}}")
     if "heads" in data and (not isinstance(data["heads"], int) or isinstance(data["heads"], bool)):
-        raise bad("'heads'", "must be an integer")
+        raise bad("'heads' must be an integer")
+    plugins = data.get("plugins", [])
+    if not isinstance(plugins, list) or not all(isinstance(p, str) for p in plugins):
+        raise bad("'plugins' must be a list of module names")
+    warn = lambda what: print(f"warning: tuned file {path}: {what}; its settings are skipped",
+                              file=sys.stderr)
     kept = {}
     for name, s in data["settings"].items():
         if name not in DECODERS:        # a plug-in's decoder, tuned with --plugin: skipped
-            plugins = " ".join(f"--plugin {p}" for p in data.get("plugins", [])) or "--plugin"
-            print(f"warning: tuned file {path}: settings.{name} is not a decoder of this run "
-                  f"(was it tuned with {plugins}?); its settings are skipped", file=sys.stderr)
+            shown = " ".join(f"--plugin {p}" for p in plugins) or "--plugin"
+            warn(f"settings.{name} is not a decoder of this run (was it tuned with {shown}?)")
             continue
-        if not isinstance(s, dict) or not set(s) <= set(DECODERS[name].defaults):
-            raise bad(f"settings.{name}", f"must be an object with keys from "
-                                          f"{sorted(DECODERS[name].defaults) or 'none'}")
-        try:
-            check(name, {**DECODERS[name].defaults, **s})
-        except ValueError as e:
-            raise bad(f"settings.{name}:", str(e).split(": ", 1)[-1]) from None
+        problem = tuned_problem(name, s)
+        if problem and DECODERS[name].replaced:
+            warn(f"{problem}, but they were tuned for the decoder a plug-in re-registered as "
+                 f"{name!r}")
+            continue
+        if problem:
+            raise bad(problem)
         kept[name] = s
     return kept
+
+
+def tuned_problem(name, s):
+    """'' if a tuned file's settings `s` fit decoder `name`, else why not."""
+    keys = sorted(DECODERS[name].defaults)
+    if not isinstance(s, dict) or not set(s) <= set(keys):
+        return f"settings.{name} must be an object with keys from {keys or 'none'}"
+    try:
+        check(name, {**DECODERS[name].defaults, **s})
+    except ValueError as e:
+        return f"settings.{name}: {str(e).split(': ', 1)[-1]}"
+    return ""
 
 
 # ----------------------------------------------------------------------------- resources
 
 def split_text(ck, name):
     """A split's text from the checkpoint (saved at training time, so it never depends on which
-    Python's pydoc_data is installed here)."""
-    return ck.get("splits", {}).get(name) or ""
+    Python's pydoc_data is installed here); "" where it has none, a clear error where its
+    splits are not {split: text}."""
+    splits = ck.get("splits", {})
+    if not isinstance(splits, dict) or not isinstance(splits.get(name, ""), str):
+        shown = type(splits).__name__ if not isinstance(splits, dict) else \
+            f"a {type(splits[name]).__name__} for {name!r}"
+        raise ValueError(f"the checkpoint's 'splits' must be {{split: text}}, got {shown}; "
+                         f"{retrain(ck.get('path'), train_kind(ck))}")
+    return splits.get(name) or ""
 
 
 class Resources:
@@ -376,7 +417,9 @@ class Resources:
     n-gram LMs of each order fitted on the train split only. Tests pass `small` and `lms`.
     reference=True (`--reference`, the one switch of the readable path): self.model is a view of
     the model whose head_logits runs each head one by one, and the factories build the readable
-    drafters (best_paths, the plain neural loop)."""
+    drafters (best_paths, the plain neural loop). Threads may share one: what it builds on
+    first use (the small LM, an n-gram LM, its table and automaton) is built under its lock,
+    once, so every drafter gets the one LM and the automaton built for it."""
 
     def __init__(self, model, ck=None, small=None, lms=None, reference=False, text=None):
         if reference:      # the one switch: the model's heads one by one, every drafter readable
@@ -385,6 +428,7 @@ class Resources:
         self.model, self.ck, self._small, self.reference = model, ck or {}, small, reference
         self.lms, self.tables, self.text = dict(lms or {}), {}, text
         self._train_ids = None            # train_text() as token ids, once
+        self.lock = threading.RLock()      # re-entrant: automaton() builds ngram() inside
 
     def train_text(self):
         """What the n-gram LMs are fitted on: `text` (an in-domain control) or the checkpoint's
@@ -394,6 +438,10 @@ class Resources:
     def small_lm(self):
         """The rescorer of 'neural' (Kim §7.1): the checkpoint's small GPT, or what its model
         family builds (SmolLM2: an early exit of the base model itself, smollm.EarlyExit)."""
+        with self.lock:
+            return self._small_lm()
+
+    def _small_lm(self):
         if self._small is None:
             if "rescorer" not in self.ck:
                 raise ValueError("this checkpoint has no rescorer LM for 'neural'; "
@@ -411,24 +459,27 @@ class Resources:
     def ngram(self, order):
         """The NgramLM of this order, fitted on train_text() (tokenized once: SmolLM2's BPE
         takes a second for its train split)."""
-        if order not in self.lms:
-            if self._train_ids is None:
-                self._train_ids = encode(self.train_text(), self.ck["vocab"])
-            self.lms[order] = NgramLM(order, self.model.config.vocab_size).fit(self._train_ids)
-        return self.lms[order]
+        with self.lock:
+            if order not in self.lms:
+                if self._train_ids is None:
+                    self._train_ids = encode(self.train_text(), self.ck["vocab"])
+                self.lms[order] = NgramLM(order, self.model.config.vocab_size).fit(self._train_ids)
+            return self.lms[order]
 
     def table(self, order):
         """Its numpy lookup table, for p-best's DP in the decode loop."""
-        if order not in self.tables:
-            self.tables[order] = NgramTable(self.ngram(order))
-        return self.tables[order]
+        with self.lock:
+            if order not in self.tables:
+                self.tables[order] = NgramTable(self.ngram(order))
+            return self.tables[order]
 
     def automaton(self, order):
         """Its back-off automaton, for the p = 1 Viterbi; every row built up front when they fit
         viterbi.EAGER_BYTES (else on first use: the rows then persist across drafters)."""
-        if ("automaton", order) not in self.tables:
-            auto = NgramAutomaton(self.ngram(order))
-            if auto.rows_bytes() <= EAGER_BYTES:
-                auto.build_all()
-            self.tables["automaton", order] = auto
-        return self.tables["automaton", order]
+        with self.lock:
+            if ("automaton", order) not in self.tables:
+                auto = NgramAutomaton(self.ngram(order))
+                if auto.rows_bytes() <= EAGER_BYTES:
+                    auto.build_all()
+                self.tables["automaton", order] = auto
+            return self.tables["automaton", order]

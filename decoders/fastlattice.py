@@ -274,6 +274,25 @@ def best_paths_fast(lattice, lm, history, p, alpha, table=None):
     return [(float(S[f]), [lattice.tokens[i][r] for i, r in enumerate(R[f])]) for f in order]
 
 
+def explained_lattice(lat, paths, history, lm=None, alpha=0.0):
+    """A lattice and its best paths [(score, tokens)] as plain data, for lab/trace.py to draw:
+    cells[i]: position i's candidates, best first, each [token, heads' log-prob, LM log-prob
+    (None without an LM), score]. The score is interpolate(head, LM, alpha) with the LM seeing
+    the history and the best path's tokens before position i: what the candidate would add in
+    the best path's place (an n-gram's term depends on the path before it; Kim §7.2)."""
+    use_lm = lm is not None and alpha != 0.0
+    best = list(paths[0][1]) if paths else [row[0] for row in lat.tokens]
+    cells = []
+    for i, (tokens, logprobs) in enumerate(zip(lat.tokens, lat.logprobs)):
+        seen = list(history) + best[:i]
+        lms = [lm.logprob(t, seen) for t in tokens] if use_lm else [None] * len(tokens)
+        cells.append([[t, lp, x, lp if x is None else interpolate(lp, x, alpha)]
+                      for t, lp, x in zip(tokens, logprobs, lms)])
+    return {"kind": "lattice", "k": lat.k, "positions": lat.h, "alpha": alpha if use_lm else 0.0,
+            "order": lm.order if use_lm else None, "cells": cells,
+            "paths": [{"score": float(s), "tokens": list(map(int, t))} for s, t in paths]}
+
+
 class FastPBestDrafter(PBestDrafter):
     """lattice.PBestDrafter searching with best_paths_fast on top_k_ids' lattice: the same
     drafts, fast (reference=True: lattice.py's own search and lattice, for --reference). Its
@@ -296,10 +315,21 @@ class FastPBestDrafter(PBestDrafter):
             return super().search(lat, history)
         return best_paths_fast(lat, self.lm, history, self.p, self.alpha, self.table)
 
+    record = False      # lab/trace.py turns it on: each call then keeps what explain() reads
+
     def __call__(self, logprobs, context):
         lat = (head_lattice if self.reference else fast_lattice)(logprobs, context, self.k)
         if self.lm is not None and self.alpha > 0:
             self.counts["ngram_lookups"] += lattice_lookups(lat.h, self.k, self.lm.vocab_size,
                                                             self.lm.order)
-        drafts = [tokens for _, tokens in self.search(lat, context[:-1])]
+        paths = self.search(lat, context[:-1])
+        if self.record:
+            self.last_call = (lat, paths, context[:-1])
+        drafts = [tokens for _, tokens in paths]
         return within_budget(drafts, self.nodes) if self.nodes else drafts
+
+    def explain(self):
+        """The last call (record on), for lab/trace.py: its lattice with each cell's scores and
+        the p best paths with theirs (explained_lattice)."""
+        lat, paths, history = self.last_call
+        return explained_lattice(lat, paths, history, self.lm, self.alpha)

@@ -15,22 +15,33 @@ def check_ngram(ngram):
         raise ValueError(f"ngram must be an integer from 1 to {MAX_LOOKUP_NGRAM}, got {ngram!r}")
 
 
+MAX_COPY = 1024        # ours: a draft never runs past the context window (SmolLM2's: 512)
+
+
 def check_copy(copy):
-    if not is_int(copy) or copy < 0:
-        raise ValueError(f"copy must be an integer >= 0 (0: h - 1 tokens), got {copy!r}")
+    if not is_int(copy) or not 0 <= copy <= MAX_COPY:
+        raise ValueError(f"copy must be an integer >= 0 (0: h - 1 tokens) and at most "
+                         f"{MAX_COPY:,} (no draft runs past the context window), got {copy!r}")
 
 
-def copied_continuation(context, ngram, length):
-    """Prompt lookup's copy rule, the readable reverse scan: for n = ngram down to 1, the latest
-    earlier occurrence of the context's last n tokens (one that ends before the last token: never
-    the trailing occurrence itself, though it may overlap it) -> the at most `length` tokens that
-    followed it; [] when no n matches."""
+def copy_source(context, ngram):
+    """Where prompt lookup copies from, the readable reverse scan: for n = ngram down to 1, the
+    latest earlier occurrence of the context's last n tokens (one that ends before the last
+    token: never the trailing occurrence itself, though it may overlap it) -> (n, end), the
+    occurrence being context[end - n + 1:end + 1]; None when no n matches."""
     for n in range(min(ngram, len(context) - 1), 0, -1):
         tail = context[-n:]
         for end in range(len(context) - 2, n - 2, -1):      # the occurrence ends at `end`
             if context[end - n + 1:end + 1] == tail:
-                return context[end + 1:end + 1 + length]
-    return []
+                return n, end
+    return None
+
+
+def copied_continuation(context, ngram, length):
+    """Prompt lookup's copy rule: the at most `length` tokens that followed copy_source's
+    occurrence; [] when no n matches."""
+    source = copy_source(context, ngram)
+    return [] if source is None else context[source[1] + 1:source[1] + 1 + length]
 
 
 class PromptLookupDrafter:
@@ -72,17 +83,35 @@ class PromptLookupDrafter:
         self.counts = getattr(self.base, "counts", {})
         self.seen, self.last = [], {}       # the context indexed; n-gram tuple -> its last end
 
+    record = False      # lab/trace.py turns it on: each call then keeps what explain() reads
+
     def __call__(self, logprobs, context):
         drafts = self.base(logprobs, context)
         most = self.copy or len(logprobs) - 1
         copy = (copied_continuation(context, self.ngram, most) if self.reference
                 else self.indexed_continuation(context, most))
+        if self.record:
+            self.last_call = (list(context), copy)
         if not copy:
             return drafts
         heads = logprobs[1 + len(copy):].argmax(-1).tolist()   # the positions the copy misses
         draft = [context[-1]] + copy + heads
         drafts = drafts if draft in drafts else drafts + [draft]
         return within_budget(drafts, self.nodes) if self.nodes else drafts
+
+    def explain(self):
+        """The last call (record on), for lab/trace.py: the copy and where in the context it came
+        from (copy_source, the readable scan: the index finds the same occurrence), and the base
+        drafter's explain() where it has one (lookup_pbest: pbest's lattice)."""
+        context, copy = self.last_call
+        source = copy_source(context, self.ngram) if copy else None
+        n, end = source or (0, None)
+        said = {"kind": "lookup", "ngram": self.ngram, "copy": copy, "matched": n,
+                "match_start": None if end is None else end - n + 1,
+                "copy_start": None if end is None else end + 1}
+        if callable(getattr(self.base, "explain", None)) and getattr(self.base, "record", False):
+            said["base"] = self.base.explain()
+        return said
 
     def indexed_continuation(self, context, length):
         """copied_continuation by the index: O(len(context)) to check that the context extends

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from decoders.budgets import check_settings
-from lattice import NeuralDrafter, rescore_locally
+from lattice import NeuralDrafter, interpolate, rescore_locally
 from minibpd import KVCache, window_start
 from runtime.kvcache import model_call
 
@@ -54,15 +54,46 @@ class CachedNeuralDrafter(NeuralDrafter):
             if self.cached != context[:len(self.cached)]:  # a new sequence: start afresh
                 self.cache.start, self.cache.length = 0, 0
             lm = self.counted_plain if self.reference else self.cached_logprobs
+            if self.record:            # lab/trace.py: keep each position's small-LM log-probs
+                lm, self.last_call = self.recorded(lm), {"logprobs": logprobs, "lm": []}
             r = reached_positions(logprobs, self.reach)
             draft = rescore_locally(logprobs[:r], context, self.k, self.alpha, lm)
             past = logprobs[r:].topk(min(self.k, logprobs.shape[-1]), dim=-1).indices[:, 0]
             draft += past.tolist()                  # past the reach: each head's top token
+            if self.record:
+                self.last_call.update(draft=draft, reach=r)
             # The drafted tokens may be rejected: keep only context[:-1] in the cache, so that the
             # next step (whose context extends this one, or repeats it) feeds at least one token.
             self.cache.length = min(self.cache.length, len(context) - 1 - self.cache.start)
             self.cached = list(context[:self.cache.start + self.cache.length])
             return [draft]
+
+    record = False      # lab/trace.py turns it on: each call then keeps what explain() reads
+
+    def recorded(self, lm):
+        """lm, its answers kept in self.last_call["lm"] (one per rescored position)."""
+        def call(seq):
+            out = lm(seq)
+            self.last_call["lm"].append(out)
+            return out
+        return call
+
+    def explain(self):
+        """The last call (record on), for lab/trace.py: per drafted position, the heads' top-k
+        candidates [token, heads' log-prob, small-LM log-prob, score = interpolate(head, LM,
+        alpha)] and the one chosen (Kim §7.1); past the reach, no LM: the heads' argmax."""
+        last = self.last_call
+        top = last["logprobs"].topk(min(self.k, last["logprobs"].shape[-1]), dim=-1)
+        positions = []
+        for i in range(1, len(last["logprobs"])):
+            heads, ids = top.values[i], top.indices[i]
+            lm = last["lm"][i - 1].to(heads.dtype)[ids] if i < last["reach"] else None
+            score = heads if lm is None else interpolate(heads, lm, self.alpha)
+            positions.append({"chosen": last["draft"][i], "rescored": lm is not None,
+                              "candidates": [list(c) for c in zip(
+                                  ids.tolist(), heads.tolist(),
+                                  [None] * len(ids) if lm is None else lm.tolist(), score.tolist())]})
+        return {"kind": "neural", "k": self.k, "alpha": self.alpha, "positions": positions}
 
     def cached_logprobs(self, seq):
         """The small LM's next-token log-probs after seq [V], feeding only what its cache lacks."""

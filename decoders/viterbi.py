@@ -11,9 +11,9 @@ from operator import index
 import numpy as np
 import torch
 
-from decoders.fastlattice import lookup_sorted, top_k_ids
+from decoders.fastlattice import explained_lattice, fast_lattice, lookup_sorted, top_k_ids
 from decoders.budgets import check_settings
-from lattice import interpolate
+from lattice import interpolate, path_score
 
 # ----------------------------------------------------------------------------- p = 1: Viterbi
 # The `ngram` decoder verifies one draft: the single best path (Kim §7.2, p = 1). At p = 1 the
@@ -404,6 +404,20 @@ class ViterbiDrafter:
                 automaton.build_all()
         self.automaton, self.counts = automaton, {"ngram_lookups": 0}
 
+    record = False      # lab/trace.py turns it on: each call then keeps what explain() reads
+
     def __call__(self, logprobs, context):
-        return [ngram_draft(logprobs, context, self.k, self.alpha, self.lm, self.automaton,
-                            self.counts)]
+        draft = ngram_draft(logprobs, context, self.k, self.alpha, self.lm, self.automaton,
+                            self.counts)
+        if self.record:
+            self.last_call = (logprobs, list(context), draft)
+        return [draft]
+
+    def explain(self):
+        """The last call (record on), for lab/trace.py: its lattice (fast_lattice, the same
+        candidates) with each cell's scores and the one best path (explained_lattice), scored by
+        lattice.path_score."""
+        logprobs, context, draft = self.last_call
+        lat = fast_lattice(logprobs, context, self.k)
+        score = path_score(lat, self.lm, context[:-1], draft, self.alpha)
+        return explained_lattice(lat, [(score, draft)], context[:-1], self.lm, self.alpha)

@@ -5,6 +5,7 @@ head's distribution at every position; replaying the decode steps against the kn
 tokens then gives each drafter's exact accepted lengths without a single verification call
 (`replay`, tested equal to `bpd_decode` in tests/decoders/test_refine.py). That makes sweeps over k, p and alpha
 cheap, and it is what the repetition, head-confidence, oracle and win/tie/loss analyses use.
+The analyses take a lab.run.Run, whose `items` (prepare's) are computed once for all of them.
 """
 import itertools
 
@@ -91,12 +92,12 @@ def prepare(model, prompts, n, greedy=None):
     return [(len(p), p + g, heads_along(model, p + g, len(p))) for p, g in zip(prompts, greedy)]
 
 
-def replay_all(model, items, make):
-    """Replay a drafter over every prepared prompt (each for its own greedy continuation's
-    length); make(answer) -> a fresh drafter."""
-    h, B = model.config.n_bpd_heads, model.config.block_size
+def replay_all(run, make):
+    """Replay a drafter over every prompt of a lab.run.Run (its items: each for its own greedy
+    continuation's length); make(answer) -> a fresh drafter."""
+    h, B = run.model.config.n_bpd_heads, run.model.config.block_size
     return [replay(make(answer), heads, answer, plen, len(answer) - plen, h, B)
-            for plen, answer, heads in items]
+            for plen, answer, heads in run.items]
 
 
 def block_eff(runs):
@@ -155,16 +156,16 @@ def head_confidence(items):
     return {"head_entropy": entropy, "hmax": hmax, "head_accuracy": accuracy}
 
 
-def win_tie_loss(items, bpd_runs, res, chosen, names=None):
-    """Kim §7.3, step by step on BPD's own contexts (its runs, one per prepared prompt): how
-    often each refined drafter gains more, the same, or fewer tokens than BPD's draft, and the
-    share of its wins where BPD's first miss was a repeated token (d_j == d_{j-1}) that the
-    refined draft replaced."""
+def win_tie_loss(run, bpd_runs, names=None):
+    """Kim §7.3, step by step on BPD's own contexts (bpd_runs: its runs, one per prompt of the
+    lab.run.Run `run`): how often each refined drafter (run's settings) gains more, the same, or
+    fewer tokens than BPD's draft, and the share of its wins where BPD's first miss was a
+    repeated token (d_j == d_{j-1}) that the refined draft replaced."""
     out = {}
     for name in names or decoders.refined():
-        drafter, w, t, l, fixes = decoders.make(name, res, chosen[name]), 0, 0, 0, 0
-        for (plen, answer, heads), run in zip(items, bpd_runs):
-            for s in run["steps"]:
+        drafter, w, t, l, fixes = decoders.make(name, run.res, run.chosen[name]), 0, 0, 0, 0
+        for (plen, answer, heads), bpd in zip(run.items, bpd_runs):
+            for s in bpd["steps"]:
                 base, pending = s["drafts"][0], s["context"] - 1
                 drafts = drafter(heads[pending][:len(base)], answer[:s["context"]])
                 new = max(gain(d, answer, pending) for d in drafts)
@@ -173,7 +174,9 @@ def win_tie_loss(items, bpd_runs, res, chosen, names=None):
                 fixes += new > j and base[j] == base[j - 1]
         total = max(1, w + t + l)
         out[name] = {"win": w / total, "tie": t / total, "loss": l / total,
-                     "wins_replacing_repeat": fixes / max(1, w)}
+                     "wins_replacing_repeat": fixes / max(1, w),
+                     "counts": {"steps": w + t + l, "win": w, "tie": t, "loss": l,
+                                "wins_replacing_repeat": fixes}}
     return out
 
 
@@ -186,14 +189,16 @@ def verify_tokens(runs):
             "tree": sum(len(draft_tree(e)[0]) for e in steps) / calls}
 
 
-def be_of(model, items, res, name, s):
-    """Block efficiency of one decoder with settings s, by offline replay."""
-    return block_eff(replay_all(model, items, lambda answer: decoders.make(name, res, s, answer)))
+def be_of(run, name, s, res=None):
+    """Block efficiency of one decoder with settings s on a lab.run.Run's prompts, by offline
+    replay; its drafters built from `res` (an in-domain control), default run.res."""
+    res = res or run.res
+    return block_eff(replay_all(run, lambda answer: decoders.make(name, res, s, answer)))
 
 
-def oracle_by_k(model, items, res, ks=(1, 2, 4, 8, 16)):
+def oracle_by_k(run, ks=(1, 2, 4, 8, 16)):
     """Kim §6.3: oracle block efficiency of the top-k lattice for each k (k = 1 is plain BPD)."""
-    return {str(k): be_of(model, items, res, "oracle", {"k": k}) for k in ks}
+    return {str(k): be_of(run, "oracle", {"k": k}) for k in ks}
 
 
 def relative_gain(be, oracle_at):
@@ -220,15 +225,16 @@ def greedy_processed(plen, n, B):
     return total
 
 
-def cost(model, res, online, work, prompts, n, tps):
-    """Per generated token: base calls, tokens the base model ran on, and the drafters' own work
-    as they counted it (`work`: {name: summed drafter counts}: small-LM calls, n-gram lookups);
-    FLOPs estimated as 2 x parameters x tokens run (base model and small LM), as a ratio to
-    greedy, next to the measured wall-clock ratio (time per token / greedy's). Our table: Kim et
-    al. analyse cost in their Fig. 2 and an appendix table (KV-cache I/O, parameter I/O, FLOPs)."""
-    N, B = model.flop_params(), model.config.block_size
-    tokens, base = len(prompts) * n, decoders.baseline_name(0)
-    greedy_flops = N * sum(greedy_processed(len(p), n, B) for p in prompts)
+def cost(run, online, work, tps):
+    """Per generated token of a lab.run.Run (online: {name: its runs}, decoded for real): base
+    calls, tokens the base model ran on, and the drafters' own work as they counted it (`work`:
+    {name: summed drafter counts}: small-LM calls, n-gram lookups); FLOPs estimated as 2 x
+    parameters x tokens run (base model and small LM), as a ratio to greedy, next to the measured
+    wall-clock ratio (tps: tokens/s; time per token / greedy's). Our table: Kim et al. analyse
+    cost in their Fig. 2 and an appendix table (KV-cache I/O, parameter I/O, FLOPs)."""
+    N, B, n, res = run.model.flop_params(), run.model.config.block_size, run.n, run.res
+    tokens, base = len(run.prompts) * n, decoders.baseline_name(0)
+    greedy_flops = N * sum(greedy_processed(len(p), n, B) for p in run.prompts)
     out = {}
     for name, runs in online.items():
         w = work.get(name, {})
@@ -246,15 +252,16 @@ def cost(model, res, online, work, prompts, n, tps):
 SWEEP = {"k": (1, 2, 4, 8), "p": (1, 2, 4, 8, 16, 32), "alpha": (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)}
 
 
-def sweep(model, items, n, res, chosen):
-    """Block efficiency as a function of the number of heads used (plain BPD) and of each setting
-    in SWEEP, for every refined decoder that has it (tune split)."""
-    h = model.config.n_bpd_heads
-    out = {"heads": {str(j): block_eff([replay(ArgmaxDrafter(), heads, answer, plen, n, j,
-                                               model.config.block_size)
-                                        for plen, answer, heads in items]) for j in range(1, h + 1)}}
+def sweep(run):
+    """Block efficiency on a lab.run.Run's prompts (the tune split's; run.n new tokens each) as a
+    function of the number of heads used (plain BPD) and of each setting in SWEEP, the others at
+    run's, for every refined decoder that has it."""
+    h, B, n, chosen = run.model.config.n_bpd_heads, run.model.config.block_size, run.n, run.chosen
+    out = {"heads": {str(j): block_eff([replay(ArgmaxDrafter(), heads, answer, plen, n, j, B)
+                                        for plen, answer, heads in run.items])
+                     for j in range(1, h + 1)}}
     for key, values in SWEEP.items():
-        out[key] = {name: {str(v): be_of(model, items, res, name, {**chosen[name], key: v})
+        out[key] = {name: {str(v): be_of(run, name, {**chosen[name], key: v})
                            for v in values} for name in decoders.refined() if key in chosen[name]}
     return out
 
@@ -262,12 +269,13 @@ def sweep(model, items, n, res, chosen):
 OBJECTIVES = ("block_efficiency", "tokens_per_s")
 
 
-def tune(model, items, n, res, log=print, objective="block_efficiency", speed=None):
-    """Grid search on the tune split (never the test split): for each decoder with a grid, the
-    setting with the highest objective (ties: the first in grid order). block_efficiency comes
-    from the offline replay; tokens_per_s from speed(name, settings), a timed decode (decoders
-    that peek at the answer are never timed: they keep block efficiency). Settings that only buy
-    speed (decoders.SPEED_SETTINGS) keep their defaults under block_efficiency."""
+def tune(run, log=print, objective="block_efficiency", speed=None):
+    """Grid search on a lab.run.Run's prompts, of the tune split (never the test split): for
+    each decoder with a grid, the setting with the highest objective (ties: the first in grid
+    order). block_efficiency comes from the offline replay; tokens_per_s from speed(name,
+    settings), a timed decode (decoders that peek at the answer are never timed: they keep block
+    efficiency). Settings that only buy speed (decoders.SPEED_SETTINGS) keep their defaults under
+    block_efficiency."""
     chosen, scores, w = {}, {}, decoders.label_width(decoders.DECODERS) - 1
     for name, dec in decoders.DECODERS.items():
         timed = objective == "tokens_per_s" and not dec.peeks
@@ -277,7 +285,7 @@ def tune(model, items, n, res, log=print, objective="block_efficiency", speed=No
         keys, best = list(grid), None
         for values in itertools.product(*grid.values()):
             s = {**dec.defaults, **dict(zip(keys, values))}
-            be = be_of(model, items, res, name, s)
+            be = be_of(run, name, s)
             score = speed(name, s) if timed else be
             key = f"{name} " + " ".join(f"{k}={v}" for k, v in zip(keys, values))
             scores[key] = {"block_efficiency": be, "tokens_per_s": score} if timed else be

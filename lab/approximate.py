@@ -19,7 +19,7 @@ from decoders import Method
 import runtime.approximate
 from lab import analysis
 from lab import bench
-from minibpd import bpd_decode, greedy_decode
+from minibpd import bpd_decode
 
 RULES = ("top2", "top3", "top5", "min2", "min3")    # what --bench --approximate runs
 
@@ -30,6 +30,13 @@ def check_spec(spec, temperature=0.0):
         return runtime.approximate.rule(spec, temperature) is not None
     except ValueError as e:
         raise ValueError(f"--accept {spec}: {e}") from None
+
+
+def labelled(spec):
+    """Whether --accept SPEC's output is labelled APPROXIMATE: a relaxed rule that can accept
+    what greedy would not; top1 and min1 are the exact rule (runtime.approximate.Relaxed)."""
+    relaxed = runtime.approximate.rule(spec)
+    return relaxed is not None and (relaxed.k > 1 or relaxed.min_block > 1)
 
 
 # ----------------------------------------------------------------------------- quality
@@ -69,16 +76,18 @@ def first_difference(outs, greedy):
 
 # ----------------------------------------------------------------------------- the section
 
-def section(model, res, prompts, n, verify="auto", rules=RULES, greedy=None):
-    """Each APPROXIMATE rule on plain BPD's drafts, for real and timed beside exact BPD (one
-    interleaved run, bench.timings). -> {rule: {block_efficiency, tokens_per_s, speedup_vs_bpd,
+def section(run, rules=RULES):
+    """Each APPROXIMATE rule on plain BPD's drafts, on the prompts of a lab.run.Run at
+    temperature 0 (run.n new tokens each, verifying as run.verify; greedy's continuations, the
+    reference, are the run's), for real and timed beside exact BPD (one interleaved run,
+    bench.timings). -> {rule: {block_efficiency, tokens_per_s, speedup_vs_bpd,
     differs_from_greedy, first_difference, quality: {perplexity, greedy_perplexity,
     phrase_repeat, greedy_phrase_repeat}}}"""
-    greedy = greedy or [greedy_decode(model, p, n) for p in prompts]
-    drafter = lambda: decoders.make(decoders.PLAIN, res, {})          # plain BPD's, fresh
+    model, prompts, n, verify = run.model, run.prompts, run.n, run.verify
+    greedy = run.continuations()
+    drafter = lambda: decoders.make(decoders.PLAIN, run.res, {})       # plain BPD's, fresh
     methods = [Method(decoders.PLAIN, drafter())] + [Method(r, drafter(), accept=r) for r in rules]
-    tps = bench.tokens_per_s(bench.timings(model, methods, prompts, n, verify=verify),
-                             len(prompts) * n)
+    tps = bench.tokens_per_s(bench.timings(run, methods), len(prompts) * n)
     base = {"greedy_perplexity": perplexity(model, prompts, greedy),
             "greedy_phrase_repeat": analysis.phrase_repetition_all(greedy)}
     out = {}

@@ -1,5 +1,7 @@
-"""bench: the benchmark and the tuner behind `python minibpd.py --bench` and `--tune`, as functions
-of a model and its resources (cli.py reads the flags; figures.py draws the report).
+"""bench: the benchmark and the tuner behind `python minibpd.py --bench` and `--tune`, and the
+per-task runs of `--tasks`, as functions of a lab.run.Run (the model's resources, the settings,
+the prompts and the decode options, built once by cli.py from the flags; figures.py draws the
+report).
 
 Block efficiency (tokens per serial model call) is exact and machine-independent; wall-clock is
 measured as ratios inside one run, after a warm-up, as the median of several repetitions, with
@@ -20,7 +22,7 @@ from lab import stats
 import decoders
 from lab import tasks
 from decoders import Method, baseline_name, split_text
-from minibpd import bpd_decode, greedy_decode
+from minibpd import bpd_decode
 from runtime.checkpoint import decode, encode
 from minibpd import window_start
 from runtime.kvcache import device_of
@@ -58,20 +60,20 @@ def seconds(fn):
     return time.perf_counter() - t0
 
 
-def timings(model, methods, prompts, n, temperature=0.0, generator=None, verify="auto",
-            max_reps=None):
-    """Seconds per repetition of each Method over all prompts: one warm-up, then method.reps
+def timings(run, methods, max_reps=None):
+    """Seconds per repetition of each Method over all of run's prompts (run.n new tokens each, at
+    run.temperature from run.generator, verifying as run.verify): one warm-up, then method.reps
     repetitions (fewer for the slow refined decoders, to keep the bench short; at most max_reps),
     the methods interleaved so that machine noise hits them alike."""
-    run = lambda m, p, k: m.decode(model, p, k, temperature, generator, verify)
+    decode = lambda m, p, k: m.decode(run.model, p, k, run.temperature, run.generator, run.verify)
     reps = {m.name: min(m.reps, max_reps or m.reps) for m in methods}
     for m in methods:
-        run(m, prompts[0], min(n, 16))
+        decode(m, run.prompts[0], min(run.n, 16))
     times = {m.name: [] for m in methods}
     for r in range(max(reps.values())):
         for m in methods:
             if r < reps[m.name]:
-                times[m.name].append(seconds(lambda: [run(m, p, n) for p in prompts]))
+                times[m.name].append(seconds(lambda: [decode(m, p, run.n) for p in run.prompts]))
     return times
 
 
@@ -93,14 +95,14 @@ def timing_warnings(times, base):
     return out
 
 
-def clock(model, res, chosen, prompts, n, temperature=0.0, generator=None, verify="auto"):
-    """The baseline and every decoder that does not peek, timed in one run -> the report's
-    tokens_per_s, speedup, timing_spread, timing_warnings and threads."""
-    base = baseline_name(temperature)
-    methods = [Method(base)] + [decoders.method(k, res, chosen[k]) for k, d in
+def clock(run):
+    """The baseline and every decoder that does not peek, timed in one run (timings) -> the
+    report's tokens_per_s, speedup, timing_spread, timing_warnings and threads."""
+    base = baseline_name(run.temperature)
+    methods = [Method(base)] + [decoders.method(k, run.res, run.chosen[k]) for k, d in
                                 decoders.active().items() if not d.peeks]
-    times = timings(model, methods, prompts, n, temperature, generator, verify)
-    tps = tokens_per_s(times, len(prompts) * n)
+    times = timings(run, methods)
+    tps = tokens_per_s(times, len(run.prompts) * run.n)
     return {"tokens_per_s": tps, "speedup": {k: v / tps[base] for k, v in tps.items()},
             "timing_spread": {k: {"min": min(t), "median": statistics.median(t), "max": max(t)}
                               for k, t in times.items()},
@@ -109,18 +111,18 @@ def clock(model, res, chosen, prompts, n, temperature=0.0, generator=None, verif
 
 # ----------------------------------------------------------------------------- decoding for real
 
-def decode_all(model, res, chosen, prompts, answers, n, temperature=0.0, generator=None,
-               verify="auto"):
-    """Decode every prompt with every decoder, a fresh drafter per prompt. answers: prompt +
-    greedy per prompt (for the oracle), or None; n: new tokens, one number or one per prompt.
+def decode_all(run):
+    """Decode every prompt of the run with every active decoder (run.lengths new tokens each), a
+    fresh drafter per prompt, built with its answer key (run.answer_keys: for the oracle).
     -> ({name: [stats]}, {name: [tokens]}, {name: the drafters' summed work counts})."""
     runs, outs, work = {}, {}, {}
-    lengths = n if isinstance(n, (list, tuple)) else [n] * len(prompts)
+    answers = run.answer_keys()
     for name in decoders.active():
         runs[name], outs[name], work[name] = [], [], {}
-        for p, a, k in zip(prompts, answers or [None] * len(prompts), lengths):
-            drafter = decoders.make(name, res, chosen[name], a)
-            out, stats = bpd_decode(model, p, k, drafter, temperature, generator, verify)
+        for p, a, k in zip(run.prompts, answers, run.lengths):
+            drafter = decoders.make(name, run.res, run.chosen[name], a)
+            out, stats = bpd_decode(run.model, p, k, drafter, run.temperature, run.generator,
+                                    run.verify)
             runs[name].append(stats)
             outs[name].append(out)
             for key, v in getattr(drafter, "counts", {}).items():
@@ -128,26 +130,25 @@ def decode_all(model, res, chosen, prompts, answers, n, temperature=0.0, generat
     return runs, outs, work
 
 
-def ngram_perplexities(res, ck, orders=(1, 2, 3, 4, 5)):
+def ngram_perplexities(run, orders=(1, 2, 3, 4, 5)):
     """Held-out (test split) perplexity of the n-gram LM of each order, fitted on train."""
-    test = encode(split_text(ck, "test"), ck["vocab"])
-    return {str(o): res.ngram(o).perplexity(test) for o in orders}
+    test = encode(split_text(run.ck, "test"), run.ck["vocab"])
+    return {str(o): run.res.ngram(o).perplexity(test) for o in orders}
 
 
-def paper_sections(model, res, chosen, prompts, greedy, n, be, runs, work, tps):
-    """Kim et al. §6-7 at small scale: repetition, head confidence, oracle headroom, relative
-    gains, win/tie/loss and cost (see analysis.py)."""
-    items = analysis.prepare(model, prompts, n, greedy)
-    by_k = analysis.oracle_by_k(model, items, res)
+def paper_sections(run, be, runs, work, tps):
+    """Kim et al. §6-7 at small scale, by offline replay along the run's greedy continuations
+    (run.items): repetition, head confidence, oracle headroom, relative gains, win/tie/loss and
+    cost (see analysis.py). be, runs, work, tps: the run decoded for real (decode_all, clock)."""
+    by_k, chosen = analysis.oracle_by_k(run), run.chosen
     oracle_at = {name: by_k.get(str(chosen[name].get("k"))) or analysis.be_of(
-        model, items, res, "oracle", {"k": chosen[name].get("k", 1)})
-        for name in decoders.refined()}
+        run, "oracle", {"k": chosen[name].get("k", 1)}) for name in decoders.refined()}
     return {"repetition": analysis.repetition_table(
-                {k: v for k, v in runs.items() if not decoders.DECODERS[k].peeks}, items),
-            **analysis.head_confidence(items), "oracle_by_k": by_k,
+                {k: v for k, v in runs.items() if not decoders.DECODERS[k].peeks}, run.items),
+            **analysis.head_confidence(run.items), "oracle_by_k": by_k,
             "relative_gain": analysis.relative_gain(be, oracle_at),
-            "win_tie_loss": analysis.win_tie_loss(items, runs[decoders.PLAIN], res, chosen),
-            "cost": analysis.cost(model, res, runs, work, prompts, n, tps)}
+            "win_tie_loss": analysis.win_tie_loss(run, runs[decoders.PLAIN]),
+            "cost": analysis.cost(run, runs, work, tps)}
 
 
 # ----------------------------------------------------------------------------- T > 0: distributions
@@ -186,14 +187,18 @@ def accepted_share(steps):
     return sum(tries) / max(1, len(tries))
 
 
-def sampled_sections(model, res, chosen, prompts, answers, runs, T, seed):
-    """distribution_check per decoder, on the prompt whose 2nd token is least certain (highest
-    exact entropy: where the check is most telling), and the share of draft tokens accepted."""
+def sampled_sections(run, runs):
+    """At run.temperature T > 0: distribution_check per decoder (seeded by run.seed), on the
+    prompt whose 2nd token is least certain (highest exact entropy: where the check is most
+    telling), and the share of draft tokens accepted in `runs` (decode_all's)."""
+    T, prompts = run.temperature, run.prompts
     entropy = [float(-(m * m.clamp_min(1e-300).log()).sum()) for m in
-               (second_token(model, p, T) for p in prompts)]
+               (second_token(run.model, p, T) for p in prompts)]
     at = entropy.index(max(entropy))
-    check = {name: distribution_check(model, lambda: decoders.make(name, res, chosen[name],
-                                                                   answers[at]), prompts[at], T, seed)
+    answer = run.answer_keys()[at]
+    check = {name: distribution_check(run.model, lambda: decoders.make(name, run.res,
+                                                                       run.chosen[name], answer),
+                                      prompts[at], T, run.seed)
              for name in decoders.active()}
     return {"distribution_check": check, "distribution_check_prompt": at,
             "acceptance": {k: accepted_share([s for r in v for s in r["steps"]])
@@ -248,56 +253,52 @@ class BenchReport:
                 for f in fields(self) if getattr(self, f.name) is not None}
 
 
-def run_bench(model, ck, res, chosen, prompts, n, temperature=0.0, seed=0, verify="auto",
-              sweep=False):
-    """Every decoder on every prompt, for real: block efficiency, exactness (T = 0: identical to
-    greedy; T > 0: the distribution check), wall-clock, and at T = 0 the paper's analyses."""
-    t0, T, base = time.perf_counter(), temperature, baseline_name(temperature)
-    gen = torch.Generator().manual_seed(seed)
-    peeks = any(d.peeks for d in decoders.active().values())
-    greedy = [greedy_decode(model, p, n) for p in prompts] if T == 0 or peeks else None
-    answers = [p + g for p, g in zip(prompts, greedy)] if greedy else None
-    runs, outs, work = decode_all(model, res, chosen, prompts, answers, n, T, gen, verify)
+def run_bench(run, sweep=False):
+    """Every decoder on every prompt of the run (run.n new tokens each), for real: block
+    efficiency, exactness (T = 0: identical to greedy; T > 0: the distribution check),
+    wall-clock, and at T = 0 the paper's analyses; with `sweep` (T = 0) the sweep on the tune
+    split. -> BenchReport"""
+    t0, T, base = time.perf_counter(), run.temperature, baseline_name(run.temperature)
+    runs, outs, work = decode_all(run)
     be = {base: 1.0, **{k: analysis.block_eff(v) for k, v in runs.items()}}
-    r = BenchReport(temperature=T or None, seed=seed if T else None, block_efficiency=be,
-                    prompts=len(prompts), new_tokens=n, heads=model.config.n_bpd_heads,
-                    settings=chosen)
+    r = BenchReport(temperature=T or None, seed=run.seed if T else None, block_efficiency=be,
+                    prompts=len(run.prompts), new_tokens=run.n, heads=run.model.config.n_bpd_heads,
+                    settings=run.chosen)
     if T == 0:
+        greedy = run.continuations()
         r.identical_to_greedy = {base: True, **{k: v == greedy for k, v in outs.items()}}
     else:
-        for key, value in sampled_sections(model, res, chosen, prompts, answers, runs, T, seed).items():
+        for key, value in sampled_sections(run, runs).items():
             setattr(r, key, value)
-    for key, value in clock(model, res, chosen, prompts, n, T, gen, verify).items():
+    for key, value in clock(run).items():
         setattr(r, key, value)
     if T == 0:
-        r.verify, r.ngram_perplexity = verify, ngram_perplexities(res, ck)
+        r.verify, r.ngram_perplexity = run.verify, ngram_perplexities(run)
         r.verify_tokens = {k: analysis.verify_tokens(v) for k, v in runs.items()}
-        for key, value in paper_sections(model, res, chosen, prompts, greedy, n, be, runs, work,
-                                         r.tokens_per_s).items():
+        for key, value in paper_sections(run, be, runs, work, r.tokens_per_s).items():
             setattr(r, key, value)
     if sweep and T == 0:                # on the tune split, at most 8 prompts x 96 tokens
-        sn = min(96, n)
-        items = analysis.prepare(model, make_prompts(split_text(ck, "tune"), ck["vocab"],
-                                                     min(8, len(prompts))), sn)
-        r.sweep = analysis.sweep(model, items, sn, res, chosen)
+        tune = make_prompts(split_text(run.ck, "tune"), run.ck["vocab"], min(8, len(run.prompts)))
+        r.sweep = analysis.sweep(run.on(tune, min(96, run.n)))
     r.seconds = time.perf_counter() - t0
     return r
 
 
 # ----------------------------------------------------------------------------- --tune
 
-def tune_timed(model, res, prompts, n, objective="block_efficiency", verify="auto", log=print):
-    """Choose each decoder's settings from its grid on the tune split's `prompts` (never the test
-    split). block_efficiency: exact, by offline replay; tokens_per_s: one timed decode of the
-    prompts per setting (machine-specific). -> (chosen settings, scores)."""
-    items = analysis.prepare(model, prompts, n)
+def tune_timed(run, objective="block_efficiency", log=print):
+    """Choose each decoder's settings from its grid on the run's prompts, of the tune split (never
+    the test split; run.n new tokens each). block_efficiency: exact, by offline replay;
+    tokens_per_s: one timed decode of the prompts per setting, verifying as run.verify
+    (machine-specific). -> (chosen settings, scores)."""
+    model, prompts, n = run.model, run.prompts, run.n
 
     def speed(name, s):
-        m = decoders.method(name, res, s)
-        m.decode(model, prompts[0], min(n, 16), verify=verify)             # warm-up
-        return len(prompts) * n / seconds(lambda: [m.decode(model, p, n, verify=verify)
+        m = decoders.method(name, run.res, s)
+        m.decode(model, prompts[0], min(n, 16), verify=run.verify)             # warm-up
+        return len(prompts) * n / seconds(lambda: [m.decode(model, p, n, verify=run.verify)
                                                     for p in prompts])
-    return analysis.tune(model, items, n, res, log=log, objective=objective, speed=speed)
+    return analysis.tune(run, log=log, objective=objective, speed=speed)
 
 
 # ----------------------------------------------------------------------------- --tasks
@@ -414,35 +415,32 @@ def quality_of(greedy, examples, metric, vocab):
         "phrase_repeat": analysis.phrase_repetition_all(greedy)}
 
 
-def run_task(model, res, res_in, chosen, examples, metric, vocab, verify="auto", tokens=None,
-             same_in_domain=()):
-    """Every decoder on one task's examples, for real (each for its target's length, within
-    `tokens` = (fewest, most) if given), and the paper's per-task analyses by offline replay;
-    in_domain replays the rescoring decoders with res_in, but not those in `same_in_domain`
-    (whose rescorer res_in does not change). -> TaskResult"""
+def run_task(run, examples, metric, res_in, tokens=None, same_in_domain=()):
+    """Every decoder on one task's examples (run's resources, settings and verify on their
+    prompts), for real (each for its target's length, within `tokens` = (fewest, most) if
+    given), and the paper's per-task analyses by offline replay; in_domain replays the rescoring
+    decoders with res_in, but not those in `same_in_domain` (whose rescorer res_in does not
+    change). -> TaskResult"""
     lo, hi = tokens or (1, None)
-    prompts = [p for p, _ in examples]
     lengths = [max(lo, min(len(t), hi or len(t))) for _, t in examples]
-    greedy = [greedy_decode(model, p, k) for p, k in zip(prompts, lengths)]
-    answers = [p + g for p, g in zip(prompts, greedy)]
-    runs, outs, _ = decode_all(model, res, chosen, prompts, answers, lengths, verify=verify)
+    task, chosen = run.on([p for p, _ in examples], lengths), run.chosen
+    greedy, (runs, outs, _) = task.continuations(), decode_all(task)
     be = {baseline_name(0): 1.0, **{k: analysis.block_eff(v) for k, v in runs.items()}}
-    items = analysis.prepare(model, prompts, None, greedy)
     two = {**chosen["ngram"], "order": 2}
     refined = {k: v for k, v in be.items() if k in decoders.refined()}
     gains = {k: 100 * (v / be[decoders.PLAIN] - 1) for k, v in refined.items()}
     return TaskResult(
         examples=len(examples), block_efficiency=be, block_efficiency_interval=intervals(runs),
         identical_to_greedy={k: v == greedy for k, v in outs.items()}, relative_gain=gains,
-        best_refined=max(refined, key=refined.get), oracle_by_k=analysis.oracle_by_k(model, items, res),
-        **analysis.head_confidence(items),
+        best_refined=max(refined, key=refined.get), oracle_by_k=analysis.oracle_by_k(task),
+        **analysis.head_confidence(task.items),
         repetition=analysis.repetition([s["drafts"][0] for r in runs[decoders.PLAIN] for s in r["steps"]]),
         repetition_2gram=analysis.repetition([s["drafts"][0] for r in analysis.replay_all(
-            model, items, lambda a: decoders.make("ngram", res, two, a)) for s in r["steps"]]),
-        quality=(q := quality_of(greedy, examples, metric, vocab)),
+            task, lambda a: decoders.make("ngram", run.res, two, a)) for s in r["steps"]]),
+        quality=(q := quality_of(greedy, examples, metric, run.ck["vocab"])),
         degenerate=q["rouge_l"] < DEGENERATE_ROUGE, lengths=[min(lengths), max(lengths)],
-        win_tie_loss=analysis.win_tie_loss(items, runs[decoders.PLAIN], res, chosen),
-        in_domain={k: analysis.be_of(model, items, res_in, k, chosen[k]) for k in refined
+        win_tie_loss=analysis.win_tie_loss(task, runs[decoders.PLAIN]),
+        in_domain={k: analysis.be_of(task, k, chosen[k], res_in) for k in refined
                    if chosen[k].get("alpha", 0) > 0 and k not in same_in_domain})
 
 
@@ -492,16 +490,15 @@ def intervals(runs, reps=1000, seed=0):
             for k, v in runs.items()}
 
 
-def run_tasks(model, res, res_in, chosen, examples, vocab, verify="auto", log=print, tokens=None,
-              python=None, same_in_domain=()):
-    """`--tasks`: run_task on every task's examples ({task: [(prompt ids, target ids)]}: the
-    checkpoint's stored ones, task_examples, or built here, built_tasks), then correlations over
-    the tasks that are not degenerate (the others are named in `excluded`)."""
+def run_tasks(run, examples, res_in, log=print, tokens=None, python=None, same_in_domain=()):
+    """`--tasks`: run_task with the run's resources, settings and verify on every task's examples
+    ({task: [(prompt ids, target ids)]}: the checkpoint's stored ones, task_examples, or built
+    here, built_tasks), then correlations over the tasks that are not degenerate (the others are
+    named in `excluded`)."""
     t0, results = time.perf_counter(), {}
     for name, ex in examples.items():
         log(f"  {name}: {len(ex)} examples ...")
-        results[name] = run_task(model, res, res_in, chosen, ex, tasks.QUALITY[name], vocab,
-                                 verify, tokens, same_in_domain)
+        results[name] = run_task(run, ex, tasks.QUALITY[name], res_in, tokens, same_in_domain)
     kept = {k: r for k, r in results.items() if not r.degenerate}
-    return TasksReport(results, correlations(kept), settings=chosen, python=python,
+    return TasksReport(results, correlations(kept), settings=run.chosen, python=python,
                        excluded=sorted(set(results) - set(kept)), seconds=time.perf_counter() - t0)

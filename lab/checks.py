@@ -10,11 +10,11 @@ import torch
 
 import decoders
 from decoders import split_text
-from lab import approximate, bench
+from lab import approximate, bench, trace
 from decoders.lookup import check_copy
 from decoders.budgets import check_settings
-from runtime.checkpoint import (CHECKPOINT, CHECKPOINTS, dtype_of, family_module, file_sha256,
-                                to_vocab, writable)
+from runtime.checkpoint import (CHECKPOINT, CHECKPOINTS, DTYPES, check_unicode, dtype_of, encode,
+                                family_module, file_sha256, outline, to_vocab, writable)
 from runtime.kvcache import is_int
 
 MAX_NEW_TOKENS = 100_000      # more is refused: greedy alone would run for minutes
@@ -35,11 +35,12 @@ def overrides(args):
 
 MODES = ("demo", "prompt", "bench", "tune", "scale", "tasks")
 # Each flag that only some modes read -> those modes; given to another, it is refused.
-APPLIES = {"max_new_tokens": ("demo", "prompt"), "decoder": ("prompt",),
+APPLIES = {"max_new_tokens": ("demo", "prompt"), "decoder": ("prompt", "demo"),
            "json": ("bench", "tasks", "scale"), "text": ("bench", "scale"),
            "prompts": ("bench", "tune", "scale", "tasks"), "new_tokens": ("bench", "tune", "scale"),
            "objective": ("tune",), "sweep": ("bench",), "plot": ("bench", "tasks", "scale"),
-           "force": ("tune",), "approximate": ("bench",)}
+           "force": ("tune", "demo", "prompt"), "approximate": ("bench",),
+           "trace": ("demo", "prompt")}     # --decoder, --force with --demo, --prompt: check_trace
 DEFAULTS = {"decoder": "bpd", "new_tokens": TUNE_SIZE[1], "objective": "block_efficiency"}
 
 
@@ -97,7 +98,9 @@ def check_approximate(args):
 
 def check_args(args):
     """Every check that needs no checkpoint, before anything is loaded or run."""
+    decoder = args.decoder                # None unless given (check_modes sets the default)
     check_modes(args)
+    check_trace(args, decoder)
     check_approximate(args)
     for flag, value in (("--max-new-tokens", args.max_new_tokens), ("--new-tokens", args.new_tokens)):
         if not 1 <= value <= MAX_NEW_TOKENS:
@@ -125,7 +128,11 @@ def check_args(args):
     if args.tune and given:
         raise ValueError(f"--tune chooses {', '.join('--' + k for k in given)} itself; drop the flag")
     if "copy" in given:
-        check_copy(given["copy"])
+        try:
+            check_copy(given["copy"])
+        except ValueError as e:
+            raise ValueError(f"--copy: {e}") from None
+    check_decoder_flags(args, given)
     check_settings(**{k: v for k, v in given.items() if k != "copy"})   # budgets: later
     if args.plot:
         check_plot_dir(args.plot)
@@ -138,17 +145,65 @@ def check_args(args):
                          "add --tuned FILE")
 
 
+def check_trace(args, decoder):
+    """--trace FILE (--demo, --prompt; lab/trace.py checks the file): a decoder that drafts (the
+    demo's: --decoder, default pbest), --force only to overwrite a file that is not a trace, and
+    a warning where the run may make more calls than a page shows."""
+    mode = args.mode
+    if args.trace is None:
+        if mode == "demo" and decoder is not None:
+            raise ValueError("--decoder does nothing with --demo without --trace (it picks the "
+                             "decoder --trace FILE.html shows): add --trace, or run one decoder "
+                             "with --prompt TEXT --decoder NAME")
+        if args.force and mode in ("demo", "prompt"):
+            raise ValueError(f"--force does nothing with --{mode} (it applies to --tune, and to "
+                             "--trace FILE: overwrite a file that is not a trace): drop it")
+        return
+    if mode == "demo":
+        args.decoder = decoder or trace.DEMO_DECODER
+    if args.decoder in decoders.BASELINES:
+        raise ValueError(f"--trace shows BPD's steps and --decoder {args.decoder} drafts nothing "
+                         "(one token per call): choose a decoder, e.g. --decoder pbest")
+    trace.check_path(args.trace, args.force)
+    if args.max_new_tokens > trace.MAX_STEPS:
+        print(f"warning: --trace shows the first {trace.MAX_STEPS:,} steps of a run; this one may "
+              f"make up to {args.max_new_tokens:,} calls (the page says how many it shows)",
+              file=sys.stderr)
+
+
+def check_decoder_flags(args, given):
+    """Settings flags the run's decoders would ignore are refused: --k with --prompt --decoder bpd
+    (whose settings are none), and --tasks without a decoder that refines BPD's drafts (its
+    tables compare refinements with bpd)."""
+    if args.mode == "prompt":
+        name = decoders.baseline_name(args.temperature) if args.decoder in decoders.BASELINES \
+            else args.decoder
+        s = decoders.DECODERS[name].defaults if name in decoders.DECODERS else {}
+        unused = [f"--{k}" for k in given if k not in s]
+        if unused:
+            raise ValueError(f"{', '.join(unused)} does nothing for decoder {name} (its settings: "
+                             f"{', '.join(s) or 'none'}): drop it")
+    chosen = decoders.parse_selection(args.decoders)
+    if args.mode == "tasks" and chosen is not None and not any(
+            decoders.DECODERS[n].refines and not decoders.DECODERS[n].peeks for n in chosen):
+        raise ValueError(f"--tasks compares decoders that refine BPD's drafts with bpd, and "
+                         f"--decoders {args.decoders} names none: add one, e.g. "
+                         f"--decoders {args.decoders},pbest")
+
+
 def check_plot_dir(folder):
     try:
         import matplotlib  # noqa: F401
     except ImportError:
         raise ValueError("--plot needs matplotlib, which is not installed: pip install matplotlib") from None
-    try:
-        os.makedirs(folder, exist_ok=True)
-    except OSError as e:
-        raise ValueError(f"--plot {folder}: cannot create that folder ({e.strerror})") from None
-    if not os.access(folder, os.W_OK):
-        raise ValueError(f"--plot {folder}: that folder is not writable")
+    parent = os.path.abspath(folder)          # created when the figures are written: a run
+    while not os.path.exists(parent):         # refused later leaves no folder behind
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise ValueError(f"--plot {folder}: cannot create that folder ({parent} is a file)")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        what = "that folder is" if parent == os.path.abspath(folder) else f"{parent} is"
+        raise ValueError(f"--plot {folder}: {what} not writable")
 
 
 def resolve_device(name):
@@ -169,7 +224,13 @@ def check_against_checkpoint(args, ck):
     args.tuned_settings (the tuned file, read) and, for --bench, --scale and --tune,
     args.prompt_text (the text their prompts come from)."""
     path, cfg, kind = args.checkpoint, ck["config"], ck.get("kind")
-    family_module(ck, path)                          # an unknown kind: refused here
+    family = family_module(ck, path)                 # an unknown kind: refused here
+    if args.mode == "demo" and family is not None and args.tokens_given and \
+            args.max_new_tokens > family.DEMO_TOKENS:
+        raise ValueError(f"the {family.NAME} demo shows at most {family.DEMO_TOKENS} new tokens a "
+                         f"prompt, got --max-new-tokens {args.max_new_tokens}; use --prompt TEXT "
+                         "for longer generations")
+    check_prompt_text(args, ck)
     if args.dtype is None:
         dtype_of(ck, path)                           # the checkpoint's own: a torch dtype?
     if not isinstance(cfg, dict):
@@ -196,6 +257,38 @@ def check_against_checkpoint(args, ck):
     args.tuned_settings = {} if args.tune else decoders.load_tuned(
         args.tuned or decoders.tuned_path(path), path, heads, cfg.get("n_bpd_heads"),
         required=args.tuned is not None)
+    check_budgets(args, ck)
+
+
+def check_prompt_text(args, ck):
+    """--prompt TEXT against the checkpoint: Unicode text (check_unicode: no lone surrogate) and,
+    for a character vocabulary, only characters it knows (a tokenizer's comes with the model)."""
+    if args.prompt is None:
+        return
+    check_unicode(args.prompt)
+    vocab = ck.get("vocab")
+    if isinstance(vocab, str) and len(set(vocab)) == len(vocab):    # else the load says what is
+        encode(args.prompt, vocab)                                   # wrong with the vocabulary
+
+
+def check_budgets(args, ck):
+    """The settings of every decoder the run builds (the tuned file's, then the flags) against
+    the model's budgets (decoders.check: its KV cache, the p-best DP, lookup's token tree), on
+    the model the header's config describes (runtime.checkpoint.outline), before any model is
+    loaded; lab/cli.load checks them again on the model."""
+    try:
+        model = outline(ck, DTYPES[args.dtype] if args.dtype else dtype_of(ck, args.checkpoint))
+    except (TypeError, ValueError, KeyError, AttributeError):
+        return                                       # the load says what is wrong with it
+    chosen = decoders.settings(args.tuned_settings, overrides(args))
+    if args.mode == "prompt":
+        used = [args.decoder] if args.decoder in decoders.DECODERS else []
+    else:
+        selected = decoders.parse_selection(args.decoders)
+        used = [n for n in decoders.DECODERS if selected is None or n in selected or
+                n == decoders.PLAIN]
+    for name in used:
+        decoders.check(name, chosen[name], model)
 
 
 def check_model_flags(args, ck, cfg):
@@ -255,16 +348,16 @@ def check_tune_out(args):
         raise ValueError(f"--tuned {out} is a folder: name a file")
     shipped = os.path.realpath(CHECKPOINTS)
     if os.path.commonpath([os.path.realpath(out), shipped]) == shipped and not args.force:
-        raise ValueError(f"--tune would overwrite {out}, shipped in {CHECKPOINTS}: pass --force "
-                         "to rewrite it, or --tuned FILE to write elsewhere")
+        raise ValueError(f"--tune would overwrite {out}, shipped in {CHECKPOINTS}: write your "
+                         "settings to a new file, e.g. --tuned my.tuned.json")
     if os.path.exists(out):
         try:
             with open(out, encoding="utf-8") as f:
                 data = json.load(f)
             decoders.check_tuned(out, data)
-        except (OSError, ValueError) as e:   # not UTF-8, not JSON, not tuned settings
-            what = "JSON" if isinstance(e, (OSError, UnicodeDecodeError, json.JSONDecodeError)) \
-                else "tuned settings"
+        except (OSError, ValueError, RecursionError) as e:   # not UTF-8, not JSON, not settings
+            what = "JSON" if isinstance(e, (OSError, UnicodeDecodeError, json.JSONDecodeError,
+                                            RecursionError)) else "tuned settings"
             raise ValueError(f"--tuned {out} exists and holds no {what}: --tune overwrites only a "
                              "tuned file of this checkpoint; remove it or name another file") from None
         if data.get("checkpoint_sha256") != file_sha256(args.checkpoint) and not args.force:

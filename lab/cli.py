@@ -7,6 +7,7 @@ against the checkpoint's header, before any model is loaded; then the decoders' 
 is); every error a user can cause is one line on stderr and exit status 2.
 """
 import argparse
+import functools
 import importlib
 import importlib.util
 import json
@@ -28,7 +29,9 @@ from decoders.budgets import MAX_DP_CELLS, MAX_ORDER
 from lab import figures
 from lab import scale
 from lab import tasks
+from lab import trace
 from lab.bench import make_prompts
+from lab.run import Run
 from decoders import Resources, baseline_name, split_text
 from runtime.checkpoint import (DTYPES, CheckpointError, decode, encode, file_sha256, read,
                                 train_kind)
@@ -38,21 +41,65 @@ from runtime.contract import DrafterError
 from runtime.loop import VERIFY_MODES
 from runtime.threads import set_threads
 
-def import_plugin(spec):
+PLUGINS = set()       # the module names import_plugin imported (a plug-in may be imported again)
+
+
+def import_by_name(spec):
+    """importlib.import_module(spec), but a module that is nowhere says where we looked and that
+    a path to the .py file works (issue 43, trap 3: a bare ModuleNotFoundError said neither)."""
+    try:
+        return importlib.import_module(spec)
+    except ModuleNotFoundError as e:
+        if e.name != spec.split(".")[0] and e.name != spec:
+            raise                                    # the plug-in itself imports something missing
+        raise ImportError(f"no module {spec!r} in the current directory ({os.getcwd()}) nor "
+                          f"on Python's path; put {spec.split('.')[0]}.py in the folder you run "
+                          f"from, or give its path, e.g. path/to/{spec.split('.')[-1]}.py") from None
+
+
+def import_plugin(spec, taken_ok=False):
     """Import a student's module by name (looked up in the current directory first, then as any
-    importable module) or by file path (`my_drafter.py`, `path/to/mine.py`). -> the module."""
-    if spec.endswith(".py") or os.sep in spec:
-        name = os.path.splitext(os.path.basename(spec))[0]
-        where = importlib.util.spec_from_file_location(name, os.path.abspath(spec))
-        if where is None or not os.path.isfile(spec):
-            raise ImportError(f"no such file: {spec}")
-        module = importlib.util.module_from_spec(where)
-        sys.modules[name] = module
-        where.loader.exec_module(module)
-        return module
-    if os.getcwd() not in sys.path:
+    importable module) or by file path (`my_drafter.py`, `path/to/mine.py`). -> the module.
+    A name taken by a module imported before (the project's `ngram`, `lattice`, Python's
+    `json`, ...) is refused, naming it: importing would hand back that module, not run yours.
+    taken_ok (--drafter minibpd:ArgmaxDrafter): such a module is handed back, unless a file of
+    that name in the current directory (or at the path) is not it."""
+    path = spec.endswith(".py") or os.sep in spec
+    name = os.path.splitext(os.path.basename(spec))[0] if path else spec
+    if not path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())             # a student's module next to where they run
-    return importlib.import_module(spec)
+    taken = sys.modules.get(name)
+    if taken is not None and name not in PLUGINS:
+        yours = os.path.abspath(spec) if path else own_file(spec)
+        theirs = getattr(taken, "__file__", None)
+        if not taken_ok or (yours is not None and not same_file(yours, theirs)):
+            raise ImportError(f"the module name {name!r} is taken: {theirs or 'a built-in module'} "
+                              f"is already imported, so {yours or 'your module'} would not run; "
+                              f"rename yours (e.g. my_{name.split('.')[-1]}.py)")
+        return taken
+    if not path:
+        module = import_by_name(spec)
+        PLUGINS.add(name)
+        return module
+    where = importlib.util.spec_from_file_location(name, os.path.abspath(spec))
+    if where is None or not os.path.isfile(spec):
+        raise ImportError(f"no such file: {spec}")
+    module = importlib.util.module_from_spec(where)
+    sys.modules[name] = module
+    PLUGINS.add(name)
+    where.loader.exec_module(module)
+    return module
+
+
+def own_file(spec):
+    """The file `import spec` finds in the current directory (a module or a package), or None."""
+    base = os.path.join(os.getcwd(), *spec.split("."))
+    return next((f for f in (base + ".py", os.path.join(base, "__init__.py")) if os.path.isfile(f)),
+                None)
+
+
+def same_file(a, b):
+    return b is not None and os.path.realpath(a) == os.path.realpath(b)
 
 
 def load_plugins(argv):
@@ -110,7 +157,8 @@ def add_model_flags(p):
     p.add_argument("--max-new-tokens", type=int, default=None, help=f"--prompt (default "
                    f"{PROMPT_TOKENS}), --demo (default and at most {DEMO_TOKENS})")
     p.add_argument("--decoder", default=None, help="decoder for --prompt (default bpd): greedy, "
-                   + ", ".join(decoders.DECODERS))
+                   + ", ".join(decoders.DECODERS) + f"; with --demo --trace: the decoder traced "
+                   f"(default {trace.DEMO_DECODER})")
     p.add_argument("--plugin", metavar="MODULE", action="append", default=[],
                    help="import MODULE first: its decoders.register(...) calls add decoders")
     p.add_argument("--checkpoint", default=None, help="default: checkpoints/minibpd.pt "
@@ -165,7 +213,11 @@ def add_run_flags(p):
                    help="--tune: what to maximise (default block_efficiency); tokens_per_s times "
                    "every setting (machine-specific: needs --tuned FILE)")
     p.add_argument("--force", action="store_true", help="--tune: overwrite a tuned file shipped "
-                   "in checkpoints/, or one tuned for another checkpoint")
+                   "in checkpoints/, or one tuned for another checkpoint; --trace: overwrite a "
+                   "file that is not a trace")
+    p.add_argument("--trace", metavar="FILE.html", help="--prompt, --demo: write every step of "
+                   "the run (drafts, lattice, verification, acceptance) as one self-contained page "
+                   "to open in a browser; FILE.json: the same data as JSON (docs/trace.md)")
     p.add_argument("--sweep", action="store_true", help="--bench: sweep k, p, alpha, heads (tune split)")
     p.add_argument("--approximate", action="store_true", help="--bench: also run the APPROXIMATE "
                    f"acceptance rules {', '.join(approximate.RULES)} (Stern §5) on plain BPD's "
@@ -206,15 +258,13 @@ def generate(args):
     name = baseline_name(T) if args.decoder in decoders.BASELINES else args.decoder
     model, ck, chosen, res = load(args, [name] if name in decoders.DECODERS else [])
     prompt, n = encode(args.prompt, ck["vocab"]), args.max_new_tokens
-    s = chosen.get(name, {})
-    unused = [f"--{k}" for k, v in overrides(args).items() if v is not None and k not in s]
-    if unused:
-        print(f"warning: {', '.join(unused)} does nothing for decoder {name} (its settings: "
-              f"{', '.join(s) or 'none'})", file=sys.stderr)
+    s = chosen.get(name, {})             # a flag it does not read: refused (checks.py)
     peeks = name in decoders.DECODERS and decoders.DECODERS[name].peeks
     greedy = greedy_decode(model, prompt, n) if T == 0 or peeks else None
     m = decoders.method(name, res, s, prompt + greedy if peeks else None, T, args.accept)
-    approx = args.accept != "exact"
+    if args.trace:                  # the same drafts; what its explain() says is kept
+        m.drafter = trace.Recorder(m.drafter)
+    approx = approximate.labelled(args.accept)      # top1, min1: the exact rule's tokens
     if approx:
         print(f"warning: --accept {args.accept} is APPROXIMATE (Stern §5): the text below is not "
               "greedy decoding's", file=sys.stderr)
@@ -226,6 +276,9 @@ def generate(args):
            f"sampled at temperature {T} (seed {args.seed})")
     print(f"[{name}: {len(out)} tokens in {stats['calls']} calls, block efficiency "
           f"{len(out) / stats['calls']:.2f}, {how}]", file=sys.stderr)
+    if args.trace:
+        print(trace.finish(args, model, ck, name, s, prompt, out, stats, m.drafter, greedy),
+              file=sys.stderr)
     return 0 if T > 0 or approx or out == greedy else 1
 
 
@@ -238,11 +291,8 @@ def demo(args):
     vocab, T = ck["vocab"], args.temperature
     family = family_module(ck)
     real = family is not None
-    n = min(args.max_new_tokens, family.DEMO_TOKENS if real else DEMO_TOKENS)
+    n = min(args.max_new_tokens, family.DEMO_TOKENS if real else DEMO_TOKENS)  # more: refused
     prompts = family.demo_prompts(vocab) if real else demo_prompts(args, ck, vocab)
-    if getattr(args, "tokens_given", False) and args.max_new_tokens > n:
-        print(f"warning: the SmolLM2 demo shows at most {n} new tokens a prompt, not "
-              f"{args.max_new_tokens}; use --prompt TEXT for longer", file=sys.stderr)
     print(f"minibpd demo: {model.config.n_bpd_heads} BPD heads on a "
           f"{sum(p.numel() for p in model.parameters()):,}-parameter "
           f"{family.NAME if real else 'character GPT'} "
@@ -260,10 +310,12 @@ def demo(args):
                                               len(prompt), vocab)
     base, prompt = baseline_name(T), prompts[0][1]
     methods = [decoders.Method(base), decoders.method(decoders.PLAIN, res, {})]
-    tps = bench.tokens_per_s(bench.timings(model, methods, [prompt], n, T, gen, args.verify, 3), n)
+    once = Run(res, chosen, [prompt], n, T, verify=args.verify, generator=gen)
+    tps = bench.tokens_per_s(bench.timings(once, methods, 3), n)
     print(f"\nwall-clock on this machine (median of 3{', first prompt' if len(prompts) > 1 else ''}): "
           f"{base} {tps[base]:.0f} tok/s, BPD {tps[decoders.PLAIN]:.0f} tok/s: "
           f"{tps[decoders.PLAIN] / tps[base]:.2f}x (`--bench` times every decoder)")
+    print("\n" + trace.demo(args, model, ck, res, chosen, prompts[0][1], n))
     return 0 if all_same else 1
 
 
@@ -350,20 +402,26 @@ def bench_prompts(ck, args):
     return make_prompts(args.prompt_text, ck["vocab"], args.prompts)
 
 
+def bench_run(args):
+    """load(args), then the lab.run.Run of --bench, --scale and --tune: the bench's prompts x
+    --new-tokens, at --temperature with --seed and --verify."""
+    _, ck, chosen, res = load(args)
+    return Run(res, chosen, bench_prompts(ck, args), args.new_tokens, args.temperature,
+               args.seed, args.verify)
+
+
 def bench_command(args):
-    model, ck, chosen, res = load(args)
-    prompts = bench_prompts(ck, args)
-    r = bench.run_bench(model, ck, res, chosen, prompts, args.new_tokens, args.temperature,
-                        args.seed, args.verify, args.sweep)
+    run = bench_run(args)
+    r = bench.run_bench(run, args.sweep)
     r.checkpoint = args.checkpoint
     if args.approximate:            # their own section: never in identical_to_greedy
         t0 = time.perf_counter()
-        r.approximate = approximate.section(model, res, prompts, args.new_tokens, args.verify)
+        r.approximate = approximate.section(run)
         r.seconds += time.perf_counter() - t0
     if args.json:
         print(json.dumps(r.to_json(), indent=1))
     else:
-        figures.print_report(r, model, color=not args.no_color and sys.stdout.isatty())
+        figures.print_report(r, run.model, color=not args.no_color and sys.stdout.isatty())
         if r.approximate:
             approximate.print_section(r.approximate, r.block_efficiency[decoders.PLAIN])
     if args.plot and not args.temperature:
@@ -376,17 +434,15 @@ def bench_command(args):
 def tune_command(args):
     """`python minibpd.py --tune`: each decoder's settings from its grid on the tune split (never
     the test split), written with this checkpoint's sha256 for the bench and demo."""
-    model, ck, _, res = load(args)
-    out_path = args.tuned or decoders.tuned_path(args.checkpoint)
-    prompts = bench_prompts(ck, args)
+    run = bench_run(args)
+    out_path, prompts = args.tuned or decoders.tuned_path(args.checkpoint), run.prompts
     print(f"tuning on the tune split: {len(prompts)} prompts x {args.new_tokens} tokens, for "
           f"{args.objective}")
     t0 = time.perf_counter()
-    chosen, scores = bench.tune_timed(model, res, prompts, args.new_tokens, args.objective,
-                                      args.verify)
+    chosen, scores = bench.tune_timed(run, args.objective)
     out = {"settings": chosen, "checkpoint_sha256": file_sha256(args.checkpoint),
            "plugins": args.plugin,           # a plug-in's decoder needs them to be read back
-           "heads": model.config.n_bpd_heads, "objective": args.objective,
+           "heads": run.model.config.n_bpd_heads, "objective": args.objective,
            "tune_block_efficiency": scores,
            "prompts": len(prompts), "new_tokens": args.new_tokens,
            "seconds": round(time.perf_counter() - t0)}
@@ -407,7 +463,7 @@ def tasks_command(args):
     examples, python, text, small = subword_tasks(args, ck) if subword else char_tasks(args, ck, model)
     res_in = Resources(model, ck, small=small, reference=args.reference, text=text)
     log = (lambda *a: print(*a, file=sys.stderr)) if args.json else print
-    r = bench.run_tasks(model, res, res_in, chosen, examples, ck["vocab"], args.verify, log,
+    r = bench.run_tasks(Run(res, chosen, verify=args.verify), examples, res_in, log,
                         bench.SUBWORD_TOKENS if subword else None, python,
                         ("neural",) if subword else ())     # its small LM: the base's early exit
     r.checkpoint = args.checkpoint
@@ -445,10 +501,9 @@ def subword_tasks(args, ck):
 
 def scale_command(args):
     """`python minibpd.py --scale`: the scale map (scale.py) for the bench's prompts and settings."""
-    model, ck, chosen, res = load(args)
+    run = bench_run(args)
     log = (lambda s: print(s, file=sys.stderr)) if args.json else print
-    r = scale.run(model, ck, res, chosen, bench_prompts(ck, args), args.new_tokens,
-                  device=resolve_device(args.device), log=log)
+    r = scale.run(run, device=resolve_device(args.device), log=log)
     r["checkpoint"] = args.checkpoint
     if args.json:
         print(json.dumps(r, indent=1))
@@ -459,6 +514,20 @@ def scale_command(args):
     return 0 if all(r["identical_to_greedy"].values()) else 1
 
 
+def interruptible(command):
+    """Ctrl-C (or a KeyboardInterrupt a plug-in or a drafter raises) ends the command with one
+    line, "interrupted", and exit status 130 (the shell's for SIGINT), not a traceback."""
+    @functools.wraps(command)
+    def run(argv=None):
+        try:
+            return command(argv)
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            return 130
+    return run
+
+
+@interruptible
 def main(argv=None):
     """The command line: every error a user can cause is one line on stderr and exit status 2."""
     args = parse_args(argv)

@@ -43,6 +43,13 @@ def decoder_table(r):
               f" {t}  {sets}")
 
 
+def won_tied_lost(c):
+    """Counts, not rounded shares: 0/100/0% beside "100% of wins" read as a contradiction when
+    1 step of 998 was won (issue 43, trap 5)."""
+    return (f"steps won/tied/lost {c['win']}/{c['tie']}/{c['loss']} of {c['steps']}, "
+            f"{c['wins_replacing_repeat']} of {c['win']} wins fixed a repeat")
+
+
 def paper_tables(r):
     print("\n  repetition in drafts (Kim §6.1; paper: BPD 20-75%; with 2-gram rescoring it quotes\n"
           "  9.9-24.5%, which may be read as levels or as reductions)")
@@ -55,8 +62,7 @@ def paper_tables(r):
     wide = decoders.label_width(r.relative_gain) - 1
     for name, g in r.relative_gain.items():
         w = r.win_tie_loss.get(name)
-        wtl = (f"  steps won/tied/lost {100 * w['win']:.0f}/{100 * w['tie']:.0f}/{100 * w['loss']:.0f}%,"
-               f" {100 * w['wins_replacing_repeat']:.0f}% of wins fixed a repeat") if w else ""
+        wtl = f"  {won_tied_lost(w['counts'])}" if w else ""
         print(f"  {name:{wide}s} {g['percent']:+6.1f}%  closes {100 * g['gap_closed']:4.0f}% of the gap "
               f"to the oracle{wtl}")
     print("\n  cost per generated token (ours; Kim analyse cost in Fig. 2 and an appendix table)\n"

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from lab import analysis
 from lab import bench
 import decoders
-from minibpd import GPTConfig, KVCache, greedy_decode, window_start
+from minibpd import GPTConfig, KVCache, window_start
 from runtime.fast_heads import FastGPT
 from runtime.kvcache import device_of
 from runtime.tree import draft_tree, tree_layout
@@ -287,32 +287,32 @@ def profile(runs, prompts, n, B, tree=False):
     return p
 
 
-def measure_decoders(model, res, chosen, prompts, n):
-    """One real run of greedy and every decoder that does not peek (bench.decode_all). -> ({name:
-    Profile}, greedy first; {name: its outputs equal greedy's}; plain BPD's runs)."""
-    greedy = [greedy_decode(model, p, n) for p in prompts]
-    runs, outs, _ = bench.decode_all(model, res, chosen, prompts, [p + g for p, g in
-                                                                   zip(prompts, greedy)], n)
+def measure_decoders(run):
+    """One real run of greedy and every decoder that does not peek on the run's prompts
+    (bench.decode_all). -> ({name: Profile}, greedy first; {name: its outputs equal greedy's};
+    plain BPD's runs)."""
+    prompts, n, B = run.prompts, run.n, run.model.config.block_size
+    greedy = run.continuations()
+    runs, outs, _ = bench.decode_all(run)
     names = [k for k, d in decoders.active().items() if not d.peeks]
-    B = model.config.block_size
     out = {GREEDY: profile(None, prompts, n, B)}
     for name in names:
-        several = max_drafts(decoders.make(name, res, chosen[name])) > 1
+        several = max_drafts(decoders.make(name, run.res, run.chosen[name])) > 1
         out[name] = profile(runs[name], prompts, n, B, several)
     return out, {k: outs[k] == greedy for k in names}, runs[decoders.PLAIN]
 
 
-def time_decoders(model, res, chosen, prompts, n, profiles):
-    """bench.timings over every profiled method, each next to its InSitu twin (interleaved, so
-    that machine noise hits both alike); fills each Profile's in-situ costs. -> the bench's
-    {tokens_per_s, timing_warnings} of the plain methods."""
-    plain = [decoders.method(k, res, chosen.get(k, {})) for k in profiles]
-    twins = [InSitu(decoders.method(k, res, chosen.get(k, {}))) for k in profiles]
-    times = bench.timings(model, [m for pair in zip(plain, twins) for m in pair], prompts, n)
+def time_decoders(run, profiles):
+    """bench.timings of the run over every profiled method, each next to its InSitu twin
+    (interleaved, so that machine noise hits both alike); fills each Profile's in-situ costs.
+    -> the bench's {tokens_per_s, timing_warnings} of the plain methods."""
+    plain = [decoders.method(k, run.res, run.chosen.get(k, {})) for k in profiles]
+    twins = [InSitu(decoders.method(k, run.res, run.chosen.get(k, {}))) for k in profiles]
+    times = bench.timings(run, [m for pair in zip(plain, twins) for m in pair])
     for (name, p), twin in zip(profiles.items(), twins):
-        p.drafting_ms, p.forward_ms, p.rest_ms = twin.medians(times[twin.name], len(prompts))
+        p.drafting_ms, p.forward_ms, p.rest_ms = twin.medians(times[twin.name], len(run.prompts))
     mine = {m.name: times[m.name] for m in plain}
-    return {"tokens_per_s": bench.tokens_per_s(mine, len(prompts) * n),
+    return {"tokens_per_s": bench.tokens_per_s(mine, len(run.prompts) * run.n),
             "timing_warnings": bench.timing_warnings(mine, GREEDY)}
 
 
@@ -409,8 +409,9 @@ def mean_costs(a, b):
     return {**a, **{k: avg(a[k], b[k]) for k in ("call_ms", "tree_ms", "window_ms", "heads_ms")}}
 
 
-def check_run(model, prompts, n, device):
+def check_run(run, device):
     """Clear errors for bad input to run(), before any model call."""
+    model, prompts, n = run.model, run.prompts, run.n
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError):
@@ -423,6 +424,10 @@ def check_run(model, prompts, n, device):
     if not prompts or isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"run needs at least one prompt and n >= 1 new tokens, got "
                          f"{len(prompts)} prompts and n={n!r}")
+    if run.temperature or run.verify != "auto":      # what the profiles and projection assume
+        raise ValueError(f"the scale map times greedy decoding with each decoder's own "
+                         f"verification: temperature 0 and verify 'auto', got {run.temperature} "
+                         f"and {run.verify!r}")
 
 
 def mean_cached(runs, B):
@@ -431,14 +436,15 @@ def mean_cached(runs, B):
                                  for r in runs for s in r["steps"]))
 
 
-def run(model, ck, res, chosen, prompts, n, device="cpu", log=print):
-    """The scale map (see the module docstring): measure, project, validate at the model's own
-    size, find the crossovers. ck is unused (res holds what the drafters need); it keeps the
-    signature of bench.run_bench. -> a JSON-ready dict."""
-    check_run(model, prompts, n, device)
+def run(lab_run, device="cpu", log=print):
+    """The scale map (see the module docstring) of a lab.run.Run (its prompts, n new tokens each,
+    at temperature 0 with verify 'auto'): measure, project, validate at the model's own size,
+    find the crossovers. -> a JSON-ready dict."""
+    check_run(lab_run, device)
+    model, prompts, n = lab_run.model, lab_run.prompts, lab_run.n
     t0, B, dtype = time.perf_counter(), model.config.block_size, model.lm_head.weight.dtype
     log("decoding the prompts with every decoder")
-    profiles, identical, bpd_runs = measure_decoders(model, res, chosen, prompts, n)
+    profiles, identical, bpd_runs = measure_decoders(lab_run)
     cached = mean_cached(bpd_runs, B) if any(r["steps"] for r in bpd_runs) else B // 2
     cached = min(cached, B - model.config.n_bpd_heads)      # room for a draft after it
     window = round(statistics.mean(p.window_tail for p in profiles.values()))
@@ -449,7 +455,7 @@ def run(model, ck, res, chosen, prompts, n, device="cpu", log=print):
     own, *bigger = sizes(model)
     before = timed_size(own)
     log("timing every decoder as the bench does, each beside its twin timed inside")
-    measured = time_decoders(model, res, chosen, prompts, n, profiles)
+    measured = time_decoders(lab_run, profiles)
     rows = [mean_costs(before, timed_size(own))]  # the tight loop at the model's size, timed
     for name, p in profiles.items():              # before and after the decoders: their mean
         p.split_rest(rows[0], name)
@@ -465,7 +471,7 @@ def run(model, ck, res, chosen, prompts, n, device="cpu", log=print):
             "crossover_params_tight_loop": crossover_params(tight),
             "profiles": {k: p.to_json() for k, p in profiles.items()},
             "identical_to_greedy": identical,
-            "cached": cached, "window_tail": window, "settings": chosen,
+            "cached": cached, "window_tail": window, "settings": lab_run.chosen,
             "timing_warnings": measured["timing_warnings"], "prompts": len(prompts),
             "new_tokens": n, "device": str(device_of(model)), "threads": torch.get_num_threads(),
             "seconds": time.perf_counter() - t0}

@@ -10,6 +10,11 @@ import torch
 import torch.nn.functional as F
 
 PACKED = True    # False: F.linear everywhere (tools/peer_bench.py and peer_profile.py --unpacked)
+# Row-invariant products (ours; models/machine.py): {kernel_key: n} where this CPU's kernel gives
+# every row of a product of up to n rows the bits of a one-row product, whatever the row count and
+# the row's place (row_invariance probes it). Such a product needs no fixed block: a batch-
+# invariant call runs it on its own rows, n at a time. Empty: every product in fixed blocks.
+FREE = {}
 
 
 class Derived(dict):
@@ -27,11 +32,13 @@ class Derived(dict):
 def derived(module, name, key, make):
     """A tensor (or a small object of tensors) made from a module's weights, kept outside its
     state dict until `key` (the weight's address and version) changes: make() runs once, not in
-    every call."""
+    every call. Threads sharing the module read an entry once: never one thread's key with
+    another's tensor."""
     kept = module.__dict__.setdefault("_derived", Derived())
-    if name not in kept or kept[name][0] != key:
-        kept[name] = (key, make())
-    return kept[name][1]
+    entry = kept.get(name)
+    if entry is None or entry[0] != key:
+        entry = kept[name] = (key, make())
+    return entry[1]
 
 
 @functools.cache
@@ -110,13 +117,40 @@ def linear_rows(layer, x, rows, wide=False):
     """layer(x) for a Linear on activations x [M, K] -> [M, K'], by blocks of exactly `rows`
     rows in batch-invariant mode: the rows padded and cast to the weight's dtype in one copy,
     and only the M real rows of the product cast back. The matmul is what needs the fixed
-    shape; the operations between matmuls run on the call's own rows (module docstring).
+    shape; the operations between matmuls run on the call's own rows (module docstring). Where
+    the kernel is row-invariant here (FREE), the call's own rows instead, n at a time.
     rows=None: one plain product (widened, when `wide`, for bf16 weights)."""
     if rows is None:
         return widened(layer, x) if wide and layer.weight.dtype == torch.bfloat16 else layer(x)
+    free = FREE.get(kernel_key(layer.weight))
+    if free:                                  # fresh copies, as the probe's: aligned alike
+        dtype = layer.weight.dtype
+        return torch.cat([linear(layer, x[i:i + free].to(dtype, copy=True)).to(x.dtype)
+                          for i in range(0, len(x), free)])
     padded = padded_copy(x, rows, 1, dtype=layer.weight.dtype)         # [ceil(M/R) R, K]
     out = blocks(lambda b: linear(layer, b), padded, rows)
     return out[:len(x)].to(x.dtype)
+
+
+def kernel_key(w):
+    """What picks a product's kernel here: the weight's shape, dtype and device, and whether it
+    runs packed (linear)."""
+    return (tuple(w.shape), str(w.dtype), w.device.type, PACKED and packs(w.dtype))
+
+
+@torch.no_grad()
+def row_invariance(layer, most):
+    """The most rows n <= `most` for which linear(layer, x) of every m <= n rows gives each row
+    the bits that row gets alone (0: not even two), on random rows in the weight's dtype. A
+    kernel's order of sums depends on the shapes, not on the values, so rows that agree here
+    agree for any values; each m is tried, since kernels split off remainder rows."""
+    w = layer.weight
+    x = torch.randn(most, w.shape[1], generator=torch.Generator().manual_seed(0)).to(w.dtype)
+    alone = torch.cat([linear(layer, x[i:i + 1].clone()) for i in range(most)])
+    for m in range(2, most + 1):
+        if not torch.equal(linear(layer, x[:m].clone()), alone[:m]):
+            return m - 1 if m > 2 else 0
+    return most
 
 
 def widened(layer, x):

@@ -174,18 +174,19 @@ class TiedHead(Linear):
 
     def distinct(self, x):
         """Logits of distinct rows x [n, C]: copied from the memo where it has them, by blocks
-        otherwise (the memo only holds for the weight it was made with)."""
+        otherwise (the memo only holds for the weight it was made with). Threads sharing the
+        model share the memo: it is read once, so each call uses one memo whole (a row's logits
+        are the same bits whichever call projected it), and replaced whole (one assignment)."""
         version = (self.weight.data_ptr(), self.weight._version, self.weight.dtype, x.dtype)
-        same = None
-        if self.memo is not None and self.memo[0] == version and \
-                len(x) * len(self.memo[1]) <= self.memo_rows ** 2:
-            same = (x[:, None] == self.memo[1][None]).all(-1)             # [n, N]
+        same, memo = None, self.memo
+        if memo is not None and memo[0] == version and len(x) * len(memo[1]) <= self.memo_rows ** 2:
+            same = (x[:, None] == memo[1][None]).all(-1)                  # [n, N]
         if same is None or not same.any():                                # nothing to copy
             out = linear_rows(self, x, self.rows)                         # (rows set: no recursion)
         else:
             out = torch.empty(len(x), self.weight.shape[0], dtype=x.dtype, device=x.device)
             new = ~same.any(-1)
-            out[~new] = self.memo[2][same[~new].int().argmax(-1)]
+            out[~new] = memo[2][same[~new].int().argmax(-1)]
             if new.any():
                 out[new] = linear_rows(self, x[new], self.rows)
         self.memo = (version, x, out) if len(x) <= self.memo_rows else None
@@ -307,6 +308,12 @@ def exit_head(cfg):
     return bpd_head(dataclasses.replace(cfg, head_form="stern"))
 
 
+def activation_dtype(weights):
+    """Activations, attention and the KV cache of a model with weights in `weights`: fp32 under
+    bf16/fp16 weights."""
+    return weights if weights in (torch.float32, torch.float64) else torch.float32
+
+
 class Llama(nn.Module):
     """The Llama decoder with h heads: head 1 is the base LM, heads 2..h are BPDHeads or
     ChainedHeads (config.head_form), and all of them share the output projection, tied to the
@@ -341,9 +348,7 @@ class Llama(nn.Module):
 
     @property
     def act_dtype(self):
-        """Activations, attention and the KV cache: fp32 under bf16/fp16 weights."""
-        w = self.tok_emb.weight.dtype
-        return w if w in (torch.float32, torch.float64) else torch.float32
+        return activation_dtype(self.tok_emb.weight.dtype)
 
     def forward(self, idx, cache=None, tree=None, prefix=None):
         """idx [P, L] token ids -> final hidden states z [P, L, C] (after the final RMSNorm). With

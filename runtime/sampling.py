@@ -1,6 +1,6 @@
 """sampling: lossless sampling with BPD drafts (speculative sampling), in a few readable lines.
 
-Kim et al. leave sampling to future work; Stern et al. define BPD for greedy decoding. The
+Kim et al. (v2 §4): "we consider greedy decoding exclusively"; Stern et al. define BPD for greedy decoding. The
 speculative sampling rule (Leviathan, Kalman, Matias 2023; Chen et al. 2023) makes any draft
 *lossless*: the output is distributed exactly as sampling the base model one token at a time.
 
@@ -20,7 +20,12 @@ from r. Which children are tried (children_to_try) depends on where the drafts c
   probability r(child) and removed from r on rejection: the walk samples the node's token from p
   exactly, so the whole output is exact.
 - drafts sampled i.i.d. from one declared proposal q (q[i]: the distribution of every draft's
-  token i): every draft's token, repeats included, in draft order. That is multi-round
+  token i): every draft's token, repeats included, in draft order. The precondition: q IS the
+  distribution the drafts were drawn from (each token an independent draw from its row, with the
+  generator the drafter is handed). No check of one answer can see where its drafts came from
+  (check_proposal checks what it can); a q that is not theirs biases the output, and
+  `pytest test_minibpd.py --drafter MODULE:FACTORY` catches it (test_your_drafter_samples_exactly,
+  docs/exactness.md). That is multi-round
   rejection sampling with i.i.d. proposals, exact for any number of them; de-duplicating would
   bias it (a token drawn twice has two chances). The drafts below an accepted child still hold
   i.i.d. draws from q[i + 1], because each position was drawn independently.
@@ -29,6 +34,9 @@ Temperature 0 is greedy decoding: target_probs is then a one-hot on the argmax, 
 loop takes its greedy rule (minibpd.GreedyRule) instead; SampledRule is the rule above in the
 same shape. decoders.HeadSampler is the drafter that declares a proposal q.
 """
+import math
+import numbers
+
 import torch
 import torch.nn.functional as F
 
@@ -39,19 +47,28 @@ def target_probs(logits, temperature):
     0: a one-hot on the argmax (ties: the smallest id, as argmax)."""
     if temperature == 0:
         return F.one_hot(logits.argmax(-1), logits.shape[-1]).to(logits.dtype)
-    return F.softmax(logits / temperature, dim=-1)
+    return F.softmax(logits / float(temperature), dim=-1)
 
 
 MIN_TEMPERATURE = 1e-6   # 0 is greedy; below this, logits / T can overflow float64 to inf
 
 
 def check_temperature(temperature):
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or \
-            not 0 <= temperature < float("inf"):
+    """A temperature is a real number (any type: numpy's float32 too; not a bool), 0 or at least
+    MIN_TEMPERATURE, finite. The loop divides by float(temperature)."""
+    real = isinstance(temperature, numbers.Real) and not isinstance(temperature, bool)
+    if not real or not 0 <= temperature < float("inf") or not finite(temperature):
         raise ValueError(f"temperature must be a number >= 0, got {temperature!r}")
     if 0 < temperature < MIN_TEMPERATURE:
         raise ValueError(f"temperature must be 0 (greedy) or at least {MIN_TEMPERATURE:g}, got "
                          f"{temperature!r}: below that, logits / T overflow to inf")
+
+
+def finite(x):
+    try:
+        return math.isfinite(float(x))
+    except OverflowError:                     # an int past float's range
+        return False
 
 
 def own_generator(generator, temperature):
@@ -67,7 +84,8 @@ def own_generator(generator, temperature):
 
 def check_proposal(q, drafts, V, who):
     """A drafter's declared proposal, checked before any use: q [m + 1, V] (row i: the
-    distribution its drafts' token i was drawn from; row 0, head 1's, is not used), finite,
+    distribution its drafts' token i was drawn from, the precondition no check can see: the
+    module's docstring; row 0, head 1's, is not used), finite,
     non-negative, rows 1..m summing to 1 within 1e-6, positive at every drafted token. -> q as
     float64 on the CPU, rows renormalised; or a ValueError naming the drafter (`who`)."""
     def broken(detail):

@@ -32,7 +32,7 @@ def pytest_configure(config):
     if not module or not name:
         raise pytest.UsageError(f"--drafter takes MODULE:FACTORY, e.g. my_drafter:MyDrafter; got {spec!r}")
     try:
-        factory = getattr(cli.import_plugin(module), name)
+        factory = getattr(cli.import_plugin(module, taken_ok=True), name)
     except Exception as e:
         raise pytest.UsageError(f"--drafter {spec}: {type(e).__name__}: {e}") from None
     if not callable(factory):

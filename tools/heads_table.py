@@ -1,4 +1,4 @@
-"""Stern et al.'s Table 1, at our small scale (docs/approximate.md): plain BPD's mean accepted
+"""Stern et al.'s Table 1, at our small scale (docs/results/approximate.md): plain BPD's mean accepted
 block size (block efficiency: new tokens / serial calls) with heads 1..N, N = 2, 4, 6, 8, for
 each checkpoint named, with its quality: head 1's test loss from its training record and the
 phrase repetition of its greedy text.

@@ -1,7 +1,7 @@
 """Block efficiency of bpd, lookup, lookup_pbest and pbest by offline replay (analysis.prepare,
 then analysis.be_of: the same accepted lengths as bpd_decode, test_refine.py) on the bench's test
 prompts (cli.bench_prompts: make_prompts over the checkpoint's test split), with each decoder's
-settings as the bench takes them (the tuned file, else the registry's defaults). docs/lookup.md.
+settings as the bench takes them (the tuned file, else the registry's defaults). docs/results/lookup.md.
 
     python tools/lookup_be.py                                          # 16 prompts x 128 tokens
     python tools/lookup_be.py --checkpoint checkpoints/smollm2-heads.pt --first 8 --new-tokens 64
@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from lab import analysis  # noqa: E402
 import decoders  # noqa: E402
 from lab.bench import make_prompts  # noqa: E402
+from lab.run import Run  # noqa: E402
 from decoders import split_text  # noqa: E402
 from minibpd import bpd_decode, load_checkpoint  # noqa: E402
 from runtime.checkpoint import CHECKPOINT  # noqa: E402
@@ -32,29 +33,29 @@ from runtime.threads import set_threads  # noqa: E402
 NAMES = ("bpd", "lookup", "lookup_pbest", "pbest")
 
 
-def copy_share(model, items, res, s):
+def copy_share(run, s):
     """(share of lookup's steps with a copy drafted, share where the copy gained more than BPD's
-    draft), over lookup's own replay."""
-    runs = analysis.replay_all(model, items, lambda a: decoders.make("lookup", res, s, a))
-    steps = [(st, answer) for r, (_, answer, _) in zip(runs, items) for st in r["steps"]]
+    draft), over lookup's own replay on the run's prompts."""
+    runs = analysis.replay_all(run, lambda a: decoders.make("lookup", run.res, s, a))
+    steps = [(st, answer) for r, (_, answer, _) in zip(runs, run.items) for st in r["steps"]]
     copied = [(st, answer) for st, answer in steps if len(st["drafts"]) == 2]
     better = sum(analysis.gain(st["drafts"][1], answer, st["pending"]) >
                  analysis.gain(st["drafts"][0], answer, st["pending"]) for st, answer in copied)
     return len(copied) / max(1, len(steps)), better / max(1, len(steps))
 
 
-def real(model, items, res, chosen, n):
-    """The first n prepared prompts decoded for real: {name: (identical to greedy, online block
+def real(run, n):
+    """The run's first n prompts decoded for real: {name: (identical to greedy, online block
     efficiency, the replay's)}."""
-    out = {}
+    first, out = run.on(run.prompts[:n], run.n, run.continuations()[:n]), {}
     for name in NAMES:
         runs, same = [], True
-        for plen, answer, _ in items[:n]:
-            tokens, stats = bpd_decode(model, answer[:plen], len(answer) - plen,
-                                       decoders.make(name, res, chosen[name]))
-            same, runs = same and tokens == answer[plen:], runs + [stats]
+        for p, g in zip(first.prompts, first.continuations()):
+            tokens, stats = bpd_decode(run.model, p, len(g),
+                                       decoders.make(name, run.res, run.chosen[name]))
+            same, runs = same and tokens == g, runs + [stats]
         out[name] = {"identical_to_greedy": same, "block_efficiency": analysis.block_eff(runs),
-                     "replay": analysis.be_of(model, items[:n], res, name, chosen[name])}
+                     "replay": analysis.be_of(first, name, run.chosen[name])}
     return out
 
 
@@ -72,18 +73,18 @@ def main():
     tuned = decoders.load_tuned(decoders.tuned_path(args.checkpoint), args.checkpoint,
                                 model.config.n_bpd_heads, ck["config"].get("n_bpd_heads"))
     chosen = decoders.settings(tuned)
-    res = decoders.Resources(model, ck)
     prompts = make_prompts(split_text(ck, "test"), ck["vocab"], args.prompts)[:args.first]
-    items = analysis.prepare(model, prompts, args.new_tokens)
+    run = Run(decoders.Resources(model, ck), chosen, prompts, args.new_tokens)
+    items = run.items                                  # greedy and the heads, once
     prepared = time.perf_counter() - t0
-    be = {name: analysis.be_of(model, items, res, name, chosen[name]) for name in NAMES}
+    be = {name: analysis.be_of(run, name, chosen[name]) for name in NAMES}
     same = {**chosen["pbest"], "ngram": chosen["lookup_pbest"]["ngram"], "copy": chosen["lookup_pbest"]["copy"]}
-    be["lookup_pbest (pbest's settings)"] = analysis.be_of(model, items, res, "lookup_pbest", same)
-    by_ngram = {str(g): analysis.be_of(model, items, res, "lookup", {**chosen["lookup"], "ngram": g})
+    be["lookup_pbest (pbest's settings)"] = analysis.be_of(run, "lookup_pbest", same)
+    by_ngram = {str(g): analysis.be_of(run, "lookup", {**chosen["lookup"], "ngram": g})
                 for g in (1, 2, 3, 4)}
-    by_copy = {str(c): analysis.be_of(model, items, res, "lookup", {**chosen["lookup"], "copy": c})
+    by_copy = {str(c): analysis.be_of(run, "lookup", {**chosen["lookup"], "copy": c})
                for c in (0, 10, 16)}
-    drafted, won = copy_share(model, items, res, chosen["lookup"])
+    drafted, won = copy_share(run, chosen["lookup"])
     report = {"checkpoint": args.checkpoint, "prompts": f"{len(prompts)} of {args.prompts}",
               "new_tokens": args.new_tokens, "greedy_phrase_repeat": analysis.phrase_repetition_all(
                   [answer[plen:] for plen, answer, _ in items]),
@@ -93,7 +94,7 @@ def main():
               "settings": {**{n: chosen[n] for n in NAMES}, "lookup_pbest (pbest's settings)": same},
               "seconds_prepare": round(prepared)}
     if args.real:
-        report[f"real_first_{args.real}"] = real(model, items, res, chosen, args.real)
+        report[f"real_first_{args.real}"] = real(run, args.real)
     report["seconds"] = round(time.perf_counter() - t0)
     print(json.dumps(report, indent=1))
 

@@ -1,5 +1,5 @@
 """bpd against sampled (the heads' argmax against draws from them) at T = 0.5 and 1, seeds 0-4:
-is sampled's lead in docs/exactness.md's one-seed table more than the run-to-run spread?
+is sampled's lead in docs/results/sampling.md's one-seed table more than the run-to-run spread?
 
     python tools/sampled_seeds.py         # shipped checkpoint, about a minute on 1 thread
 

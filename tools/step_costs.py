@@ -1,4 +1,4 @@
-"""Where the time of one decode step goes on this machine (docs/results.md's per-step table).
+"""Where the time of one decode step goes on this machine (docs/results/bench.md's per-step table).
 
     python tools/step_costs.py            # shipped checkpoint, CPU, ~1 minute
 

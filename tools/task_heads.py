@@ -1,4 +1,4 @@
-"""Per-task heads on SmolLM2 (issue 24; docs/tasks.md "Per-task heads on SmolLM2"): from the
+"""Per-task heads on SmolLM2 (issue 24; docs/results/tasks.md "Per-task heads on SmolLM2"): from the
 shipped heads (start), heads 2..h and the early-exit adapter fine-tuned on the mixture of all
 seven tasks' train prompts, and per task on one task's train prompts (training/task_heads.py:
 the same steps, seed and data budget each run). For each head set and each chosen task's test
@@ -7,7 +7,7 @@ model runs): plain BPD's and each refined decoder's exact block efficiency by of
 (lab.analysis.be_of, the tuned settings of checkpoints/smollm2-heads.pt.tuned.json for every head
 set), and each head's agreement with greedy.
 
-    python tools/task_heads.py --tasks qa,code2doc,rename --steps 100 --prompts 128 --examples 8   # docs/tasks.md, ~27 min on 2 shared cores
+    python tools/task_heads.py --tasks qa,code2doc,rename --steps 100 --prompts 128 --examples 8   # docs/results/tasks.md, ~27 min on 2 shared cores
     python tools/task_heads.py ... --json > /tmp/w/task_heads.json
 """
 import argparse
@@ -21,6 +21,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import decoders  # noqa: E402
 from lab import analysis, bench, tasks  # noqa: E402
+from lab.run import Run  # noqa: E402
 from minibpd import greedy_decode, load_checkpoint  # noqa: E402
 from training import task_heads  # noqa: E402
 
@@ -74,9 +75,9 @@ def evaluate(model, res, sets, settings):
     """{task: {"be": {decoder: block efficiency}, "agreement": [h]}} for the current heads."""
     out = {}
     for name, (prompts, greedy) in sets.items():
-        items = analysis.prepare(model, prompts, None, greedy)
-        out[name] = {"be": {d: analysis.be_of(model, items, res, d, settings[d]) for d in DECODERS},
-                     "agreement": head_agreement(items, model.config.n_bpd_heads)}
+        run = Run(res, settings, prompts, [len(g) for g in greedy], greedy=greedy)   # greedy once
+        out[name] = {"be": {d: analysis.be_of(run, d, settings[d]) for d in DECODERS},
+                     "agreement": head_agreement(run.items, model.config.n_bpd_heads)}
     return out
 
 

@@ -1,10 +1,10 @@
-"""The cross-task evidence of docs/tasks.md from one `--tasks --json` file: each correlation with
+"""The cross-task evidence of docs/results/tasks.md from one `--tasks --json` file: each correlation with
 n, its coefficient, the exact permutation p and the leave-one-out range (lab/stats.py), with every
 task and without the degenerate ones, and the verdict by docs/tasks.md's threshold; then BPD's
 block efficiency per task with its 95% bootstrap interval, and the spread.
 
     python minibpd.py --tasks --json > /tmp/w/tasks.json
-    python tools/task_verdicts.py /tmp/w/tasks.json [--table]    # --table: docs/tasks.md's table
+    python tools/task_verdicts.py /tmp/w/tasks.json [--table]    # --table: docs/results/tasks.md's table
 
 Degenerate: a task whose greedy text scores ROUGE-L < 0.1 against the references (`code`: the
 model writes spaces). Verdict: "reproduces" only if p < 0.05 with n >= 5 non-degenerate tasks and
@@ -83,7 +83,7 @@ def main(path):
 
 
 def table(path):
-    """The per-task table of docs/tasks.md (markdown) from one `--tasks --json` file."""
+    """The per-task table of docs/results/tasks.md (markdown) from one `--tasks --json` file."""
     report = json.load(open(path))
     tasks = report["tasks"]
     methods = [m for m in next(iter(tasks.values()))["block_efficiency"] if m not in ("greedy", "bpd")]

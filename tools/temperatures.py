@@ -1,4 +1,4 @@
-"""Block efficiency of every decoder at temperatures 0, 0.5 and 1 (docs/exactness.md's sampling table).
+"""Block efficiency of every decoder at temperatures 0, 0.5 and 1 (docs/results/sampling.md's table).
 
     python tools/temperatures.py          # shipped checkpoint, test split, ~3 minutes on 2 cores
 

@@ -1,5 +1,5 @@
 """1 thread against 2 (torch's default here), idle and with one competing busy process: the
-measurement behind docs/threads.md's table and the default of every command.
+measurement behind docs/results/threads.md's table and the default of every command.
 
     python tools/threads.py            # ~2 minutes on 2 cores; run it on an otherwise idle machine
 

@@ -2,7 +2,7 @@
 several drafts, the same decode verified as P rows of a batch (`verify="batch"`) and as one row
 holding the drafts' token tree (`verify="tree"`, llama.tree_attention): whether each equals
 greedy, block efficiency (the same: the same accepts), tokens the base model ran on per call,
-and ms per token: the table behind docs/real-model.md's tree table.
+and ms per token: the table behind docs/results/real-model-runs.md's tree table.
 
     python tools/tree_verify.py [--prompts 3] [--new-tokens 32] [--rounds 3] [--decoders pbest0,pbest]
 

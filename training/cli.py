@@ -14,13 +14,14 @@ import train_heads
 from lab.questions import questions
 from minibpd import GPTConfig
 from models.llama import HEAD_FORMS
-from runtime.checkpoint import (CHECKPOINT, FORMAT_VERSION, CheckpointError, read, split_corpus,
-                                writable)
+from runtime.checkpoint import (CHECKPOINT, FORMAT_VERSION, CheckpointError, read, shipped,
+                                split_corpus, train_kind, writable)
 from runtime.fast_heads import FastGPT
 from runtime.threads import choose_threads
 from training.finetune import (DISTILL_DEFAULTS, SMOLLM_DEFAULTS, TASKS_DEFAULTS, TEACHERS,
                                VARIANTS, distill, finetune_tasks, smollm_heads)
-from training.fit import TrainConfig, as_tensors, git_revision, load_corpus
+from training.fit import (MAX_DATA_BYTES, TrainConfig, as_tensors, check_data_size, git_revision,
+                          load_corpus)
 
 
 # ----------------------------------------------------------------------------- the rescorer's size
@@ -62,8 +63,9 @@ def parse_args(argv=None):
 
     def arg(flag, help, metavar="N", **kw):         # every flag has a help line: its default shows
         p.add_argument(flag, help=help, metavar=metavar, **kw)
-    arg("--data", "UTF-8 text file, used as it is (default: Python's own pydoc_data.topics, "
-        "cleaned)", metavar="FILE")
+    arg("--data", "UTF-8 text file, used as it is, at most "
+        f"{MAX_DATA_BYTES // 2 ** 20} MiB (default: Python's own pydoc_data.topics, cleaned)",
+        metavar="FILE")
     p.add_argument("--clean", action="store_true", help="clean --data like the default corpus: "
                    "collapse spaces (indentation too), drop reST rules and table borders")
     arg("--out", "checkpoint file to write", default=CHECKPOINT, metavar="FILE")
@@ -286,12 +288,18 @@ def check_args(args):
         fail(f"--head-weight must be a finite number >= 0, got {args.head_weight}")
     if not 0 <= args.seed <= 2**63 - 1:                     # torch.manual_seed's range
         fail(f"--seed must be in [0, 2**63 - 1], got {args.seed}")
-    # --out: refuse now rather than after training. The default is the shipped checkpoint.
-    out, folder = args.out, os.path.dirname(os.path.abspath(args.out))
+    if args.data is not None:
+        try:
+            check_data_size(args.data)
+        except ValueError as e:
+            fail(str(e))
+    # --out: refuse now rather than after training. The default is the shipped checkpoint. A
+    # symbolic link is written through: its target's folder must exist (a dangling link too).
+    out, folder = args.out, os.path.dirname(os.path.realpath(args.out)) if args.out else ""
     if not out or os.path.isdir(out):
         fail(f"--out {out!r} is not a file name")
     if os.path.exists(out) and not args.force:
-        fail(f"--out {out} already exists; pass --force to overwrite it")
+        fail(f"--out {out} already exists; {overwrite_advice(out, mode_kind(args))}")
     if not os.path.isdir(folder):
         fail(f"--out {out}: directory {folder} does not exist")
     if not writable(out):
@@ -300,6 +308,31 @@ def check_args(args):
         choose_threads(args.threads, training=True)
     except ValueError as e:
         fail(str(e))
+
+
+def mode_kind(args):
+    """The kind of checkpoint this run writes (runtime.checkpoint.train_kind of its file)."""
+    if args.smollm:
+        return "smollm2-heads"
+    if args.tasks:
+        return "tasks"
+    return f"distill-{args.distill}" if args.distill else None
+
+
+def overwrite_advice(out, kind):
+    """What to do about an existing --out: --force only where it holds a checkpoint of the kind
+    this run writes and is not shipped (runtime.checkpoint.retrain's rule); else a new file."""
+    new = "my-heads.pt" if kind == "smollm2-heads" else "my-model.pt"
+    if shipped(out):
+        return f"it is shipped in checkpoints/: write to a new file, e.g. --out {new}"
+    try:
+        ours = train_kind(read(out, needs=("config",))) == kind
+    except CheckpointError:
+        ours = False
+    if ours:
+        return "pass --force to overwrite it"
+    return (f"it holds no checkpoint of the kind this run writes, and train_heads.py overwrites "
+            f"nothing else: write to a new file, e.g. --out {new}")
 
 
 def corpus_splits(args):

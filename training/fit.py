@@ -4,6 +4,7 @@ a checkpoint records, and the anchor of self-distillation. Errors are ValueError
 line (training/cli.py) makes them one line and exit 2.
 """
 import hashlib
+import os
 import subprocess
 import sys
 from dataclasses import dataclass, fields
@@ -17,14 +18,32 @@ from runtime.checkpoint import clean_text
 
 # ----------------------------------------------------------------------------- the corpus
 
+MAX_DATA_BYTES = 16 * 2 ** 20   # --data: at most 16 MiB (training holds every character as a tensor)
+
+
+def check_data_size(path):
+    """--data at most MAX_DATA_BYTES, refused before it is read (issue 40: memory grows with the
+    text, with no bound); the documented uses (the default corpus, 0.47 MB; a module's source)
+    are far smaller."""
+    try:
+        size = os.path.getsize(path)
+    except OSError as e:
+        raise ValueError(f"--data {path}: cannot read it ({e.strerror})") from None
+    if size > MAX_DATA_BYTES:
+        raise ValueError(f"--data {path} holds {size:,} bytes, more than the {MAX_DATA_BYTES:,} "
+                         "train_heads.py reads: pass a smaller file")
+
+
 def load_corpus(path=None, clean=None):
     """-> (text, description). Default: pydoc_data.topics, topics in sorted order, cleaned.
-    A file is kept as it is unless clean=True: indentation is the point of, say, Python source."""
+    A file is kept as it is unless clean=True: indentation is the point of, say, Python source;
+    it holds at most MAX_DATA_BYTES (check_data_size)."""
     if path is None:
         import pydoc_data.topics as topics
         raw = "\n\n".join(topics.topics[k] for k in sorted(topics.topics))
         name, where = f"pydoc_data.topics (Python {sys.version.split()[0]})", "the default corpus"
     else:
+        check_data_size(path)
         try:
             with open(path, encoding="utf-8") as f:
                 raw = f.read()

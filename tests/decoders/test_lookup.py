@@ -16,6 +16,8 @@ from decoders.lookup import PromptLookupDrafter, copied_continuation
 from minibpd import ArgmaxDrafter, bpd_decode, greedy_decode
 from ngram import NgramLM
 
+pytestmark = pytest.mark.assignment9   # docs/coursework.md
+
 
 # ----------------------------------------------------------------------------- the copy rule
 

@@ -10,6 +10,7 @@ from hypothesis import example, strategies as st
 
 from lab import analysis
 from lab import cli
+from lab.figures import won_tied_lost
 import decoders
 import lattice
 from runtime import contract
@@ -22,6 +23,8 @@ from minibpd import GPT, ArgmaxDrafter, bpd_decode, greedy_decode
 from runtime.fast_heads import FastGPT
 from ngram import NgramLM
 from runtime import tree
+
+pytestmark = pytest.mark.assignment5   # docs/coursework.md
 
 NAMES = list(decoders.DECODERS)
 DP = ("ngram", "pbest", "lookup_pbest")   # an n-gram DP: refused over its budget
@@ -164,12 +167,21 @@ def check_paper_keys(res, h):
         {"neural", "ngram", "pbest0", "pbest", "lookup", "lookup_pbest"}
     for name, w in res["win_tie_loss"].items():
         assert abs(w["win"] + w["tie"] + w["loss"] - 1) < 1e-9 and share(w["wins_replacing_repeat"])
+        c = w["counts"]
+        assert c["win"] + c["tie"] + c["loss"] == c["steps"] and c["wins_replacing_repeat"] <= c["win"]
     for name, c in res["cost"].items():
         assert c["base_calls"] <= 1 and c["base_tokens"] > 0 and c["flop_ratio"] > 0, name
         assert (c["small_lm_calls"] > 0) == (name == "neural"), name      # counted by the drafters
         assert (c["ngram_lookups"] > 0) == (name in ("ngram", "pbest", "lookup_pbest")), name
 
 
+def test_won_tied_lost_prints_counts_not_rounded_shares():
+    """Issue 43, trap 5: 1 win in 998 steps printed "0/100/0%, 100% of wins fixed a repeat"."""
+    line = won_tied_lost({"steps": 998, "win": 1, "tie": 996, "loss": 1, "wins_replacing_repeat": 1})
+    assert line == "steps won/tied/lost 1/996/1 of 998, 1 of 1 wins fixed a repeat"
+
+
+@pytest.mark.assignment2
 def test_bench_sweep(tiny_ckpt, capsys):
     code = cli.main(["--bench", "--checkpoint", tiny_ckpt, "--prompts", "2", "--new-tokens",
                          "8", "--sweep", "--no-color"])
@@ -331,3 +343,41 @@ def test_within_budget():
     assert budgets.within_budget(drafts, 6) == drafts[:2] + drafts[3:]   # 7 would need 3 more
     assert budgets.within_budget(drafts, 9) == drafts
     assert budgets.within_budget(drafts, 1) == drafts[:1]             # the best always
+
+
+# ----------------------------------------------------------------------------- threads (issue 40)
+
+def test_one_resources_is_safe_across_threads(monkeypatch):
+    """Issue 40, 5: two threads making `ngram` drafters from one Resources both fitted the n-gram
+    LM; one thread's drafter got the other's automaton ("the automaton was built for another
+    LM"). Resources builds under its lock: one LM, and the automaton built for it. (The first
+    fit is slowed so that the second thread arrives while it runs.)"""
+    import threading
+    import time
+    fits = []
+
+    class SlowFirst(NgramLM):
+        def fit(self, ids):
+            fits.append(self)
+            time.sleep(0.3 if len(fits) == 1 else 0.0)
+            return super().fit(ids)
+    monkeypatch.setattr(decoders, "NgramLM", SlowFirst)
+    vocab = "abcdefghijklmnopqrst"
+    text = "".join(vocab[(i * 7 + i // 3) % 20] for i in range(3000))
+    model = tiny_model(0, 20, 1, 4, 16)
+    res = decoders.Resources(model, {"vocab": vocab}, text=text)
+    made = {}
+
+    def make(i):
+        made[i] = decoders.make("ngram", res, {"k": 4, "alpha": 0.5, "order": 3})
+    threads = [threading.Thread(target=make, args=(i,)) for i in range(2)]
+    threads[0].start()
+    time.sleep(0.05)
+    threads[1].start()
+    for t in threads:
+        t.join()
+    assert len(fits) == 1 and made[0].lm is made[1].lm is res.ngram(3)
+    assert all(d.automaton.lm is d.lm for d in made.values())
+    prompt = random_prompt(1, 20, 12)
+    for d in made.values():
+        assert bpd_decode(model, prompt, 20, d)[0] == greedy_decode(model, prompt, 20)

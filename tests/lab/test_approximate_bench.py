@@ -15,6 +15,8 @@ from lab import cli
 from conftest import random_prompt, tiny_model
 from minibpd import GPT
 
+pytestmark = pytest.mark.assignment8   # docs/coursework.md
+
 
 def run_cli(capsys, *argv):
     code = cli.main(list(argv))

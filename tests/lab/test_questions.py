@@ -51,6 +51,7 @@ def test_each_question_is_of_its_own_splits_public_functions(split):
     assert min(forms.values()) > 0.1 * len(asked), forms
 
 
+@pytest.mark.assignment3
 def test_the_benchmarks_never_ask_a_train_or_tune_question():
     """Two functions of one split each can share a question's text (the same docstring summary):
     chat_prompts skips the test split's that train or tune also has."""

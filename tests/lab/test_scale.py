@@ -13,11 +13,14 @@ import lattice
 from lab import figures, scale
 from lab.analysis import greedy_processed
 from lab.bench import make_prompts
+from lab.run import Run
 from conftest import examples, on_random_models, random_prompt, tiny_model
 from minibpd import window_start
 from decoders import Resources, split_text
 from minibpd import GPT, GPTConfig, ArgmaxDrafter, bpd_decode, greedy_decode, load_checkpoint
 from runtime import kvcache
+
+pytestmark = pytest.mark.assignment6   # docs/coursework.md
 
 COST = {"call_ms": {"1": 1.0, "8": 3.0}, "tree_ms": {"tree": 6.0}, "window_ms": 10.0,
         "heads_ms": 0.5}
@@ -139,7 +142,7 @@ def tiny_run(tiny_ckpt, monkeypatch):
     model, ck = load_checkpoint(tiny_ckpt)
     res, chosen = Resources(model, ck), decoders.settings(overrides={"k": 2, "p": 2})
     prompts = make_prompts(split_text(ck, "test"), ck["vocab"], 2, 24)
-    return scale.run(model, ck, res, chosen, prompts, 20, log=lambda s: None), model
+    return scale.run(Run(res, chosen, prompts, 20), log=lambda s: None), model
 
 
 def test_run_on_tiny_checkpoint(tiny_run, capsys, tmp_path):
@@ -181,10 +184,13 @@ def test_run_refuses_bad_input_before_any_call(tiny_ckpt, monkeypatch):
                         ({"prompts": []}, "at least one prompt")):
         args = {"prompts": prompts, "n": 10, **kw}
         with pytest.raises(ValueError, match=message):
-            scale.run(model, ck, res, chosen, args.pop("prompts"), args.pop("n"), **args)
+            scale.run(Run(res, chosen, args.pop("prompts"), args.pop("n")), **args)
+    for kw in ({"temperature": 1.0}, {"verify": "tree"}):     # what the projection assumes
+        with pytest.raises(ValueError, match="temperature 0 and verify 'auto'"):
+            scale.run(Run(res, chosen, prompts, 10, **kw))
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="CUDA is not available"):
-            scale.run(model, ck, res, chosen, prompts, 10, device="cuda")
+            scale.run(Run(res, chosen, prompts, 10), device="cuda")
 
 
 def test_scale_command(tiny_ckpt, capsys, monkeypatch):

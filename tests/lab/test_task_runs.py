@@ -14,6 +14,8 @@ import train_heads
 from training import cli as training_cli
 from runtime import checkpoint
 
+pytestmark = pytest.mark.assignment7   # docs/coursework.md
+
 SMALL = 6          # examples per task and split: the recipe runs, the test stays short
 
 

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings, strategies as st
 
 from lab import bench
+from lab.run import Run
 import decoders
 from decoders import fastlattice
 import lattice
@@ -173,7 +174,7 @@ def test_head_logits_match_the_heads_one_by_one():
 
 def test_reference_switch_runs_the_heads_one_by_one(monkeypatch):
     """--reference is decoders.Resources(reference=True): its model is a view whose head_logits
-    calls each BPDHead (the readable path), never minibpd.head_states (the stacked one). In
+    calls each BPDHead (the readable path), never fast_heads.head_states (the stacked one). In
     float64 it gives the fast path's logits within rounding, its tokens and its steps, in plain
     and batch-invariant mode; the model itself stays on the fast path."""
     for batch_invariant in (False, True):
@@ -1116,7 +1117,7 @@ def test_every_decoder_equals_greedy_on_the_real_model(shipped):
 
 def test_reference_on_the_real_model(shipped, monkeypatch):
     """--reference on SmolLM2 (bf16): the view's head_logits runs each head one by one (the
-    stacked minibpd.head_states is made to fail) and equals the stacked path's within bf16
+    stacked fast_heads.head_states is made to fail) and equals the stacked path's within bf16
     rounding (head 1 bit for bit: the same projection; here all of it, fixed 8-row blocks);
     BPD through it gives greedy's tokens."""
     model, ck, _ = shipped
@@ -1222,10 +1223,75 @@ def test_tasks_on_the_real_model(shipped):
     assert not vocab.decode(examples["code"][0][0]).startswith("<|im_start|>")   # raw text
     chosen = decoders.settings(decoders.load_tuned(HEADS + ".tuned.json", HEADS))
     with decoders.select(["lookup"]):
-        r = bench.run_tasks(model, res, res, chosen, examples, vocab, log=lambda *a: None,
+        r = bench.run_tasks(Run(res, chosen), examples, res, log=lambda *a: None,
                             tokens=(8, 12))
     for name, t in r.tasks.items():
         assert set(t.block_efficiency) == {"greedy", "bpd", "lookup"}, name
         assert all(t.identical_to_greedy.values()) and 8 <= t.lengths[0] <= t.lengths[1] <= 12
         assert 0 <= t.quality["rouge_l"] <= 1 and t.degenerate == (t.quality["rouge_l"] < 0.1)
     assert set(r.correlation) >= {"hmax_vs_bpd_be", "gain_vs_bpd_be"}
+
+
+# ----------------------------------------------------------------------------- threads (issue 40)
+
+@pytest.fixture
+def fast_switching():
+    """Threads switch every 10 microseconds (the default: 5 ms), so that races show."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    yield
+    sys.setswitchinterval(before)
+
+
+def test_one_batch_invariant_llama_is_safe_across_threads(fast_switching):
+    """Issue 40, 5: TiedHead.memo was read three times and replaced by another thread in
+    between: two threads sharing one tiny batch-invariant Llama raised IndexError (in 10 of 20
+    runs of this loop here, before the fix). It is read once now (blocks.derived's cache and the stacked heads alike): every
+    output is greedy's."""
+    import threading
+    model = tiny_llama(0, 32, 1, 4, 16, 1, 2, 4, batch_invariant=True)
+    prompts = [[1, 2, 3], [5, 6, 7, 8]]
+    want = [greedy_decode(model, p, 30) for p in prompts]
+    for _ in range(12):
+        got, errors = {}, []
+
+        def work(i):
+            try:
+                got[i] = [bpd_decode(model, prompts[i], 30)[0] for _ in range(3)]
+            except Exception as e:
+                errors.append(f"{type(e).__name__}: {e}")
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors and [got[i] for i in range(2)] == [[w] * 3 for w in want], errors
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("n_bpd_heads", 2_000_000, "its config says n_bpd_heads=2000000, its weights hold 4 heads"),
+    ("vocab_size", 10 ** 10, "checkpoint config vocab_size=10000000000 does not match the GGUF's"),
+    ("n_embd", 65536, "checkpoint config n_embd=65536 does not match the GGUF's 576"),
+    ("n_layer", 10 ** 7, "checkpoint config n_layer=10000000 does not match the GGUF's 30"),
+])
+def test_a_heads_config_is_checked_before_any_weight_is_read(tmp_path, monkeypatch, key, value,
+                                                             message):
+    """Issue 40, 2: a heads checkpoint whose config asks for 2,000,000 heads built them before
+    any check; its architecture was compared with the GGUF's only after the whole load. Both
+    come first now: the heads from the checkpoint alone, the architecture from the GGUF's
+    header, before its weights are dequantized."""
+    real_model_or_skip()
+    heads = heads_or_skip()
+    ck = torch.load(heads, map_location="cpu", weights_only=True)
+    ck["config"][key] = value
+    path = tmp_path / "big.pt"
+    torch.save(ck, path)
+
+    def read(*a, **k):
+        raise AssertionError("weights were read before the config was checked")
+    monkeypatch.setattr(smollm, "trunk_state", read)
+    monkeypatch.setattr(smollm, "fresh_heads", read)
+    with pytest.raises(checkpoint.CheckpointError) as e:
+        minibpd.load_checkpoint(str(path))
+    held = len({k.split(".")[0] for k in ck["heads"]})
+    assert message.replace("4 heads", f"{held} heads") in str(e.value), e.value

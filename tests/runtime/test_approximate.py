@@ -17,6 +17,8 @@ from decoders.lookup import PromptLookupDrafter
 from runtime import loop
 from runtime.approximate import Relaxed
 
+pytestmark = pytest.mark.assignment8   # docs/coursework.md
+
 DRAFTERS = {"bpd": minibpd.ArgmaxDrafter, "pbest": lambda: lattice.PBestDrafter(3, 4),
             "long lookup": lambda: PromptLookupDrafter(1, copy=10)}   # drafts of 2 lengths
 

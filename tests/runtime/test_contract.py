@@ -1,17 +1,19 @@
 """The decode loop's checks (runtime/contract.py, runtime/request.py): a drafter is held to its
 contract at every step, whatever it hands back, and bad requests fail before any model call.
 (test_minibpd.py holds the papers' properties; these are the hardening around them.)"""
+import fractions
 import re
 import threading
 import timeit
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import strategies as st
 
 import lattice
 from conftest import model_and_prompt, on_random_models, random_prompt, tiny_model
-from minibpd import GPT, ArgmaxDrafter, bpd_decode, greedy_decode
+from minibpd import GPT, ArgmaxDrafter, bpd_decode, greedy_decode, sample_decode
 from runtime import contract
 from test_minibpd import LongDrafts
 
@@ -190,3 +192,123 @@ def test_readable_neural_drafter_equals_the_cached_one():
     a = bpd_decode(model, prompt, 40, lattice.NeuralDrafter(small, 4, 0.6))[1]
     b = bpd_decode(model, prompt, 40, CachedNeuralDrafter(small, 4, 0.6))[1]
     assert [s["drafts"] for s in a["steps"]] == [s["drafts"] for s in b["steps"]]
+
+
+def test_a_flat_draft_is_told_to_wrap_it():
+    """Issue 43, trap 4: one draft handed back as a flat list of ints was counted as that many
+    drafts ("return a list of 1 to 1 drafts; got 2"); it is recognised and the fix named."""
+    class Flat(ArgmaxDrafter):
+        def __call__(self, logprobs, context):
+            return super().__call__(logprobs, context)[0]
+    with pytest.raises(ValueError, match=r"one flat list of \d+ ints: wrap it in a list, \[draft\]"):
+        bpd_decode(tiny_model(0, 7, 1, 3, 8), [1, 2], 6, Flat())
+
+
+# ----------------------------------------------------------------------------- issue 40
+
+class Grower(ArgmaxDrafter):
+    """Declares one draft, then raises its own max_drafts inside __call__ and returns three."""
+    name = "grower"
+
+    def __call__(self, logprobs, context):
+        self.max_drafts = 3
+        draft = super().__call__(logprobs, context)[0]
+        return [draft, list(draft), list(draft)]
+
+
+@pytest.mark.parametrize("verify", ["batch", "tree", "auto"])
+def test_a_drafter_raising_its_max_drafts_gets_the_contract_error(verify):
+    """Issue 40, 6: the verifier's cache was sized by the declared max_drafts, the check read the
+    raised one, and kvcache.write failed ("The expanded size of the tensor..."; with a tree no
+    error). CheckedDrafter reads max_drafts once: the contract's ValueError names the drafter."""
+    with pytest.raises(ValueError, match=re.escape("drafter grower broke the drafter contract "
+                                                   "(1..max_drafts drafts): return a list of 1 to "
+                                                   "1 drafts; got 3")):
+        bpd_decode(tiny_model(0, 7, 1, 3, 8), [1, 2], 6, Grower(), verify=verify)
+
+
+def test_the_drafter_option_gives_a_raised_max_drafts_the_contract_error(tmp_path):
+    """The same drafter under `pytest --drafter`: the contract's error, never the tensor's."""
+    from test_minibpd import run_student_tests
+    r = run_student_tests(tmp_path, "from tests.runtime.test_contract import Grower\n"
+                                    "def make():\n    return Grower()\n")
+    assert r.returncode == 1 and "(1..max_drafts drafts): return a list of 1 to 1 drafts; got 3" \
+        in r.stdout, r.stdout[-2000:]
+    assert "expanded size" not in r.stdout
+
+
+class Reseeder(ArgmaxDrafter):
+    """Plain BPD that reseeds torch's global generator at every call."""
+
+    def __call__(self, logprobs, context):
+        torch.manual_seed(0)
+        return super().__call__(logprobs, context)
+
+
+def distinct_samples(runs=20):
+    model = tiny_model(11, 3, 1, 3, 4)
+    return len({tuple(bpd_decode(model, [1, 2, 0], 6, Reseeder(), temperature=1.0)[0])
+                for _ in range(runs)})
+
+
+def test_a_drafter_reseeding_torch_cannot_repeat_the_next_runs_sample(monkeypatch):
+    """Issue 40, 10: without a generator each run seeds its own from torch's global generator,
+    which a drafter calling torch.manual_seed(0) had reset: 20 runs gave 2 distinct outputs of
+    6 tokens. CheckedDrafter(keep_rng=True) puts torch's state back after each drafter call;
+    forced off, the same 20 runs repeat themselves."""
+    assert distinct_samples() >= 15
+    real = contract.CheckedDrafter.__init__
+    monkeypatch.setattr(contract.CheckedDrafter, "__init__",
+                        lambda self, *a, **k: real(self, *a, **{**k, "keep_rng": False}))
+    assert distinct_samples() <= 3
+
+
+class ArgminUniform:
+    """Issue 40, 10: declares a uniform q but drafts each head's argmin: its q is not the
+    distribution its drafts were drawn from, so min(1, p/q) is the wrong acceptance."""
+    name = "argmin"
+
+    def __call__(self, logprobs, context):
+        return [[context[-1]] + logprobs[1:].argmin(-1).tolist()]
+
+    def sample(self, logprobs, context, temperature, generator=None):
+        V = logprobs.shape[-1]
+        return self(logprobs, context), torch.full((len(logprobs), V), 1.0 / V, dtype=torch.float64)
+
+
+def test_the_drafter_option_catches_a_q_its_drafts_were_not_drawn_from(tmp_path):
+    """The precondition of a declared q (docs/exactness.md) cannot be checked on one answer; the
+    harness's exact-distribution test catches this drafter (issue 40): both its cases fail."""
+    from test_minibpd import run_student_tests
+    r = run_student_tests(tmp_path, "from tests.runtime.test_contract import ArgminUniform\n"
+                                    "def make():\n    return ArgminUniform()\n")
+    assert r.returncode == 1, r.stdout[-2000:]
+    assert r.stdout.count("FAILED test_minibpd.py::test_your_drafter_samples_exactly") == 2, \
+        r.stdout[-2000:]
+
+
+@pytest.mark.parametrize("prompt", [torch.tensor([True, False]), [torch.tensor(True), 1],
+                                    np.array([True, False]), [np.bool_(True), 2]])
+def test_bool_tensors_are_no_token_ids(prompt):
+    """Issue 40, 11: a torch (or numpy) bool tensor prompt was read as ids 1 and 0."""
+    model = tiny_model(0, 5, 1, 2, 8)
+    for decode in (greedy_decode, lambda *a: bpd_decode(*a)):
+        with pytest.raises(ValueError, match=r"integer token ids \(not bools\)"):
+            decode(model, prompt, 3)
+    assert greedy_decode(model, torch.tensor([1, 2]), 3) == greedy_decode(model, [1, 2], 3)
+
+
+@pytest.mark.parametrize("T", [np.float32(0.8), np.float64(0.8), fractions.Fraction(4, 5),
+                               np.int64(1)])
+def test_any_real_temperature_is_taken(T):
+    """Issue 40, 11: temperature=np.float32(0.8) was refused ("must be a number"); any
+    numbers.Real but a bool is a temperature, the same as float(T)."""
+    model = tiny_model(0, 5, 1, 3, 8)
+    for decode in (sample_decode, bpd_decode):
+        got = decode(model, [1, 2], 6, temperature=T, generator=torch.Generator().manual_seed(3))
+        want = decode(model, [1, 2], 6, temperature=float(T),
+                      generator=torch.Generator().manual_seed(3))
+        assert got == want
+    for bad in (True, np.bool_(True), "0.8", float("nan"), 10 ** 400):
+        with pytest.raises(ValueError, match="temperature must be a number >= 0"):
+            bpd_decode(model, [1, 2], 3, temperature=bad)

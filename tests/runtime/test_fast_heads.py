@@ -43,6 +43,7 @@ def test_fast_twin_decodes_like_the_paper(device, m, plen, n):
     assert bpd_decode(model, prompt, n)[1]["accepted"] == stats["accepted"]
 
 
+@pytest.mark.assignment2
 def test_first_heads_is_bpd_with_fewer_heads():
     model = tiny_model(7, 13, 1, 6, 24, cls=FastGPT)
     prompt = random_prompt(8, 13, 9)
@@ -59,6 +60,7 @@ def test_first_heads_is_bpd_with_fewer_heads():
             model.first_heads(bad)
 
 
+@pytest.mark.assignment2
 def test_first_heads_does_not_inherit_the_stacked_cache():
     """The batched heads are cached at inference; a first_heads view of a model that already
     cached its stack must stack its own heads (and the original keep its own)."""

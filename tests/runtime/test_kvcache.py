@@ -50,6 +50,7 @@ def test_tail_moves_the_window():
 
 
 @on_random_models()
+@pytest.mark.assignment2
 def test_one_head_runs_exactly_what_greedy_runs(device, m, plen, n):
     """With head 1 alone nothing is drafted: every call feeds what greedy decoding feeds (the
     prompt's window, one token a step, the whole window again when it moves), so the cost

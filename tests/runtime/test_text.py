@@ -1,7 +1,11 @@
 """The corpus's cleaning and its fixed split (runtime/checkpoint.py)."""
+import pytest
+
 from runtime import checkpoint
 
 
+@pytest.mark.assignment3
+@pytest.mark.assignment4
 def test_clean_and_split():
     text = "Title\n*****\n\n\n+----+----+\n| a  |   b |\nSome    words   here.\n"
     assert checkpoint.clean_text(text) == "Title\n\n| a | b |\nSome words here.\n"

@@ -89,6 +89,7 @@ def fails(argv, capsys):
     (["--data", "{tmp}/short.txt"], "--data"),
     (["--block-size", "200"], "--block-size 200"),        # the 3,700-character text is too small
 ])
+@pytest.mark.assignment4
 def test_bad_input_is_one_line_exit_2_before_training(bad, named, paths, tmp_path, no_training,
                                                        capsys):
     data, out = paths
@@ -99,6 +100,7 @@ def test_bad_input_is_one_line_exit_2_before_training(bad, named, paths, tmp_pat
     assert files_under(tmp_path) == before                   # nothing written, --out or other
 
 
+@pytest.mark.assignment4
 def test_out_is_only_overwritten_with_force(paths, monkeypatch, capsys):
     data, out = paths
     with open(out, "w") as f:
@@ -106,9 +108,9 @@ def test_out_is_only_overwritten_with_force(paths, monkeypatch, capsys):
     with monkeypatch.context() as m:
         m.setattr(cli, "load_corpus", lambda *a: pytest.fail("read the corpus first"))
         err = fails(TINY + ["--data", data, "--out", out], capsys)
-    assert out in err and "--force" in err
+    assert out in err and "--force" not in err and "--out my-model.pt" in err   # not ours
     assert open(out).read() == "precious"
-    cli.main(TINY + ["--data", data, "--out", out, "--force"])
+    cli.main(TINY + ["--data", data, "--out", out, "--force"])              # asked for: done
     model, ck = minibpd.load_checkpoint(out)
     assert model.config.n_layer == 1 and ck["train"]["steps"] == 3
 
@@ -139,6 +141,7 @@ def test_default_flags_are_the_shipped_run():
     ([], (3, 1, 10)),                                          # steps 6 // 2, 3 // 3, 20 // 2
     (["--rescorer-steps", "2", "--rescorer-layers", "2", "--rescorer-embd", "4"], (2, 2, 4)),
 ])
+@pytest.mark.assignment4
 def test_rescorer_trained_as_configured(extra, expected, paths, monkeypatch):
     data, out = paths
     calls, real_train = [], train_heads.train
@@ -157,6 +160,7 @@ def test_rescorer_trained_as_configured(extra, expected, paths, monkeypatch):
     assert (rc["n_layer"], rc["n_embd"], rc["n_head"], rc["n_bpd_heads"]) == (layers, embd, 2, 1)
 
 
+@pytest.mark.assignment4
 def test_data_kept_as_is_unless_clean(tmp_path, monkeypatch, capsys):
     """The docstring's example: the standard library's json package, indentation kept."""
     src = tmp_path / "json_src.py"
@@ -218,6 +222,7 @@ def test_script_help_lists_every_mode():
     assert all(flag in r.stdout for flag in ("--smollm", "--distill", "--tasks", "--head-weight"))
 
 
+@pytest.mark.assignment4
 def test_base_run_trains_the_fast_twin(paths, monkeypatch):
     """The command line hands runtime.fast_heads.FastGPT to train_heads.train_both (what the shipped
     checkpoint was trained with), and both the model and its rescorer are built with it."""
@@ -233,3 +238,57 @@ def test_base_run_trains_the_fast_twin(paths, monkeypatch):
     assert set(torch.load(out, weights_only=True)) == {
         "format_version", "config", "model", "rescorer_config", "rescorer", "vocab", "seed",
         "git_revision", "train", "corpus", "splits"}
+
+
+# ----------------------------------------------------------------------------- issue 40
+
+def test_out_advice_names_force_only_for_a_checkpoint_of_its_kind(paths, tiny_ckpt, tmp_path,
+                                                                 no_training, capsys):
+    """Issue 40, 1: `--out F already exists; pass --force` was said of any file: README.md, a
+    shipped checkpoint (the default --out), a checkpoint another mode writes."""
+    data, _ = paths
+    shipped = checkpoint.CHECKPOINT
+    err = fails(TINY + ["--data", data, "--out", shipped], capsys)
+    assert "shipped" in err and "--force" not in err and "--out my-model.pt" in err
+    ours = tmp_path / "ours.pt"
+    ours.write_bytes(open(tiny_ckpt, "rb").read())
+    assert "pass --force to overwrite it" in fails(TINY + ["--data", data, "--out", str(ours)], capsys)
+    err = fails(["--tasks", "--steps", "1", "--threads", "1", "--out", str(ours)], capsys)
+    assert "--force" not in err and "no checkpoint of the kind this run writes" in err
+    readme = tmp_path / "README.md"
+    readme.write_text(open(os.path.join(HERE, "README.md")).read())
+    err = fails(TINY + ["--data", data, "--out", str(readme)], capsys)
+    assert "--force" not in err
+
+
+def test_out_through_a_dangling_link_writes_its_target(paths, tmp_path, capsys, monkeypatch):
+    """Issue 40, 11: the check that --out can be written opened the link's target (creating it),
+    then removed the link: an empty file was left at the target and the checkpoint written where
+    the link was. The link is written through now, and stays a link."""
+    data, _ = paths
+    link, target = tmp_path / "link.pt", tmp_path / "target.pt"
+    os.symlink(target, link)
+    args = cli.parse_args(TINY + ["--data", data, "--out", str(link)])
+    cli.check_args(args)
+    assert os.path.islink(link) and not os.path.exists(target)      # the probe left nothing
+    cli.main(TINY + ["--data", data, "--out", str(link)])
+    assert os.path.islink(link) and os.path.realpath(link) == str(target)
+    assert minibpd.load_checkpoint(str(target))[1]["train"]["steps"] == 3
+    os.remove(target)
+    os.symlink(tmp_path / "no" / "where.pt", tmp_path / "lost.pt")
+    assert "does not exist" in fails(TINY + ["--data", data, "--out", str(tmp_path / "lost.pt")], capsys)
+
+
+def test_data_has_a_size_cap(paths, tmp_path, no_training, capsys, monkeypatch):
+    """Issue 40, 11: --data had no cap (training holds the text as tensors). At most 16 MiB, said in
+    --help and checked before the file is read (the cap is made small here)."""
+    from training import fit
+    assert fit.MAX_DATA_BYTES == 16 * 2 ** 20
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    assert "at most 16 MiB" in " ".join(capsys.readouterr().out.split())
+    data, out = paths
+    monkeypatch.setattr(fit, "MAX_DATA_BYTES", 1000)
+    monkeypatch.setattr(cli, "load_corpus", lambda *a: pytest.fail("read the corpus first"))
+    err = fails(TINY + ["--data", data, "--out", out], capsys)
+    assert f"--data {data} holds {len(CODE):,} bytes, more than the 1,000" in err
