@@ -97,7 +97,7 @@ def timing_warnings(times, base):
 
 def clock(run):
     """The baseline and every decoder that does not peek, timed in one run (timings) -> the
-    report's tokens_per_s, speedup, timing_spread, timing_warnings and threads."""
+    report's tokens_per_s, speedup, timing_spread, timing_warnings, threads and machine."""
     base = baseline_name(run.temperature)
     methods = [Method(base)] + [decoders.method(k, run.res, run.chosen[k]) for k, d in
                                 decoders.active().items() if not d.peeks]
@@ -106,7 +106,8 @@ def clock(run):
     return {"tokens_per_s": tps, "speedup": {k: v / tps[base] for k, v in tps.items()},
             "timing_spread": {k: {"min": min(t), "median": statistics.median(t), "max": max(t)}
                               for k, t in times.items()},
-            "timing_warnings": timing_warnings(times, base), "threads": torch.get_num_threads()}
+            "timing_warnings": timing_warnings(times, base), "threads": torch.get_num_threads(),
+            "machine": getattr(run.model, "machine", None)}
 
 
 # ----------------------------------------------------------------------------- decoding for real
@@ -223,6 +224,7 @@ class BenchReport:
     timing_spread: dict = None        # {method: {min, median, max} seconds per repetition}
     timing_warnings: list = None
     threads: int = None
+    machine: str = None               # the dtype and blocks chosen for this CPU (models/machine.py)
     prompts: int = None
     new_tokens: int = None
     checkpoint: str = None

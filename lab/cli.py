@@ -167,7 +167,9 @@ def add_model_flags(p):
                    "default CHECKPOINT.tuned.json")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--dtype", default=None, choices=list(DTYPES), help="default: the "
-                   "checkpoint's (float32 for the character models, bfloat16 for SmolLM2). The "
+                   "checkpoint's (float32 for the character models); SmolLM2's is chosen for this "
+                   "CPU at first load, by measurement (bfloat16 where bf16 has dot products, "
+                   "float32 elsewhere; models/machine.py). The "
                    "character GPT takes float32 or float64 (bfloat16 is refused: it is not batch-"
                    "invariant, so BPD would not equal greedy); SmolLM2 (batch-invariant) takes all three")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default 1: fastest "
@@ -257,6 +259,8 @@ def generate(args):
     T = args.temperature
     name = baseline_name(T) if args.decoder in decoders.BASELINES else args.decoder
     model, ck, chosen, res = load(args, [name] if name in decoders.DECODERS else [])
+    if getattr(model, "machine", None):
+        print(machine_line(model).strip(), file=sys.stderr)
     prompt, n = encode(args.prompt, ck["vocab"]), args.max_new_tokens
     s = chosen.get(name, {})             # a flag it does not read: refused (checks.py)
     peeks = name in decoders.DECODERS and decoders.DECODERS[name].peeks
@@ -287,7 +291,9 @@ def generate(args):
 def demo(args):
     """Every decoder on one test prompt (SmolLM2: an English and a Python request), the first BPD
     steps drawn, and greedy vs BPD timed."""
+    t0 = time.perf_counter()
     model, ck, chosen, res = load(args)
+    loaded = time.perf_counter() - t0
     vocab, T = ck["vocab"], args.temperature
     family = family_module(ck)
     real = family is not None
@@ -300,7 +306,8 @@ def demo(args):
           f"{next(model.parameters()).device}, {torch.get_num_threads()} thread(s)"
           + (f"; sampling at temperature {T} (seed {args.seed}): every decoder samples exactly "
              "the base model's distribution, block efficiency is what drafting buys" if T else "")
-          + (f"; {n} new tokens a prompt (`--prompt` for longer)" if real else "") + "\n")
+          + (f"; {n} new tokens a prompt (`--prompt` for longer)" if real else "")
+          + f"; loaded in {loaded:.1f} s" + machine_line(model) + "\n")
     gen, all_same = torch.Generator().manual_seed(args.seed), True
     for i, (label, prompt) in enumerate(prompts):
         greedy, plain, same = demo_decoders(model, res, chosen, label, prompt, n, gen, args)
@@ -314,9 +321,27 @@ def demo(args):
     tps = bench.tokens_per_s(bench.timings(once, methods, 3), n)
     print(f"\nwall-clock on this machine (median of 3{', first prompt' if len(prompts) > 1 else ''}): "
           f"{base} {tps[base]:.0f} tok/s, BPD {tps[decoders.PLAIN]:.0f} tok/s: "
-          f"{tps[decoders.PLAIN] / tps[base]:.2f}x (`--bench` times every decoder)")
+          f"{tps[decoders.PLAIN] / tps[base]:.2f}x (`--bench` times every decoder)"
+          + slower_hint(model, tps[decoders.PLAIN] / tps[base]))
     print("\n" + trace.demo(args, model, ck, res, chosen, prompts[0][1], n))
+    print(f"\n(load {loaded:.1f} s, decoding {time.perf_counter() - t0 - loaded:.1f} s)")
     return 0 if all_same else 1
+
+
+def slower_hint(model, ratio):
+    """Why BPD may lose on this machine, and what to try (issue 43, trap 6)."""
+    if ratio >= 1:
+        return ""
+    return ("\n  BPD pays when a verification call of h tokens costs little more than a one-token "
+            "call.\n  Here it does not: see 'this CPU' above (a CPU without bf16 dot products "
+            "pays per row in bf16),\n  other work on the machine, or --threads; "
+            "docs/real-model.md, 'Which CPU gives what'.")
+
+
+def machine_line(model):
+    """What a model chose for this machine at load (SmolLM2: models/machine.py), as a clause."""
+    why = getattr(model, "machine", None)
+    return f"\nthis CPU: {why} (`--dtype` chooses another)" if why else ""
 
 
 def demo_prompts(args, ck, vocab):

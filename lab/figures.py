@@ -88,7 +88,8 @@ def print_report(r, model, color=False):
     if r.temperature:
         return print_sampled(r, model)
     print(f"{r.prompts} prompts x {r.new_tokens} new tokens, {r.checkpoint}, "
-          f"{next(model.parameters()).device}, {r.threads} thread(s), {r.seconds:.0f} s\n")
+          f"{next(model.parameters()).device}, {r.threads} thread(s), {r.seconds:.0f} s"
+          + (f"\nthis CPU: {r.machine}" if r.machine else "") + "\n")
     decoder_table(r)
     for w in r.timing_warnings:
         print(f"  warning: {w}")

@@ -32,7 +32,8 @@ MOST_FREE = 8      # rows a row-invariant product takes at once (a call splits i
 
 
 def machine_key():
-    """What decides the kernels here: the CPU's flags, the caps set on them, torch's version."""
+    """What decides the kernels here: the CPU's flags, the caps set on them, torch's version and
+    its threads (a kernel may split rows among threads differently)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             flags = next((ln for ln in f if ln.startswith("flags")), "")
@@ -41,7 +42,7 @@ def machine_key():
     caps = {c: os.environ.get(c) for c in CAPS if os.environ.get(c)}
     return {"cpu_flags": hashlib.sha256(flags.encode()).hexdigest()[:16],
             "capability": torch.backends.cpu.get_cpu_capability(), "caps": caps,
-            "torch": torch.__version__}
+            "torch": torch.__version__, "threads": torch.get_num_threads()}
 
 
 class Weight:
@@ -171,4 +172,4 @@ def apply(data, dtype):
         blocks.FREE[key_tuple(text)] = rows
     one, h = entry["ms"][entry["pick"]]
     return entry["row_block"], (f"{name}, {entry['pick']} (products of a greedy step {one:.1f} "
-                                f"ms, of an {data['h']}-row verification {h:.1f} ms here)")
+                                f"ms, of a verification of {data['h']} rows {h:.1f} ms here)")

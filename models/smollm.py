@@ -17,12 +17,14 @@ import importlib.metadata
 import math
 import os
 import re
+import sys
 
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from models.machine import apply as apply_choice, choice_for
 from models.blocks import by_rows
 from models.llama import Llama, LlamaConfig, activation_dtype, bpd_head
 from runtime.checkpoint import (Outline, check_unicode, first_nonfinite, retrain,
@@ -329,9 +331,10 @@ def save_heads(model, path, extra=None):
                          f"{path} was not kept") from None
 
 
-def from_checkpoint(ck, device="cpu", dtype=torch.float32, gguf_path=None):
+def from_checkpoint(ck, device="cpu", dtype=None, gguf_path=None):
     """-> (model, vocab) from a heads-only checkpoint dict (save_heads) and the GGUF it was made
-    on; a GGUF with another sha256 is refused."""
+    on; a GGUF with another sha256 is refused. dtype None: this machine's choice (machine_setting;
+    the checkpoint's own off the CPU). model.machine says in one line what runs and why."""
     if not isinstance(ck, dict) or ck.get("kind") != KIND or ck.get("format_version") != FORMAT_VERSION:
         found = (ck.get("kind"), ck.get("format_version")) if isinstance(ck, dict) else type(ck).__name__
         raise ValueError(f"not a {KIND} checkpoint of format {FORMAT_VERSION}: found {found!r}")
@@ -347,12 +350,36 @@ def from_checkpoint(ck, device="cpu", dtype=torch.float32, gguf_path=None):
         raise ValueError(f"the heads were trained on a GGUF with sha256 {want[:12]}..., but {path} "
                          f"has sha256 {have[:12]}...")
     cfg = ck["config"]
+    dtype, row_block, why = machine_setting(ck, device, dtype)
     model, vocab = load(path, dtype, device, cfg.get("block_size"), cfg["n_bpd_heads"], ck["heads"],
-                        cfg.get("batch_invariant", True),     # row_block: by dtype, at load
+                        cfg.get("batch_invariant", True), row_block,
                         head_form=cfg.get("head_form", "stern"),   # (heads before 2026-12-03)
                         expect={k: cfg[k] for k in ARCHITECTURE if k in cfg})
     model.draft_vocab = checked_draft_vocab(ck.get("draft_vocab"), cfg["vocab_size"])
+    model.machine = why
     return model, vocab
+
+
+def machine_setting(ck, device, dtype):
+    """-> (dtype, row_block, a one-line reason). On a CPU, in batch-invariant mode: what
+    models/machine.py measured here (once, cached beside the checkpoint) for `dtype`, and with
+    dtype None the dtype whose BPD verification is fastest here (ours: issue 45, where bf16 has no
+    dot products float32 wins). Elsewhere, or for a checkpoint dict with no file: the checkpoint's
+    dtype and row_block_for."""
+    own = getattr(torch, ck.get("dtype", "bfloat16"))
+    cfg = ck["config"]
+    if str(device) != "cpu" or not cfg.get("batch_invariant", True) or not ck.get("path"):
+        dtype = own if dtype is None else dtype
+        rows = row_block_for(dtype, device)
+        return dtype, rows, f"{str(dtype)[6:]}, blocks of {rows} (the checkpoint's dtype; not measured)"
+    data = choice_for(ck["path"], outline(cfg).config, cfg["n_bpd_heads"],
+                      log=lambda s: print(s, file=sys.stderr))
+    dtype = getattr(torch, data["best"]) if dtype is None else dtype
+    rows, why = apply_choice(data, dtype)
+    if rows is None:                        # a dtype not measured (float16, float64)
+        rows = row_block_for(dtype, device)
+        why = f"{why}: blocks of {rows}"
+    return dtype, rows, why
 
 
 def check_tensors(ck):

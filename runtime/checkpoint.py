@@ -208,16 +208,18 @@ def outline(ck, dtype=torch.float32):
 
 def load(path=None, device="cpu", dtype=None):
     """minibpd.load_checkpoint: -> (model, checkpoint dict). Read with weights_only=True: a
-    checkpoint cannot run code. dtype None: the checkpoint's own (`ck["dtype"]`, else float32).
+    checkpoint cannot run code. dtype None: the checkpoint's own (`ck["dtype"]`, else float32;
+    a model family may choose: SmolLM2's is measured per machine, models/machine.py).
     A checkpoint of another model family (MODEL_FAMILIES, e.g. SmolLM2's heads) is built by its
     module; its ck["vocab"] may then be a tokenizer (encode/decode take either)."""
     path = CHECKPOINT if path is None else path
     ck = {**read(path, needs=("config",)), "path": path}      # path: for its errors
-    dtype, kind = dtype_of(ck, path) if dtype is None else dtype, train_kind(ck)
+    asked, kind = dtype, train_kind(ck)
+    dtype = dtype_of(ck, path) if dtype is None else dtype
     family = family_module(ck, path)
-    if family is not None:
+    if family is not None:          # its dtype None: the family's choice (SmolLM2: per machine)
         try:
-            model, vocab = family.from_checkpoint(ck, device, dtype)
+            model, vocab = family.from_checkpoint(ck, device, asked)
         except (ValueError, ImportError) as e:
             raise CheckpointError(f"checkpoint {path}: {e}") from None
         return model.eval(), {**ck, "vocab": vocab}

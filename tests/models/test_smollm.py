@@ -799,7 +799,7 @@ def test_layering_a_model_family_is_one_module_and_the_core_imports_none():
     fixed-shape products and attention (models/blocks.py, models/attention.py: torch and the
     standard library only), nothing else of
     the project; smollm.py on llama, blocks (its early exit's fixed-shape rows), the
-    checkpoint's checks, numpy and, inside functions only, the optional packages. The
+    checkpoint's checks, the cache's KVSpec, machine (the dtype and blocks for this CPU), numpy and, inside functions only, the optional packages. The
     core (minibpd, lattice, runtime/, decoders/) imports no model family: runtime.checkpoint.MODEL_FAMILIES
     names the module of each checkpoint kind."""
     stdlib = set(sys.stdlib_module_names)
@@ -814,8 +814,9 @@ def test_layering_a_model_family_is_one_module_and_the_core_imports_none():
     top, everywhere = imported("models/smollm.py")
     assert {m.split(".")[0] for m in top} <= stdlib | {"torch", "numpy", "models", "runtime"}, top
     assert {m for m in everywhere if m.split(".")[0] in ("models", "minibpd", "runtime", "lab",
-                                                         "decoders", "training")} == \
-        {"models.llama", "models.blocks", "runtime.checkpoint"}
+                                                         "decoders", "training")} - {"models"} == \
+        {"models.llama", "models.blocks", "models.machine", "runtime.checkpoint", "runtime.kvcache"}
+    assert {m.split(".")[0] for m in imported("models/machine.py")[1]} <= stdlib | {"torch", "models"}
     assert {m.split(".")[0] for m in everywhere - top} <= {"gguf", "tokenizers"}
     core = ["minibpd.py", "lattice.py"] + [os.path.join(d, f) for d in ("runtime", "decoders")
                                           for f in os.listdir(os.path.join(HERE, d)) if f.endswith(".py")]

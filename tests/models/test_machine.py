@@ -1,0 +1,142 @@
+"""The real model's precision and blocks chosen per CPU (models/machine.py, issue 45): the probe
+of row-invariant kernels, the products that run on their own rows, the cached choice, and BPD
+equal to greedy in that mode. The kernels differ by CPU: tests that need a row-invariant kernel
+skip where there is none, and test_capped_cpu_runs_them reruns this file with the kernels capped
+at AVX2 (where oneDNN's packed float32 products were row-invariant for every SmolLM2 shape)."""
+import dataclasses
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+from hypothesis import given, strategies as st
+
+from conftest import ROOT, examples, random_prompt
+from minibpd import bpd_decode, greedy_decode
+from models import blocks, machine
+from test_smollm import TopTwoDrafter, tiny_llama
+
+CAPPED = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
+          "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+SMOLLM2 = [(960, 576), (576, 576), (3072, 576), (576, 1536), (4096, 576)]   # (lm head: fewer rows)
+
+
+@pytest.fixture(autouse=True)
+def fresh_free():
+    """blocks.FREE is the process's: every test starts and ends without entries."""
+    saved = dict(blocks.FREE)
+    blocks.FREE.clear()
+    yield blocks.FREE
+    blocks.FREE.clear()
+    blocks.FREE.update(saved)
+
+
+def free_or_skip(layer):
+    """Mark the layer's kernel row-invariant when the probe says so here; skip otherwise."""
+    n = blocks.row_invariance(layer, machine.MOST_FREE)
+    if n < machine.MOST_FREE:
+        pytest.skip(f"{tuple(layer.weight.shape)} {layer.weight.dtype}: not row-invariant on this "
+                    f"CPU ({torch.backends.cpu.get_cpu_capability()}); see test_capped_cpu_runs_them")
+    blocks.FREE[blocks.kernel_key(layer.weight)] = n
+
+
+def test_the_probe_sees_a_kernel_that_rounds_by_row_count(monkeypatch):
+    """A guard that could not fail would be no guard: a kernel whose rows change with the row
+    count (here by one ulp-sized step) is found out at two rows; one that computes every row
+    alone passes."""
+    layer = machine.Weight(16, 8, torch.float32)
+    alone = lambda lay, x: torch.stack([lay.weight @ r for r in x])      # every row by itself
+    monkeypatch.setattr(blocks, "linear", lambda lay, x: alone(lay, x) + 1e-6 * len(x))
+    assert blocks.row_invariance(layer, 8) == 0
+    monkeypatch.setattr(blocks, "linear", lambda lay, x: alone(lay, x) + 1e-6 * (len(x) > 5))
+    assert blocks.row_invariance(layer, 8) == 5                  # kernels split off remainders
+    monkeypatch.setattr(blocks, "linear", alone)
+    assert blocks.row_invariance(layer, 8) == 8
+
+
+@pytest.mark.parametrize("shape", SMOLLM2)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_own_rows_are_one_row_products(shape, dtype):
+    """Where the probe finds the kernel row-invariant, linear_rows runs a call's own rows (no
+    padding to a block) and every row of any count gets the bits of a one-row call."""
+    layer = machine.Weight(*shape, dtype)
+    free_or_skip(layer)
+    x = torch.randn(13, shape[1], generator=torch.Generator().manual_seed(1))
+    alone = torch.cat([blocks.linear_rows(layer, x[i:i + 1], 1) for i in range(13)])
+    for m in (1, 2, 5, 8, 9, 13):
+        assert torch.equal(blocks.linear_rows(layer, x[:m], 1), alone[:m]), m
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@examples(0.3)
+@given(seed=st.integers(0, 10**6), h=st.integers(2, 5), plen=st.integers(1, 20),
+       n=st.integers(1, 24))
+def test_bpd_equals_greedy_on_own_rows(dtype, seed, h, plen, n):
+    """The exactness of the mode: a batch-invariant tiny Llama whose every product runs on its
+    own rows (the probe, run first, skips where a kernel is not row-invariant), one block row
+    for the rest; BPD with one and with several drafts, batch and tree, equals greedy."""
+    model = tiny_llama(seed, 40, 2, h, 16, 1, 2, 32, hidden=64, dtype=dtype,
+                       batch_invariant=True, std=0.3)
+    for layer in [m for m in model.modules() if isinstance(m, torch.nn.Linear)]:
+        free_or_skip(layer)
+    prompt = random_prompt(seed, 40, plen)
+    greedy = greedy_decode(model, prompt, n)
+    assert bpd_decode(model, prompt, n)[0] == greedy
+    for verify in ("batch", "tree"):
+        assert bpd_decode(model, prompt, n, TopTwoDrafter(), verify=verify)[0] == greedy
+
+
+def fake_config():
+    return dataclasses.make_dataclass("Cfg", [("n_head", int, 3), ("n_kv_head", int, 1),
+                                              ("head_dim", int, 8), ("n_embd", int, 24),
+                                              ("n_hidden", int, 32), ("n_layer", int, 2),
+                                              ("vocab_size", int, 40)])()
+
+
+def test_the_choice_is_cached_per_machine(tmp_path, monkeypatch):
+    """choice_for measures once and caches beside the checkpoint; a cache made on another
+    machine (another key), of another format or unreadable is measured again, never trusted."""
+    path, said = str(tmp_path / "heads.pt"), []
+    data = machine.choice_for(path, fake_config(), 3, log=said.append)
+    assert len(said) == 1 and "measured this CPU" in said[0]
+    assert machine.choice_for(path, fake_config(), 3, log=said.append) == data and len(said) == 1
+    assert data["best"] in data["dtypes"] and data["key"] == machine.machine_key()
+    for entry in data["dtypes"].values():
+        assert entry["pick"] in entry["ms"] and entry["row_block"] >= 1
+    for change in ({"key": {"cpu_flags": "another"}}, {"format": 0}):
+        with open(path + machine.CHOICE_SUFFIX, "w") as f:
+            json.dump({**data, **change}, f)
+        assert machine.load_choice(path) is None
+    with open(path + machine.CHOICE_SUFFIX, "w") as f:
+        f.write("{not json")
+    assert machine.load_choice(path) is None
+
+
+def test_apply_sets_the_free_kernels_and_says_why():
+    key = blocks.kernel_key(machine.Weight(16, 8, torch.float32).weight)
+    data = {"h": 4, "dtypes": {"float32": {
+        "row_block": 1, "pick": "own rows", "free": {machine.key_text(key): 8},
+        "ms": {"own rows": [1.0, 2.0], "blocks of 8": [1.5, 2.5]}}}}
+    rows, why = machine.apply(data, torch.float32)
+    assert rows == 1 and blocks.FREE == {key: 8}
+    assert why == "float32, own rows (products of a greedy step 1.0 ms, of a verification of 4 rows 2.0 ms here)"
+    assert machine.apply(data, torch.bfloat16)[0] is None
+
+
+@pytest.mark.skipif(torch.backends.cpu.get_cpu_capability() == "AVX2" or
+                    os.environ.get("ATEN_CPU_CAPABILITY"), reason="already at AVX2 (or capped)")
+def test_capped_cpu_runs_them():
+    """This file again with the kernels capped at AVX2, so that the row-invariant mode is tested
+    on a CPU with AVX-512 too: it must run its own-rows tests there (SmolLM2's shapes),
+    not skip them all."""
+    env = {**os.environ, **CAPPED, "HYPOTHESIS_PROFILE": "quick"}
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs",
+                        os.path.join(ROOT, "tests", "models", "test_machine.py"), "-k",
+                        "own_rows"], capture_output=True, text=True, cwd=ROOT,
+                       env=env, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    passed = re.search(r"(\d+) passed", r.stdout)
+    assert passed and int(passed[1]) >= len(SMOLLM2), r.stdout[-3000:]   # run, not skipped
