@@ -244,7 +244,15 @@ def load(gguf_path=None, dtype=torch.float32, device="cpu", block_size=512, n_bp
     weight is read."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(map(str, DTYPES))}, got {dtype!r}")
-    row_block = row_block_for(dtype, device) if row_block is None else row_block
+    reader, cfg = open_gguf(gguf_path, device, block_size, n_bpd_heads, batch_invariant,
+                            head_form, expect)
+    return build(reader, with_rows(cfg, row_block_for(dtype, device) if row_block is None
+                                   else row_block), dtype, device, heads_state)
+
+
+def open_gguf(gguf_path, device, block_size, n_bpd_heads, batch_invariant, head_form, expect):
+    """-> (GGUF reader, LlamaConfig) from the file's header alone (its weights not yet read),
+    after checking `expect` ({ARCHITECTURE field: a checkpoint's value}) against it."""
     gguf = optional_packages()
     path = find_gguf() if gguf_path is None else os.fspath(gguf_path)
     if not os.path.isfile(path):
@@ -254,20 +262,31 @@ def load(gguf_path=None, dtype=torch.float32, device="cpu", block_size=512, n_bp
     except Exception as e:               # not a GGUF file, truncated, ...
         raise ValueError(f"{path} is not a readable GGUF file ({type(e).__name__}: {e})") from None
     cfg = config_from_gguf(reader, block_size=block_size, n_bpd_heads=n_bpd_heads,
-                           batch_invariant=bool(batch_invariant), row_block=row_block,
-                           wide_prefill=not bf16_dot_products(device), prefill_apart=row_block,
+                           batch_invariant=bool(batch_invariant), row_block=8,
+                           wide_prefill=not bf16_dot_products(device), prefill_apart=8,
                            head_form=head_form)
     for name, value in (expect or {}).items():      # a checkpoint's: before any weight is read
         if value != getattr(cfg, name):
             raise ValueError(f"checkpoint config {name}={value!r} does not match the GGUF's "
                              f"{getattr(cfg, name)!r}")
+    reader.gguf_path = path
+    return reader, cfg
+
+
+def with_rows(cfg, row_block):
+    """cfg with `row_block` rows per fixed-shape block, a prefill apart from a whole block on."""
+    return dataclasses.replace(cfg, row_block=row_block, prefill_apart=row_block)
+
+
+def build(reader, cfg, dtype, device, heads_state):
+    """The model of `cfg` with the GGUF's weights dequantized to `dtype`, and its vocab."""
     vocab = vocab_from_gguf(reader)
     with torch.device("meta"):           # no memory for weights about to be replaced
         model = Llama(cfg)
     model.load_state_dict(trunk_state(reader, cfg, dtype), strict=False, assign=True)
     model.lm_head.weight = model.tok_emb.weight          # assign=True replaced the tied tensor
     model.heads = fresh_heads(cfg, heads_state)
-    model.gguf_path = path
+    model.gguf_path = reader.gguf_path
     del reader
     release_freed_memory()
     return model.to(device=device, dtype=dtype).eval(), vocab
@@ -286,7 +305,8 @@ ARCHITECTURE = ("vocab_size", "n_layer", "n_head", "n_kv_head", "n_embd", "n_hid
 
 
 NAME = "SmolLM2-135M-Instruct"
-DEMO_TOKENS = 32   # new tokens a prompt in `python minibpd.py --demo` (two prompts, <= 60 s here)
+DEMO_TOKENS = 32   # new tokens a prompt in `python minibpd.py --demo` (two prompts, <= 45 s)
+DEMO_LATER = ("lookup",)   # the decoders the demo runs on its second prompt, beside BPD (for time)
 DEMO_QUESTIONS = ("What does a Python list comprehension do?",
                   "Write a Python function that checks whether a number is prime.")
 
@@ -341,6 +361,8 @@ def from_checkpoint(ck, device="cpu", dtype=None, gguf_path=None):
     missing = [k for k in ("gguf_sha256", "config", "heads") if k not in ck]
     if missing:
         raise ValueError(f"the {KIND} checkpoint lacks {', '.join(missing)}")
+    if dtype is not None and dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(map(str, DTYPES))}, got {dtype!r}")
     check_tensors(ck)                             # before the GGUF is read (98 MB, seconds)
     path = find_gguf() if gguf_path is None else os.fspath(gguf_path)
     if not os.path.isfile(path):
@@ -350,29 +372,29 @@ def from_checkpoint(ck, device="cpu", dtype=None, gguf_path=None):
         raise ValueError(f"the heads were trained on a GGUF with sha256 {want[:12]}..., but {path} "
                          f"has sha256 {have[:12]}...")
     cfg = ck["config"]
-    dtype, row_block, why = machine_setting(ck, device, dtype)
-    model, vocab = load(path, dtype, device, cfg.get("block_size"), cfg["n_bpd_heads"], ck["heads"],
-                        cfg.get("batch_invariant", True), row_block,
-                        head_form=cfg.get("head_form", "stern"),   # (heads before 2026-12-03)
-                        expect={k: cfg[k] for k in ARCHITECTURE if k in cfg})
+    reader, arch = open_gguf(path, device, cfg.get("block_size"), cfg["n_bpd_heads"],
+                             cfg.get("batch_invariant", True),
+                             cfg.get("head_form", "stern"),    # (heads before 2026-12-03)
+                             {k: cfg[k] for k in ARCHITECTURE if k in cfg})
+    dtype, row_block, why = machine_setting(ck, arch, device, dtype)
+    model, vocab = build(reader, with_rows(arch, row_block), dtype, device, ck["heads"])
     model.draft_vocab = checked_draft_vocab(ck.get("draft_vocab"), cfg["vocab_size"])
     model.machine = why
     return model, vocab
 
 
-def machine_setting(ck, device, dtype):
+def machine_setting(ck, cfg, device, dtype):
     """-> (dtype, row_block, a one-line reason). On a CPU, in batch-invariant mode: what
     models/machine.py measured here (once, cached beside the checkpoint) for `dtype`, and with
     dtype None the dtype whose BPD verification is fastest here (ours: issue 45, where bf16 has no
     dot products float32 wins). Elsewhere, or for a checkpoint dict with no file: the checkpoint's
     dtype and row_block_for."""
     own = getattr(torch, ck.get("dtype", "bfloat16"))
-    cfg = ck["config"]
-    if str(device) != "cpu" or not cfg.get("batch_invariant", True) or not ck.get("path"):
+    if str(device) != "cpu" or not cfg.batch_invariant or not ck.get("path"):
         dtype = own if dtype is None else dtype
         rows = row_block_for(dtype, device)
         return dtype, rows, f"{str(dtype)[6:]}, blocks of {rows} (the checkpoint's dtype; not measured)"
-    data = choice_for(ck["path"], outline(cfg).config, cfg["n_bpd_heads"],
+    data = choice_for(ck["path"], cfg, cfg.n_bpd_heads,
                       log=lambda s: print(s, file=sys.stderr))
     dtype = getattr(torch, data["best"]) if dtype is None else dtype
     rows, why = apply_choice(data, dtype)

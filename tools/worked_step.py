@@ -2,7 +2,7 @@
 the heads' top-k candidates at one BPD step, plain BPD's draft, the best path under heads + n-gram
 LM (Kim §7.2), each token's interpolated score, and what verification keeps of each draft.
 
-    python tools/worked_step.py [--k 3] [--alpha 0.9] [--order 4] [--step N]   # ~10 s
+    python tools/worked_step.py [--k 3] [--alpha 0.9] [--order 4] [--step N] [--prompt TEXT]   # ~10 s
 """
 import argparse
 import os
@@ -14,7 +14,7 @@ import lattice  # noqa: E402
 from lab import analysis  # noqa: E402
 from lab.bench import make_prompts  # noqa: E402
 from minibpd import ArgmaxDrafter, load_checkpoint  # noqa: E402
-from runtime.checkpoint import decode  # noqa: E402
+from runtime.checkpoint import decode, encode  # noqa: E402
 from runtime.threads import set_threads  # noqa: E402
 
 
@@ -24,17 +24,30 @@ def show(tokens, vocab):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--k", type=int, default=3)
-    p.add_argument("--alpha", type=float, default=0.9)
-    p.add_argument("--order", type=int, default=4)
+    p.add_argument("--k", type=int, default=3, help="candidates per position: the heads' top k "
+                   "(the lattice's width, Kim §6.3)")
+    p.add_argument("--alpha", type=float, default=0.9, help="weight of the heads' log-prob against "
+                   "the n-gram LM's in each token's score (lattice.interpolate)")
+    p.add_argument("--order", type=int, default=4, help="the n-gram LM's order n (ngram.NgramLM, "
+                   "trained on the checkpoint's training split)")
+    p.add_argument("--prompt", default=None, help="the text to continue (default: the bench's "
+                   "first test prompt); characters of the model's vocabulary")
     p.add_argument("--step", type=int, default=None, help="BPD step to show (default: the first "
                    "where the n-gram path gains more than BPD's draft)")
     args = p.parse_args(argv)
+    if args.k < 1 or not 0 <= args.alpha <= 1 or args.order < 1:
+        p.error("--k and --order must be at least 1, --alpha within [0, 1]")
+    if args.prompt is not None and not args.prompt:
+        p.error("--prompt is empty: give some text to continue")
     set_threads()
     model, ck = load_checkpoint()
     vocab, res = ck["vocab"], decoders.Resources(model, ck)
     lm = res.ngram(args.order)
-    prompt = make_prompts(ck["splits"]["test"], vocab, 1)[0]
+    try:
+        prompt = make_prompts(ck["splits"]["test"], vocab, 1)[0] if args.prompt is None else \
+            encode(args.prompt, vocab)
+    except ValueError as e:
+        p.error(f"--prompt: {e}")
     (plen, answer, heads), = analysis.prepare(model, [prompt], 64)
     steps = analysis.replay(ArgmaxDrafter(), heads, answer, plen, 64, model.config.n_bpd_heads,
                             model.config.block_size)["steps"]
@@ -47,7 +60,7 @@ def main(argv=None):
     context = answer[:s["context"]]
     print(f"after '…{show(answer[max(0, pending - 30):pending], vocab)}' (step {i}; the verified "
           f"token '{show([answer[pending]], vocab)}' is position 0):\n")
-    print("| position | head's top-3 (log-prob) | BPD | n-gram path: token, head lp, LM lp, score | greedy |")
+    print(f"| position | head's top-{args.k} (log-prob) | BPD | n-gram path: token, head lp, LM lp, score | greedy |")
     print("| ---: | --- | --- | --- | --- |")
     bpd = s["drafts"][0]
     for j in range(lat.h):

@@ -372,3 +372,14 @@ def test_docs_python_blocks_run_on_shipped_checkpoint(page, index, code, capsys)
 
 def test_docs_have_python_blocks():
     assert {p for p, _, _ in python_blocks()} >= {"README.md", os.path.join("docs", "approximate.md")}
+
+
+def test_worked_step_takes_a_prompt_and_refuses_bad_ones():
+    """tools/worked_step.py (docs/worked-step.md): --prompt works one step on the reader's own
+    text, in the k the reader asked for; an unknown character or an empty prompt is one line."""
+    tool = [sys.executable, os.path.join(HERE, "tools", "worked_step.py")]
+    ok = subprocess.run(tool + ["--prompt", "def main(", "--k", "2"], capture_output=True, text=True)
+    assert ok.returncode == 0 and "head's top-2" in ok.stdout and "n-gram path keeps" in ok.stdout
+    for bad, said in (("€", "never saw"), ("", "empty")):
+        r = subprocess.run(tool + ["--prompt", bad], capture_output=True, text=True)
+        assert r.returncode == 2 and said in r.stderr and "Traceback" not in r.stderr, r.stderr
