@@ -197,6 +197,11 @@ def plot(r, folder):
     return names
 
 
+def short(path):
+    """A checkpoint's file name, for a figure's title."""
+    return os.path.basename(str(path))
+
+
 def entropy_boxes(plt, q, model):
     """Kim Fig. 3a from analysis.entropy_quantiles: a box per head (the quartiles, the median as
     a line, whiskers at the 5% and 95% quantiles, the mean as a triangle). -> the figure."""
@@ -206,8 +211,8 @@ def entropy_boxes(plt, q, model):
              for i, (b, m) in enumerate(zip(q["by_head"], q["mean"]))]
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
     ax.bxp(stats, showmeans=True, showfliers=False)
-    ax.set(title=f"Kim Fig. 3a: entropy of each head's distribution\n{model}, "
-                 f"{q['positions']} positions (whiskers: 5% and 95%)",
+    ax.set(title=f"Kim Fig. 3a: entropy of each head's distribution\n{short(model)}, "
+                 f"{q['positions']} positions; whiskers 5% and 95%, triangle: mean",
            xlabel="head", ylabel="entropy (nats)")
     return fig
 
@@ -222,31 +227,37 @@ def heads_speed(plt, s, model):
     ax.plot([int(k) for k in ks], [s["methods"][k]["block_efficiency"] for k in ks], "s--",
             label="block efficiency (tokens / call)")
     ax.axhline(1.0, color="grey", linewidth=0.8)
-    ax.set(title=f"Stern Fig. 4: speedup against block size k\n{model}, "
-                 f"{s['threads']} thread(s)", xlabel="k (heads used)", ylabel="times greedy")
+    ax.set_xticks([int(k) for k in ks])
+    ax.set(title=f"Stern Fig. 4: speedup against block size k\n{short(model)}, "
+                 f"{s['threads']} thread(s)", xlabel="k (heads used)",
+           ylabel="speedup (x greedy) / tokens per call")
     ax.legend(fontsize=8)
     return fig
 
 
 def rescorer_sizes(plt, out, model):
-    """Kim §7.1's rescorer sizes (tools/rescorer_sizes.py): neural's block efficiency and its
-    wall-clock speedup over greedy against the rescorer's parameters (log scale), plain BPD's
-    as dashed lines. -> the figure."""
+    """Kim §7.1's rescorer sizes (tools/rescorer_sizes.py): for each rescorer, smallest first,
+    neural's block efficiency and its wall-clock speedup over greedy as a pair of bars, plain
+    BPD's as dashed lines. -> the figure."""
     m, sizes = out["methods"], out["rescorers"]
     names = sorted(sizes, key=lambda k: sizes[k]["params"])
-    x = [sizes[k]["params"] for k in names]
-    fig, ax = plt.subplots(figsize=(6.4, 3.8))
-    for key, style, label in (("block_efficiency", "s-", "block efficiency (tokens / call)"),
-                              ("speedup", "o-", "wall-clock speedup over greedy")):
-        line, = ax.plot(x, [m[f"neural {k}"][key] for k in names], style, label=f"neural: {label}")
-        ax.axhline(m[decoders.PLAIN][key], linestyle="--", linewidth=1, color=line.get_color(),
-                   label=f"plain BPD: {label}")
-    for k, xi in zip(names, x):
-        ax.annotate(k, (xi, m[f"neural {k}"]["block_efficiency"]), textcoords="offset points",
-                    xytext=(3, 5), fontsize=7)
-    ax.set(xscale="log", xlabel="rescorer parameters (log scale)", ylabel="times greedy / tokens",
-           title=f"Kim §7.1: neural rescoring by rescorer size\n{model}, {out['threads']} thread(s)")
-    ax.legend(fontsize=7)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for j, (key, label) in enumerate((("block_efficiency", "block efficiency (tokens / call)"),
+                                      ("speedup", "wall-clock speedup over greedy"))):
+        xs = [i + (j - 0.5) * 0.4 for i in range(len(names))]
+        drawn = ax.bar(xs, [m[f"neural {k}"][key] for k in names], 0.4, label=f"neural: {label}")
+        ax.bar_label(drawn, [f"{m[f'neural {k}'][key]:.2f}" for k in names], fontsize=7)
+        ax.axhline(m[decoders.PLAIN][key], linestyle="--", linewidth=1,
+                   color=drawn.patches[0].get_facecolor(), label=f"plain BPD: {label}")
+    ax.set_xticks(range(len(names)), [f"{k}\n{human(sizes[k]['params'])}" for k in names],
+                  fontsize=8)
+    ax.set(xlabel="rescorer (parameters a call multiplies by)",
+           ylabel="tokens per call / speedup (x greedy)",
+           title=f"Kim §7.1: neural rescoring by rescorer size\n{short(model)}, "
+                 f"{out['threads']} thread(s)")
+    ax.set_ylim(0, 1.4 * max(max(m[f"neural {k}"]["block_efficiency"] for k in names),
+                             m[decoders.PLAIN]["block_efficiency"]))     # room for the legend
+    ax.legend(fontsize=7, loc="upper center", ncol=2)
     return fig
 
 
@@ -256,7 +267,8 @@ def tasks_by_heads(plt, by_task, model):
     fig, ax = plt.subplots(figsize=(6.4, 4))
     for name, row in by_task.items():
         ax.plot([int(k) for k in row], list(row.values()), marker="o", label=name)
-    ax.set(title=f"Kim Table 1: block efficiency by number of heads, per task\n{model}",
+    ax.set_xticks([int(k) for k in row])
+    ax.set(title=f"Kim Table 1: block efficiency by number of heads, per task\n{short(model)}",
            xlabel="heads used (h)", ylabel="block efficiency (tokens / call)")
     ax.legend(fontsize=8)
     return fig
