@@ -212,7 +212,7 @@ def entropy_boxes(plt, q, model):
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
     ax.bxp(stats, showmeans=True, showfliers=False)
     ax.set(title=f"Kim Fig. 3a: entropy of each head's distribution\n{short(model)}, "
-                 f"{q['positions']} positions; whiskers 5% and 95%, triangle: mean",
+                 f"{q['positions']} positions; whiskers 5%-95%, ▲ mean",
            xlabel="head", ylabel="entropy (nats)")
     return fig
 
