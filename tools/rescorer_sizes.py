@@ -11,9 +11,10 @@ beside them. SmolLM2: its rescorer is an early exit of the base model (models.sm
 measured at several depths with an untrained adapter (the identity: the trunk's first layers,
 the final norm and the tied output projection), and the shipped depth with its trained adapter.
 
-    python tools/rescorer_sizes.py train --out /tmp/minibpd-rescorers --steps 2500
-    python tools/rescorer_sizes.py bench --rescorers /tmp/minibpd-rescorers --prompts 8 --new-tokens 128 --json
-    python tools/rescorer_sizes.py bench --checkpoint checkpoints/smollm2-heads.pt --exits 6,12,18 --prompts 2 --new-tokens 48 --json
+    python tools/rescorer_sizes.py train --out /tmp/minibpd-rescorers --steps 2500          # ~10 min
+    python tools/rescorer_sizes.py bench --rescorers /tmp/minibpd-rescorers --prompts 16 --new-tokens 128 --reps 5 --json --plot FILE.png   # 81 s
+    python tools/rescorer_sizes.py bench --checkpoint checkpoints/smollm2-heads.pt --exits 6,12,18 --prompts 3 --new-tokens 64 --reps 3 --json --plot FILE.png   # 325 s
+(the runs of docs/results/paper-extras.md, on 2 shared cores)
 """
 import argparse
 import glob

@@ -11,8 +11,10 @@ win_tie_loss; per task block_efficiency_by_heads).
   tasks    Kim Table 1: plain BPD's block efficiency by heads used on the seven tasks
            (lab.bench.built_tasks, lab.analysis.be_by_heads), by offline replay: exact, no timing
 
-    python tools/smollm_extras.py --parts fig4,entropy,losses --prompts 3 --new-tokens 64 --plot docs --json
-    python tools/smollm_extras.py --parts tasks --examples 5 --plot docs --json
+    python tools/smollm_extras.py --parts fig4,entropy,losses --prompts 3 --new-tokens 64 --plot DIR --json  # 190 s
+    python tools/smollm_extras.py --parts entropy,losses --prompts 16 --new-tokens 64 --plot DIR --json   # 92 s
+    python tools/smollm_extras.py --parts tasks --examples 16 --plot DIR --json                         # 167 s
+(the runs of docs/results/paper-extras.md, on 2 shared cores)
 """
 import argparse
 import json
