@@ -1,12 +1,17 @@
-"""The analyses of issue 42 (docs/results/paper-extras.md) on hand-built inputs: Kim Table 5's
-losses (lab.analysis.loss_repeats), the wins and ties from the same rows (win_tie_loss), and Kim
-Fig. 3a's entropy quantiles (entropy_quantiles)."""
+"""The analyses of issue 42 (docs/results/paper-extras.md): on hand-built inputs, Kim Table 5's
+losses (lab.analysis.loss_repeats), the wins and ties from the same rows (win_tie_loss) and Kim
+Fig. 3a's entropy quantiles (entropy_quantiles); on a tiny trained model, Stern Fig. 4 through
+the bench (--by-heads) and Kim Table 1's replay (be_by_heads) against real decoding."""
 import json
 import math
 
 import torch
 
+import decoders
 from lab import analysis, cli
+from lab.run import Run
+from minibpd import bpd_decode, load_checkpoint
+from runtime.checkpoint import encode
 
 # compared_steps' rows: (BPD's draft, the refined draft kept, BPD's gain, the refined gain).
 # A gain g means draft[1..g-1] were accepted and draft[g] is the first miss.
@@ -80,3 +85,15 @@ def test_bench_by_heads_and_the_new_keys(tiny_ckpt, capsys):
 def test_by_heads_is_refused_when_sampling(tiny_ckpt, capsys):
     code = cli.main(["--bench", "--by-heads", "--temperature", "0.8", "--checkpoint", tiny_ckpt])
     assert code == 2 and "--by-heads draws on the greedy bench" in capsys.readouterr().err
+
+
+def test_be_by_heads_equals_decoding_with_the_first_heads(tiny_ckpt):
+    """Kim Table 1 by replay (analysis.be_by_heads) is what bpd_decode gives on first_heads(j)."""
+    model, ck = load_checkpoint(tiny_ckpt)
+    prompts = [encode(t, ck["vocab"]) for t in ("The ", "It is a")]
+    run = Run(decoders.Resources(model, ck), decoders.settings(), prompts, 10)
+    by_heads = analysis.be_by_heads(run)
+    assert list(by_heads) == [str(j) for j in range(1, model.config.n_bpd_heads + 1)]
+    for j, be in by_heads.items():
+        decoded = [bpd_decode(model.first_heads(int(j)), p, 10)[1] for p in prompts]
+        assert abs(be - analysis.block_eff(decoded)) < 1e-12, j
