@@ -135,6 +135,32 @@ def repetition_table(runs_by_name, items):
     return out
 
 
+def entropy_of(lp):
+    """Entropy (nats) of each distribution of log-probs lp [..., V] -> [...]."""
+    return -(lp.exp() * lp).sum(-1)
+
+
+def head_entropies(items):
+    """Kim §6.2, Fig. 3a: the entropy (nats) of every head's distribution at every position of
+    analysis.prepare's items -> [positions, h] (float64; one item at a time, since SmolLM2's
+    [positions, h, V] log-probs of all items together take gigabytes)."""
+    return torch.cat([entropy_of(torch.stack([heads[t] for t in sorted(heads)]).double().cpu())
+                      for _, _, heads in items])
+
+
+QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
+
+
+def entropy_quantiles(items, qs=QUANTILES):
+    """Kim Fig. 3a: the distribution of each head's entropy over positions, not only its mean
+    (head_confidence): {quantiles: qs, by_head: [[the qs of head i's entropies]], mean: [h],
+    positions: how many}."""
+    e = head_entropies(items)                                             # [N, h]
+    q = torch.quantile(e, torch.tensor(qs, dtype=e.dtype), dim=0)        # [len(qs), h]
+    return {"quantiles": list(qs), "by_head": q.T.tolist(), "mean": e.mean(0).tolist(),
+            "positions": len(e)}
+
+
 def head_confidence(items):
     """Kim §6.2: mean entropy (nats) of each head and h_max (the last head up to which the mean
     entropy rises monotonically, 1-based); plus, our addition (not in the paper), each head's
@@ -147,7 +173,7 @@ def head_confidence(items):
         lps.append(lp)
         targets.append(torch.tensor(answer + [-1] * lp.shape[1])[pos])      # -1: past the end
     lp, target = torch.cat(lps), torch.cat(targets)
-    entropy = (-(lp.exp() * lp).sum(-1).mean(0)).tolist()                 # [h]
+    entropy = entropy_of(lp).mean(0).tolist()                             # [h]
     valid = target >= 0
     accuracy = (((lp.argmax(-1) == target) & valid).sum(0) / valid.sum(0)).tolist()
     hmax = 1
@@ -156,27 +182,67 @@ def head_confidence(items):
     return {"head_entropy": entropy, "hmax": hmax, "head_accuracy": accuracy}
 
 
-def win_tie_loss(run, bpd_runs, names=None):
-    """Kim §7.3, step by step on BPD's own contexts (bpd_runs: its runs, one per prompt of the
-    lab.run.Run `run`): how often each refined drafter (run's settings) gains more, the same, or
-    fewer tokens than BPD's draft, and the share of its wins where BPD's first miss was a
-    repeated token (d_j == d_{j-1}) that the refined draft replaced."""
+def compared_steps(run, bpd_runs, names=None):
+    """Kim §7.3's comparison, step by step on BPD's own contexts (bpd_runs: its runs, one per
+    prompt of the lab.run.Run `run`): {refined drafter (run's settings): [(BPD's draft, the
+    drafter's draft that verification keeps (the one gaining most, the first of ties), BPD's
+    gain, the drafter's gain)]}. What win_tie_loss and loss_repeats count."""
     out = {}
     for name in names or decoders.refined():
-        drafter, w, t, l, fixes = decoders.make(name, run.res, run.chosen[name]), 0, 0, 0, 0
+        drafter, rows = decoders.make(name, run.res, run.chosen[name]), []
         for (plen, answer, heads), bpd in zip(run.items, bpd_runs):
             for s in bpd["steps"]:
                 base, pending = s["drafts"][0], s["context"] - 1
                 drafts = drafter(heads[pending][:len(base)], answer[:s["context"]])
-                new = max(gain(d, answer, pending) for d in drafts)
-                j = s["accepted"]                                    # BPD's first miss
-                w, t, l = w + (new > j), t + (new == j), l + (new < j)
-                fixes += new > j and base[j] == base[j - 1]
+                gains = [gain(d, answer, pending) for d in drafts]
+                kept = gains.index(max(gains))
+                rows.append((base, drafts[kept], s["accepted"], gains[kept]))
+        out[name] = rows
+    return out
+
+
+def win_tie_loss(run, bpd_runs, names=None, compared=None):
+    """Kim §7.3, Table 5 (compared_steps, or `compared` when already computed): how often each
+    refined drafter gains more, the same, or fewer tokens than BPD's draft, and the share of its
+    wins where BPD's first miss was a repeated token (d_j == d_{j-1}) that the refined draft
+    replaced."""
+    out = {}
+    for name, rows in (compared or compared_steps(run, bpd_runs, names)).items():
+        w, t, l, fixes = 0, 0, 0, 0
+        for base, _, j, new in rows:                                 # j: BPD's first miss
+            w, t, l = w + (new > j), t + (new == j), l + (new < j)
+            fixes += new > j and base[j] == base[j - 1]
         total = max(1, w + t + l)
         out[name] = {"win": w / total, "tie": t / total, "loss": l / total,
                      "wins_replacing_repeat": fixes / max(1, w),
                      "counts": {"steps": w + t + l, "win": w, "tie": t, "loss": l,
                                 "wins_replacing_repeat": fixes}}
+    return out
+
+
+def introduces_repeat(base, draft):
+    """Kim §6.1's consecutive repetition, pair by pair: True when the draft holds a token equal
+    to the one before it at a position where BPD's draft `base` does not."""
+    return any(draft[i] == draft[i - 1] and base[i] != base[i - 1]
+               for i in range(1, min(len(base), len(draft))))
+
+
+def loss_repeats(compared):
+    """Kim Table 5's other side (ours: the paper counts the wins that repaired a repetition):
+    of the steps each refined drafter lost to BPD (compared_steps' rows whose gain is below
+    BPD's), the share where its draft introduced a consecutive repetition BPD's draft did not
+    have (introduces_repeat, anywhere in the draft), and the share where that repetition is
+    its first miss m (d_m == d_{m-1}: the repeat cost the step; BPD's token there is greedy's,
+    so BPD's draft cannot hold that repeat)."""
+    out = {}
+    for name, rows in compared.items():
+        lost = [(base, d, new) for base, d, j, new in rows if new < j]
+        anywhere = sum(introduces_repeat(base, d) for base, d, _ in lost)
+        at_miss = sum(d[m] == d[m - 1] and base[m] != base[m - 1] for base, d, m in lost)
+        out[name] = {"introduced_repeat": anywhere / max(1, len(lost)),
+                     "lost_on_repeat": at_miss / max(1, len(lost)),
+                     "counts": {"steps": len(rows), "loss": len(lost),
+                                "introduced_repeat": anywhere, "lost_on_repeat": at_miss}}
     return out
 
 
@@ -194,6 +260,19 @@ def be_of(run, name, s, res=None):
     replay; its drafters built from `res` (an in-domain control), default run.res."""
     res = res or run.res
     return block_eff(replay_all(run, lambda answer: decoders.make(name, res, s, answer)))
+
+
+def heads_be(run, j):
+    """Plain BPD's block efficiency on a lab.run.Run's prompts with heads 1..j only (Stern's
+    block size k = j; Kim Table 1's number of heads), by offline replay."""
+    B = run.model.config.block_size
+    return block_eff([replay(ArgmaxDrafter(), heads, answer, plen, len(answer) - plen, j, B)
+                      for plen, answer, heads in run.items])
+
+
+def be_by_heads(run):
+    """Kim Table 1: heads_be for every number of heads 1..h -> {"1": ..., "h": ...}."""
+    return {str(j): heads_be(run, j) for j in range(1, run.model.config.n_bpd_heads + 1)}
 
 
 def oracle_by_k(run, ks=(1, 2, 4, 8, 16)):
@@ -256,10 +335,8 @@ def sweep(run):
     """Block efficiency on a lab.run.Run's prompts (the tune split's; run.n new tokens each) as a
     function of the number of heads used (plain BPD) and of each setting in SWEEP, the others at
     run's, for every refined decoder that has it."""
-    h, B, n, chosen = run.model.config.n_bpd_heads, run.model.config.block_size, run.n, run.chosen
-    out = {"heads": {str(j): block_eff([replay(ArgmaxDrafter(), heads, answer, plen, n, j, B)
-                                        for plen, answer, heads in run.items])
-                     for j in range(1, h + 1)}}
+    chosen = run.chosen
+    out = {"heads": be_by_heads(run)}
     for key, values in SWEEP.items():
         out[key] = {name: {str(v): be_of(run, name, {**chosen[name], key: v})
                            for v in values} for name in decoders.refined() if key in chosen[name]}

@@ -22,7 +22,7 @@ from lab import stats
 import decoders
 from lab import tasks
 from decoders import Method, baseline_name, split_text
-from minibpd import bpd_decode
+from minibpd import ArgmaxDrafter, bpd_decode
 from runtime.checkpoint import decode, encode
 from minibpd import window_start
 from runtime.kvcache import device_of
@@ -95,6 +95,49 @@ def timing_warnings(times, base):
     return out
 
 
+class OnModel(Method):
+    """A Method that decodes on a model of its own, whatever model it is handed: plain BPD on a
+    first_heads(k) view (Stern §7.3's block size k) in an interleaved run of the full model."""
+
+    def __init__(self, name, model, drafter):
+        super().__init__(name, drafter)
+        self.own = model
+
+    def decode(self, model, prompt, n, *args, **kw):
+        return super().decode(self.own, prompt, n, *args, **kw)
+
+
+def timed_methods(run, methods, max_reps=None):
+    """An ablation in one run at temperature 0 (Stern §7.3's k, Kim §7.1's rescorer sizes): each
+    Method decodes every prompt once for real (its block efficiency; its output checked against
+    greedy's), then all are timed interleaved (timings: a warm-up, then the repetitions; the
+    first method is the baseline of the speedups). -> {methods: {name: {block_efficiency,
+    identical_to_greedy, tokens_per_s, speedup, timing_spread}}, timing_warnings, threads}"""
+    greedy, out = run.continuations(), {}
+    for m in methods:
+        decoded = [m.decode(run.model, p, k) for p, k in zip(run.prompts, run.lengths)]
+        out[m.name] = {"block_efficiency": analysis.block_eff([s for _, s in decoded]),
+                       "identical_to_greedy": [t for t, _ in decoded] == greedy}
+    times, base = timings(run, methods, max_reps), methods[0].name
+    tps = tokens_per_s(times, len(run.prompts) * run.n)
+    for name, t in times.items():
+        out[name].update(tokens_per_s=tps[name], speedup=tps[name] / tps[base],
+                         timing_spread={"min": min(t), "median": statistics.median(t),
+                                        "max": max(t)})
+    return {"methods": out, "timing_warnings": timing_warnings(times, base),
+            "threads": torch.get_num_threads()}
+
+
+def by_heads(run, max_reps=None):
+    """Stern §7.3, Fig. 4: wall-clock speedup against the block size k, with block efficiency:
+    greedy, then plain BPD on heads 1..k for k = 1..h (the model's first_heads(k), as
+    `--heads k`), timed in one interleaved run (timed_methods; methods named "1".."h")."""
+    h = run.model.config.n_bpd_heads
+    return timed_methods(run, [Method(baseline_name(0))] + [
+        OnModel(str(k), run.model.first_heads(k), ArgmaxDrafter()) for k in range(1, h + 1)],
+        max_reps)
+
+
 def clock(run):
     """The baseline and every decoder that does not peek, timed in one run (timings) -> the
     report's tokens_per_s, speedup, timing_spread, timing_warnings, threads and machine."""
@@ -142,13 +185,16 @@ def paper_sections(run, be, runs, work, tps):
     (run.items): repetition, head confidence, oracle headroom, relative gains, win/tie/loss and
     cost (see analysis.py). be, runs, work, tps: the run decoded for real (decode_all, clock)."""
     by_k, chosen = analysis.oracle_by_k(run), run.chosen
+    compared = analysis.compared_steps(run, runs[decoders.PLAIN])     # once, for both counts
     oracle_at = {name: by_k.get(str(chosen[name].get("k"))) or analysis.be_of(
         run, "oracle", {"k": chosen[name].get("k", 1)}) for name in decoders.refined()}
     return {"repetition": analysis.repetition_table(
                 {k: v for k, v in runs.items() if not decoders.DECODERS[k].peeks}, run.items),
             **analysis.head_confidence(run.items), "oracle_by_k": by_k,
             "relative_gain": analysis.relative_gain(be, oracle_at),
-            "win_tie_loss": analysis.win_tie_loss(run, runs[decoders.PLAIN]),
+            "win_tie_loss": analysis.win_tie_loss(run, runs[decoders.PLAIN], compared=compared),
+            "loss_repeats": analysis.loss_repeats(compared),
+            "head_entropy_quantiles": analysis.entropy_quantiles(run.items),
             "cost": analysis.cost(run, runs, work, tps)}
 
 
@@ -242,6 +288,9 @@ class BenchReport:
     win_tie_loss: dict = None
     cost: dict = None
     sweep: dict = None                # --sweep only
+    loss_repeats: dict = None         # Kim Table 5's losses (analysis.loss_repeats), T = 0
+    head_entropy_quantiles: dict = None   # Kim Fig. 3a (analysis.entropy_quantiles), T = 0
+    speedup_by_heads: dict = None     # --by-heads only: Stern §7.3, Fig. 4 (by_heads)
     approximate: dict = None          # --approximate only: {rule: ...} (lab/approximate.py), the
                                       # APPROXIMATE rules, NOT greedy's: never identical_to_greedy
     seconds: float = None
@@ -255,11 +304,11 @@ class BenchReport:
                 for f in fields(self) if getattr(self, f.name) is not None}
 
 
-def run_bench(run, sweep=False):
+def run_bench(run, sweep=False, heads=False):
     """Every decoder on every prompt of the run (run.n new tokens each), for real: block
     efficiency, exactness (T = 0: identical to greedy; T > 0: the distribution check),
     wall-clock, and at T = 0 the paper's analyses; with `sweep` (T = 0) the sweep on the tune
-    split. -> BenchReport"""
+    split; with `heads` (T = 0) the speedup by block size (by_heads). -> BenchReport"""
     t0, T, base = time.perf_counter(), run.temperature, baseline_name(run.temperature)
     runs, outs, work = decode_all(run)
     be = {base: 1.0, **{k: analysis.block_eff(v) for k, v in runs.items()}}
@@ -282,6 +331,8 @@ def run_bench(run, sweep=False):
     if sweep and T == 0:                # on the tune split, at most 8 prompts x 96 tokens
         tune = make_prompts(split_text(run.ck, "tune"), run.ck["vocab"], min(8, len(run.prompts)))
         r.sweep = analysis.sweep(run.on(tune, min(96, run.n)))
+    if heads and T == 0:
+        r.speedup_by_heads = by_heads(run)
     r.seconds = time.perf_counter() - t0
     return r
 
@@ -331,6 +382,7 @@ class TaskResult:
     degenerate: bool = False        # greedy's ROUGE-L < DEGENERATE_ROUGE: left out of correlation
     lengths: list = None            # [fewest, most] new tokens decoded per example
     win_tie_loss: dict = None       # Kim §7.3: {refined decoder: {win, tie, loss, ...}}
+    block_efficiency_by_heads: dict = None  # Kim Table 1: {heads: plain BPD's}, by replay
 
 
 @dataclass
@@ -442,6 +494,7 @@ def run_task(run, examples, metric, res_in, tokens=None, same_in_domain=()):
         quality=(q := quality_of(greedy, examples, metric, run.ck["vocab"])),
         degenerate=q["rouge_l"] < DEGENERATE_ROUGE, lengths=[min(lengths), max(lengths)],
         win_tie_loss=analysis.win_tie_loss(task, runs[decoders.PLAIN]),
+        block_efficiency_by_heads=analysis.be_by_heads(task),
         in_domain={k: analysis.be_of(task, k, chosen[k], res_in) for k in refined
                    if chosen[k].get("alpha", 0) > 0 and k not in same_in_domain})
 

@@ -38,7 +38,8 @@ MODES = ("demo", "prompt", "bench", "tune", "scale", "tasks")
 APPLIES = {"max_new_tokens": ("demo", "prompt"), "decoder": ("prompt", "demo"),
            "json": ("bench", "tasks", "scale"), "text": ("bench", "scale"),
            "prompts": ("bench", "tune", "scale", "tasks"), "new_tokens": ("bench", "tune", "scale"),
-           "objective": ("tune",), "sweep": ("bench",), "plot": ("bench", "tasks", "scale"),
+           "objective": ("tune",), "sweep": ("bench",), "by_heads": ("bench",),
+           "plot": ("bench", "tasks", "scale"),
            "force": ("tune", "demo", "prompt"), "approximate": ("bench",),
            "trace": ("demo", "prompt")}     # --decoder, --force with --demo, --prompt: check_trace
 DEFAULTS = {"decoder": "bpd", "new_tokens": TUNE_SIZE[1], "objective": "block_efficiency"}
@@ -62,8 +63,9 @@ def check_modes(args):
     if mode == "scale" and args.verify != "auto":
         raise ValueError(f"--scale times every decoder with its own verification (auto: a token "
                          f"tree for several drafts): drop --verify {args.verify}")
-    for flag in ("sweep", "plot"):
+    for flag in ("sweep", "plot", "by_heads"):
         if mode == "bench" and args.temperature and getattr(args, flag):
+            flag = flag.replace("_", "-")
             raise ValueError(f"--{flag} draws on the greedy bench (temperature 0): drop --{flag} "
                              "or --temperature")
     for name, value in DEFAULTS.items():

@@ -221,6 +221,8 @@ def add_run_flags(p):
                    "the run (drafts, lattice, verification, acceptance) as one self-contained page "
                    "to open in a browser; FILE.json: the same data as JSON (docs/trace.md)")
     p.add_argument("--sweep", action="store_true", help="--bench: sweep k, p, alpha, heads (tune split)")
+    p.add_argument("--by-heads", action="store_true", help="--bench: time plain BPD on heads 1..k, "
+                   "k = 1..h, beside greedy in one run (Stern §7.3, Fig. 4; JSON: speedup_by_heads)")
     p.add_argument("--approximate", action="store_true", help="--bench: also run the APPROXIMATE "
                    f"acceptance rules {', '.join(approximate.RULES)} (Stern §5) on plain BPD's "
                    "drafts, in their own section (JSON: approximate) and never in "
@@ -442,7 +444,7 @@ def bench_run(args):
 
 def bench_command(args):
     run = bench_run(args)
-    r = bench.run_bench(run, args.sweep)
+    r = bench.run_bench(run, args.sweep, args.by_heads)
     r.checkpoint = args.checkpoint
     if args.approximate:            # their own section: never in identical_to_greedy
         t0 = time.perf_counter()

@@ -65,6 +65,8 @@ def paper_tables(r):
         wtl = f"  {won_tied_lost(w['counts'])}" if w else ""
         print(f"  {name:{wide}s} {g['percent']:+6.1f}%  closes {100 * g['gap_closed']:4.0f}% of the gap "
               f"to the oracle{wtl}")
+    if r.loss_repeats:
+        print_losses(r.loss_repeats)
     print("\n  cost per generated token (ours; Kim analyse cost in Fig. 2 and an appendix table)\n"
           "  FLOPs = 2 x params x tokens run; ratios to greedy")
     w = decoders.label_width(r.cost)
@@ -77,6 +79,29 @@ def paper_tables(r):
     print("  A large model on a GPU is memory-bound: its time follows 'calls' while the verified\n"
           "  tokens fit the compute headroom. This tiny model on a CPU follows 'FLOPs' and the\n"
           "  drafting work far more: see 'wall'.")
+
+
+def print_losses(losses):
+    """Kim Table 5's other side (analysis.loss_repeats): counts beside the shares."""
+    print("\n  steps lost to BPD whose refined draft added a repeat BPD's draft lacked (ours;\n"
+          "  Kim Table 5 counts the wins that repaired one): anywhere / at its first miss")
+    wide = decoders.label_width(losses) - 1
+    for name, v in losses.items():
+        c = v["counts"]
+        print(f"  {name:{wide}s} {c['introduced_repeat']} / {c['lost_on_repeat']} of {c['loss']} "
+              f"losses ({100 * v['introduced_repeat']:.0f}% / {100 * v['lost_on_repeat']:.0f}%)")
+
+
+def print_by_heads(s):
+    """Stern §7.3, Fig. 4 (bench.by_heads): a row per block size k, greedy first."""
+    print(f"\n  speedup by block size k (Stern §7.3, Fig. 4): plain BPD on heads 1..k, one "
+          f"interleaved run, {s['threads']} thread(s)\n  {'k':>6s} {'block eff.':>10s} "
+          f"{'tok/s':>8s} {'speedup':>8s} {'= greedy':>9s}")
+    for name, m in s["methods"].items():
+        print(f"  {name:>6s} {m['block_efficiency']:10.3f} {m['tokens_per_s']:8.0f} "
+              f"{m['speedup']:7.2f}x {'yes' if m['identical_to_greedy'] else 'NO':>9s}")
+    for w in s["timing_warnings"]:
+        print(f"  warning: {w}")
 
 
 def peeks(name):
@@ -106,6 +131,8 @@ def print_report(r, model, color=False):
           list(r.oracle_by_k.items()), color=color)
     chart("block efficiency by method", list(r.block_efficiency.items()), color=color,
           mark=max(r.block_efficiency, key=lambda k: -1 if peeks(k) else r.block_efficiency[k]))
+    if r.speedup_by_heads:
+        print_by_heads(r.speedup_by_heads)
     if r.sweep:
         s = r.sweep
         chart("sweep (tune split): BPD block efficiency by heads used", list(s["heads"].items()),
@@ -160,7 +187,91 @@ def plot(r, folder):
         ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
         names.append(save(fig, folder, name))
         plt.close(fig)
+    extras = [("head_entropy_distribution.png", r.head_entropy_quantiles, entropy_boxes),
+              ("speedup_by_heads.png", r.speedup_by_heads, heads_speed)]
+    for name, data, draw in extras:
+        if data:
+            fig = draw(plt, data, r.checkpoint)
+            names.append(save(fig, folder, name))
+            plt.close(fig)
     return names
+
+
+def short(path):
+    """A checkpoint's file name, for a figure's title."""
+    return os.path.basename(str(path))
+
+
+def entropy_boxes(plt, q, model):
+    """Kim Fig. 3a from analysis.entropy_quantiles: a box per head (the quartiles, the median as
+    a line, whiskers at the 5% and 95% quantiles, the mean as a triangle). -> the figure."""
+    at = {p: i for i, p in enumerate(q["quantiles"])}
+    stats = [{"whislo": b[at[0.05]], "q1": b[at[0.25]], "med": b[at[0.5]], "q3": b[at[0.75]],
+              "whishi": b[at[0.95]], "mean": m, "label": str(i + 1), "fliers": []}
+             for i, (b, m) in enumerate(zip(q["by_head"], q["mean"]))]
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    ax.bxp(stats, showmeans=True, showfliers=False)
+    ax.set(title=f"Kim Fig. 3a: entropy of each head's distribution\n{short(model)}, "
+                 f"{q['positions']} positions; whiskers 5%-95%, ▲ mean",
+           xlabel="head", ylabel="entropy (nats)")
+    return fig
+
+
+def heads_speed(plt, s, model):
+    """Stern §7.3, Fig. 4 from bench.by_heads: the wall-clock speedup over greedy and the block
+    efficiency of plain BPD against the block size k (heads used). -> the figure."""
+    ks = [k for k in s["methods"] if k.isdigit()]
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    ax.plot([int(k) for k in ks], [s["methods"][k]["speedup"] for k in ks], "o-",
+            label="wall-clock speedup over greedy (median)")
+    ax.plot([int(k) for k in ks], [s["methods"][k]["block_efficiency"] for k in ks], "s--",
+            label="block efficiency (tokens / call)")
+    ax.axhline(1.0, color="grey", linewidth=0.8)
+    ax.set_xticks([int(k) for k in ks])
+    ax.set(title=f"Stern Fig. 4: speedup against block size k\n{short(model)}, "
+                 f"{s['threads']} thread(s)", xlabel="k (heads used)",
+           ylabel="speedup (x greedy) / tokens per call")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def rescorer_sizes(plt, out, model):
+    """Kim §7.1's rescorer sizes (tools/rescorer_sizes.py): for each rescorer, smallest first,
+    neural's block efficiency and its wall-clock speedup over greedy as a pair of bars, plain
+    BPD's as dashed lines. -> the figure."""
+    m, sizes = out["methods"], out["rescorers"]
+    names = sorted(sizes, key=lambda k: sizes[k]["params"])
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for j, (key, label) in enumerate((("block_efficiency", "block efficiency (tokens / call)"),
+                                      ("speedup", "wall-clock speedup over greedy"))):
+        xs = [i + (j - 0.5) * 0.4 for i in range(len(names))]
+        drawn = ax.bar(xs, [m[f"neural {k}"][key] for k in names], 0.4, label=f"neural: {label}")
+        ax.bar_label(drawn, [f"{m[f'neural {k}'][key]:.2f}" for k in names], fontsize=7)
+        ax.axhline(m[decoders.PLAIN][key], linestyle="--", linewidth=1,
+                   color=drawn.patches[0].get_facecolor(), label=f"plain BPD: {label}")
+    ax.set_xticks(range(len(names)), [f"{k}\n{human(sizes[k]['params'])}" for k in names],
+                  fontsize=8)
+    ax.set(xlabel="rescorer (parameters a call multiplies by)",
+           ylabel="tokens per call / speedup (x greedy)",
+           title=f"Kim §7.1: neural rescoring by rescorer size\n{short(model)}, "
+                 f"{out['threads']} thread(s)")
+    ax.set_ylim(0, 1.4 * max(max(m[f"neural {k}"]["block_efficiency"] for k in names),
+                             m[decoders.PLAIN]["block_efficiency"]))     # room for the legend
+    ax.legend(fontsize=7, loc="upper center", ncol=2)
+    return fig
+
+
+def tasks_by_heads(plt, by_task, model):
+    """Kim Table 1: plain BPD's block efficiency against the number of heads, a line per task
+    ({task: {heads: block efficiency}}). -> the figure."""
+    fig, ax = plt.subplots(figsize=(6.4, 4))
+    for name, row in by_task.items():
+        ax.plot([int(k) for k in row], list(row.values()), marker="o", label=name)
+    ax.set_xticks([int(k) for k in row])
+    ax.set(title=f"Kim Table 1: block efficiency by number of heads, per task\n{short(model)}",
+           xlabel="heads used (h)", ylabel="block efficiency (tokens / call)")
+    ax.legend(fontsize=8)
+    return fig
 
 
 def print_sampled(r, model):
@@ -216,8 +327,18 @@ def print_tasks(r, color=False):
         print(f"\n  degenerate (greedy's ROUGE-L < {r.degenerate_below}), left out of the correlations: "
               f"{', '.join(r.excluded)}")
     print_correlations(r.correlation)
+    print_heads_by_task({n: t.block_efficiency_by_heads for n, t in r.tasks.items()})
     chart("BPD block efficiency by task", [(n, t.block_efficiency[decoders.PLAIN])
                                            for n, t in r.tasks.items()], color=color)
+
+
+def print_heads_by_task(by_task):
+    """Kim Table 1: a row per task, plain BPD's block efficiency by the number of heads used."""
+    heads = list(next(iter(by_task.values())))
+    print("\n  BPD block efficiency by heads used (Kim Table 1)\n  " + f"{'task':12s}" +
+          "".join(f"{h:>6s}" for h in heads))
+    for name, row in by_task.items():
+        print(f"  {name:12s}" + "".join(f"{row[h]:6.2f}" for h in heads))
 
 
 def print_correlations(c):
@@ -272,6 +393,9 @@ def plot_tasks(r, folder):
     names.append(save(fig, folder, "tasks_oracle_by_k.png"))
     plt.close(fig)
     names.append(task_bars(plt, r, folder))
+    fig = tasks_by_heads(plt, {n: t.block_efficiency_by_heads for n, t in tasks_}, r.checkpoint)
+    names.append(save(fig, folder, "tasks_by_heads.png"))
+    plt.close(fig)
     return names
 
 
