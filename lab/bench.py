@@ -60,14 +60,15 @@ def seconds(fn):
     return time.perf_counter() - t0
 
 
-def timings(run, methods, max_reps=None):
+def timings(run, methods, max_reps=None, warm_up=True):
     """Seconds per repetition of each Method over all of run's prompts (run.n new tokens each, at
-    run.temperature from run.generator, verifying as run.verify): one warm-up, then method.reps
+    run.temperature from run.generator, verifying as run.verify): one warm-up (unless warm_up is
+    False: the demo's methods have just run), then method.reps
     repetitions (fewer for the slow refined decoders, to keep the bench short; at most max_reps),
     the methods interleaved so that machine noise hits them alike."""
     decode = lambda m, p, k: m.decode(run.model, p, k, run.temperature, run.generator, run.verify)
     reps = {m.name: min(m.reps, max_reps or m.reps) for m in methods}
-    for m in methods:
+    for m in methods if warm_up else []:
         decode(m, run.prompts[0], min(run.n, 16))
     times = {m.name: [] for m in methods}
     for r in range(max(reps.values())):

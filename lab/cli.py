@@ -243,11 +243,16 @@ def load(args, used=None):
         model = model.first_heads(args.heads)
     chosen = decoders.settings(args.tuned_settings, overrides(args))    # read by the checks
     res = Resources(model, ck, reference=args.reference)    # --reference: the one switch
-    model = res.model
-    for name in decoders.active() if used is None else used:
-        decoders.check(name, chosen[name], model)       # budgets need the model
-        decoders.make(name, res, chosen[name])          # every drafter builds, before any call
-    return model, ck, chosen, res
+    build(decoders.active() if used is None else used, chosen, res)
+    return res.model, ck, chosen, res
+
+
+def build(names, chosen, res):
+    """Check each decoder's settings against the model's budgets, and build its drafter (every
+    drafter builds before any model call)."""
+    for name in names:
+        decoders.check(name, chosen[name], res.model)
+        decoders.make(name, res, chosen[name])
 
 
 def show(tokens, vocab):
@@ -262,7 +267,7 @@ def generate(args):
     name = baseline_name(T) if args.decoder in decoders.BASELINES else args.decoder
     model, ck, chosen, res = load(args, [name] if name in decoders.DECODERS else [])
     if getattr(model, "machine", None):
-        print(machine_line(model).strip(), file=sys.stderr)
+        print(figures.machine_line(model).strip(), file=sys.stderr)
     prompt, n = encode(args.prompt, ck["vocab"]), args.max_new_tokens
     s = chosen.get(name, {})             # a flag it does not read: refused (checks.py)
     peeks = name in decoders.DECODERS and decoders.DECODERS[name].peeks
@@ -294,10 +299,19 @@ def demo(args):
     """Every decoder on one test prompt (SmolLM2: an English and a Python request), the first BPD
     steps drawn, and greedy vs BPD timed."""
     t0 = time.perf_counter()
-    model, ck, chosen, res = load(args)
+    model, ck, chosen, res = load(args, used=[])        # the drafters: those the demo runs, below
+    family = family_module(ck)
+    # A real model's demo leaves out its family's DEMO_SKIP (for time: issue 45's 45 s).
+    skip = [k for k in decoders.active() if k in getattr(family, "DEMO_SKIP", ())]
+    with decoders.select([k for k in decoders.active() if k not in skip]):
+        build(decoders.active(), chosen, res)
+        return show_demo(args, model, ck, chosen, res, family, t0, skip)
+
+
+def show_demo(args, model, ck, chosen, res, family, t0, skip):
+    """The demo, once loaded (demo)."""
     loaded = time.perf_counter() - t0
     vocab, T = ck["vocab"], args.temperature
-    family = family_module(ck)
     real = family is not None
     n = min(args.max_new_tokens, family.DEMO_TOKENS if real else DEMO_TOKENS)  # more: refused
     prompts = family.demo_prompts(vocab) if real else demo_prompts(args, ck, vocab)
@@ -309,13 +323,14 @@ def demo(args):
           + (f"; sampling at temperature {T} (seed {args.seed}): every decoder samples exactly "
              "the base model's distribution, block efficiency is what drafting buys" if T else "")
           + (f"; {n} new tokens a prompt (`--prompt` for longer)" if real else "")
-          + f"; loaded in {loaded:.1f} s" + machine_line(model) + "\n")
+          + f"; loaded in {loaded:.1f} s" + figures.machine_line(model) + "\n")
     gen, all_same = torch.Generator().manual_seed(args.seed), True
     for i, (label, prompt) in enumerate(prompts):
-        # A real model's later prompts: BPD and the family's DEMO_LATER only (the 45 s budget).
-        names = [k for k in decoders.active() if i == 0 or k == decoders.PLAIN or
-                 k in getattr(family, "DEMO_LATER", ())]
-        greedy, plain, same = demo_decoders(model, res, chosen, label, prompt, n, gen, args, names)
+        later = getattr(family, "DEMO_LATER", ())          # a real model's later prompts
+        names = [k for k in decoders.active() if not i or k == decoders.PLAIN or k in later]
+        left = skip + [k for k in decoders.active() if k not in names]
+        greedy, plain, same = demo_decoders(model, res, chosen, label, prompt, n, gen, args,
+                                            names, left)
         all_same &= same
         if i == 0:
             (draw_tries if T else draw_steps)(model, res, chosen, plain, prompt + greedy,
@@ -323,31 +338,15 @@ def demo(args):
     base, prompt = baseline_name(T), prompts[0][1]
     methods = [decoders.Method(base), decoders.method(decoders.PLAIN, res, {})]
     once = Run(res, chosen, [prompt], n, T, verify=args.verify, generator=gen)
-    tps = bench.tokens_per_s(bench.timings(once, methods, 3), n)
+    tps = bench.tokens_per_s(bench.timings(once, methods, 3, warm_up=False), n)
     print(f"\nwall-clock on this machine (median of 3{', first prompt' if len(prompts) > 1 else ''}): "
           f"{base} {tps[base]:.0f} tok/s, BPD {tps[decoders.PLAIN]:.0f} tok/s: "
           f"{tps[decoders.PLAIN] / tps[base]:.2f}x (`--bench` times every decoder)"
-          + slower_hint(model, tps[decoders.PLAIN] / tps[base]))
+          + figures.slower_hint(model, tps[decoders.PLAIN] / tps[base]))
     traced = trace.demo(args, model, ck, res, chosen, prompts[0][1], n)
     print(f"\n(load {loaded:.1f} s, decoding {time.perf_counter() - t0 - loaded:.1f} s)")
     print("\n" + traced)
     return 0 if all_same else 1
-
-
-def slower_hint(model, ratio):
-    """Why BPD may lose on this machine, and what to try (issue 43, trap 6)."""
-    if ratio >= 1:
-        return ""
-    return ("\n  BPD pays when a verification call of h tokens costs little more than a one-token "
-            "call.\n  Here it does not: see 'this CPU' above (a CPU without bf16 dot products "
-            "pays per row in bf16),\n  other work on the machine, or --threads; "
-            "docs/real-model.md, 'Which CPU gives what'.")
-
-
-def machine_line(model):
-    """What a model chose for this machine at load (SmolLM2: models/machine.py), as a clause."""
-    why = getattr(model, "machine", None)
-    return f"\nthis CPU: {why} (`--dtype` chooses another)" if why else ""
 
 
 def demo_prompts(args, ck, vocab):
@@ -360,12 +359,13 @@ def demo_prompts(args, ck, vocab):
     return [(f"(test split): '{show(prompt, vocab)}'", prompt)]
 
 
-def demo_decoders(model, res, chosen, label, prompt, n, gen, args, names):
-    """Greedy, then each decoder of `names` on one prompt, one line each. -> (greedy tokens, plain
-    BPD's stats, whether every decoder matched greedy; at T > 0, True)"""
+def demo_decoders(model, res, chosen, label, prompt, n, gen, args, names, left):
+    """Greedy, then each decoder of `names` on one prompt, one line each (`left`: those left out,
+    named). -> (greedy tokens, plain BPD's stats, whether every decoder matched greedy; at T > 0,
+    True)"""
     T, vocab = args.temperature, res.ck["vocab"]
-    left = [k for k in decoders.active() if k not in names]
-    print(f"prompt {label}" + (f" (not run here, for time: {', '.join(left)})" if left else ""))
+    print(f"prompt {label}" + (f" (not run here, for time: {', '.join(left)}; `--decoder NAME` "
+                               "runs one)" if left else ""))
     greedy = greedy_decode(model, prompt, n)
     if T == 0:
         print(f"greedy, {n} calls: '{show(greedy, vocab)}'\n")

@@ -547,3 +547,19 @@ def plot_scale(r, folder):
     fig.savefig(os.path.join(folder, name), dpi=120)
     plt.close(fig)
     return name
+
+
+def slower_hint(model, ratio):
+    """Why BPD may lose on this machine, and what to try (issue 43, trap 6)."""
+    if ratio >= 1:
+        return ""
+    return ("\n  BPD pays when a verification call of h tokens costs little more than a one-token "
+            "call.\n  Here it does not: see 'this CPU' above (a CPU without bf16 dot products "
+            "pays per row in bf16),\n  other work on the machine, or --threads; "
+            "docs/real-model.md, 'Which CPU gives what'.")
+
+
+def machine_line(model):
+    """What a model chose for this machine at load (SmolLM2: models/machine.py), as a clause."""
+    why = getattr(model, "machine", None)
+    return f"\nthis CPU: {why} (`--dtype` chooses another)" if why else ""

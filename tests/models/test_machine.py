@@ -97,8 +97,9 @@ def fake_config():
 
 
 def test_the_choice_is_cached_per_machine(tmp_path, monkeypatch):
-    """choice_for measures once and caches beside the checkpoint; a cache made on another
-    machine (another key), of another format or unreadable is measured again, never trusted."""
+    """choice_for measures once and caches beside the checkpoint, one choice per machine; a
+    choice made on another machine (another key), of another format or unreadable is measured
+    again, never trusted, and another machine's stays in the cache."""
     path, said = str(tmp_path / "heads.pt"), []
     data = machine.choice_for(path, fake_config(), 3, log=said.append)
     assert len(said) == 1 and "measured this CPU" in said[0]
@@ -106,10 +107,17 @@ def test_the_choice_is_cached_per_machine(tmp_path, monkeypatch):
     assert data["best"] in data["dtypes"] and data["key"] == machine.machine_key()
     for entry in data["dtypes"].values():
         assert entry["pick"] in entry["ms"] and entry["row_block"] >= 1
-    for change in ({"key": {"cpu_flags": "another"}}, {"format": 0}):
+    other = {**data, "key": {"cpu_flags": "another"}}
+    for cache in ({"format": machine.FORMAT, "machines": [other]}, {"format": 0, "machines": [data]},
+                  {**data}):
         with open(path + machine.CHOICE_SUFFIX, "w") as f:
-            json.dump({**data, **change}, f)
+            json.dump(cache, f)
         assert machine.load_choice(path) is None
+    with open(path + machine.CHOICE_SUFFIX, "w") as f:
+        json.dump({"format": machine.FORMAT, "machines": [other]}, f)
+    again = machine.choice_for(path, fake_config(), 3, log=said.append)  # another's is kept
+    assert len(said) == 2 and machine.read_cache(path) == [other, again]
+    assert machine.load_choice(path) == again and again["key"] == machine.machine_key()
     with open(path + machine.CHOICE_SUFFIX, "w") as f:
         f.write("{not json")
     assert machine.load_choice(path) is None
@@ -140,3 +148,11 @@ def test_capped_cpu_runs_them():
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     passed = re.search(r"(\d+) passed", r.stdout)
     assert passed and int(passed[1]) >= len(SMOLLM2), r.stdout[-3000:]   # run, not skipped
+
+
+def test_fastest_takes_the_cheapest_step_among_verifications_within_ten_per_cent():
+    """The choice's rule: the fastest verification wins, unless another is within 10% of it and
+    has the cheaper one-token step (float32 own rows against blocks of 8 on an AVX2 CPU)."""
+    assert machine.fastest({"blocks of 8": (39.9, 38.8), "own rows": (24.0, 41.0)}) == "own rows"
+    assert machine.fastest({"blocks of 8": (39.9, 38.8), "own rows": (24.0, 50.2)}) == "blocks of 8"
+    assert machine.fastest({"blocks of 1": (17.0, 70.0), "blocks of 8": (20.0, 21.0)}) == "blocks of 8"
