@@ -26,6 +26,7 @@ A Method is what the bench times and checks: the baseline (sample_decode, one to
 """
 import contextlib
 import copy
+import inspect
 import json
 import re
 import sys
@@ -95,6 +96,13 @@ def check_entry(name, make, defaults, grid, about):
     bad = lambda why: ValueError(f"register {name!r}: {why}")
     if not callable(make):
         raise bad("make must be a factory (res, s, answer) -> drafter")
+    try:                                  # a lambda res, s: ... would fail only when first used
+        inspect.signature(make).bind(None, {}, None)
+    except TypeError:
+        raise bad(f"its factory must take three arguments (res, s, answer), e.g. `lambda res, s, "
+                  f"answer: MyDrafter()`; got {make.__name__}{inspect.signature(make)}") from None
+    except ValueError:                    # a builtin without a signature: checked when used
+        pass
     number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
     if not isinstance(defaults, dict) or not all(isinstance(k, str) and number(v)
                                                  for k, v in defaults.items()):

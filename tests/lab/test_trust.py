@@ -93,6 +93,7 @@ make_bpd = lambda res, s, answer: ArgmaxDrafter()
     ({"name": 3}, "one word"), ({"name": ""}, "one word"), ({"name": "two words"}, "one word"),
     ({"name": "greedy"}, "baseline's name"), ({"name": "sample"}, "baseline's name"),
     ({"make": None}, "factory"),
+    ({"make": lambda res, s: ArgmaxDrafter()}, "must take three arguments"),   # a student's slip
     ({"defaults": [1, 2]}, "defaults must be"), ({"defaults": "k=3"}, "defaults must be"),
     ({"defaults": {"k": "3"}}, "defaults must be"), ({"defaults": {"k": [3]}}, "defaults must be"),
     ({"defaults": {"k": 3}, "grid": {"k": 4}}, "grid must be"),
