@@ -45,8 +45,22 @@ def main():
     print(f"2. the README's code: {printed:.1f} s as printed, {default:.1f} s at torch's default "
           f"threads ({os.cpu_count()} cores); the command: {command:.1f} s "
           f"({'all ran' if not (r.returncode or r2.returncode or r3.returncode) else 'a run failed'})")
-    r, _ = run([sys.executable, "minibpd.py", "--plugin", "my_drafter", "--demo"], tmp)
-    print(f"3. --plugin my_drafter from another folder: {r.stderr.strip().splitlines()[-1]}")
+    r, _ = run([sys.executable, os.path.join(ROOT, "minibpd.py"), "--plugin", "my_drafter",
+                "--demo"], tmp)
+    print(f"3. --plugin my_drafter, no such file here: {r.stderr.strip().splitlines()[-1]}")
+    r, _ = run([sys.executable, "-c", FLAT], tmp)
+    print(f"   a drafter returning one flat draft: {r.stderr.strip().splitlines()[-1]}")
+
+
+FLAT = """
+import minibpd
+class Flat:
+    max_drafts = 1
+    def __call__(self, logprobs, context):
+        return [context[-1]] + logprobs[1:].argmax(-1).tolist()    # a draft, not [draft]
+model, ck = minibpd.load_checkpoint()
+minibpd.bpd_decode(model, [1, 2, 3], 20, drafter=Flat())
+"""
 
 
 if __name__ == "__main__":
