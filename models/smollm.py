@@ -199,7 +199,7 @@ def trunk_state(reader, cfg, dtype):
 
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
-MACHINE = ("wide_prefill", "prefill_apart")   # chosen at load for this CPU, not saved with heads
+MACHINE = ("wide_prefill", "prefill_apart", "row_block")   # chosen at load for this CPU (machine.py)
 
 
 def cpu_has(probe):
