@@ -28,6 +28,7 @@ import contextlib
 import copy
 import inspect
 import json
+import math
 import re
 import sys
 import threading
@@ -358,6 +359,54 @@ def load_tuned(path, checkpoint, heads=None, all_heads=None, required=False):
     if heads is not None and tuned_heads is not None and tuned_heads != heads:
         return ignore(f"it was tuned with {tuned_heads} heads, this run uses {heads}") or {}
     return settings
+
+
+def tuned_be_by_heads(path, checkpoint):
+    """The tuned file's plain-BPD block efficiency by heads used, {k: be} for k = 1..h (`--tune`
+    writes it: lab.analysis.be_by_heads on the tune split, machine-independent), or {} where the
+    file is missing, of another checkpoint, or holds no such entry."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return {}
+    if not isinstance(data, dict) or data.get("checkpoint_sha256") != file_sha256(checkpoint):
+        return {}
+    be = data.get("block_efficiency_by_heads")
+    if not isinstance(be, dict):
+        return {}
+    try:
+        out = {int(k): float(v) for k, v in be.items()}
+    except (TypeError, ValueError):
+        return {}
+    return out if all(v > 0 and math.isfinite(v) for v in out.values()) else {}
+
+
+def speed_heads(be, call_ms):
+    """The number of heads k whose plain BPD is fastest here by the measure at hand: block
+    efficiency with k heads (be, the tuned file's) over the cost of a k-row decode call on this
+    machine (call_ms[k - 1], models/machine.call_costs): tokens per ms. Ours (Stern §7.3, Fig. 4:
+    speedup rises with the block size k, then falls). None where either is missing; ties go to
+    more heads."""
+    if not be or not call_ms:
+        return None
+    ks = [k for k in range(1, len(call_ms) + 1) if k in be and call_ms[k - 1] > 0]
+    return max(ks, key=lambda k: (be[k] / call_ms[k - 1], k)) if ks else None
+
+
+def fastest_view(model, be):
+    """The model on the heads whose BPD is fastest on this machine (speed_heads: `be`, the tuned
+    file's block efficiency by heads, over the model's measured call costs, model.call_ms:
+    SmolLM2's), said in model.machine; the model itself where either is missing or all heads
+    win. --prompt and --demo use it without --heads; the bench measures every head (its block
+    efficiency is the machine-independent one)."""
+    h = model.config.n_bpd_heads
+    k = speed_heads(be, getattr(model, "call_ms", None))
+    if k in (None, h):
+        return model
+    view = model.first_heads(k)
+    view.machine = f"{model.machine}; BPD on {k} of its {h} heads, fastest here (`--heads {h}`: all)"
+    return view
 
 
 def check_tuned(path, data):

@@ -259,6 +259,8 @@ def check_against_checkpoint(args, ck):
     args.tuned_settings = {} if args.tune else decoders.load_tuned(
         args.tuned or decoders.tuned_path(path), path, heads, cfg.get("n_bpd_heads"),
         required=args.tuned is not None)
+    args.heads_be = {} if args.tune or not args.tuned_settings else decoders.tuned_be_by_heads(
+        args.tuned or decoders.tuned_path(path), path)
     check_budgets(args, ck)
 
 
@@ -299,6 +301,9 @@ def check_model_flags(args, ck, cfg):
     if args.heads is not None and is_int(h) and not 1 <= args.heads <= h:
         raise ValueError(f"--heads: heads must be an integer from 1 to {h} (the heads of {path}), "
                          f"got {args.heads}")
+    if args.dtype == "int4" and ck.get("kind") is None:
+        raise ValueError(f"--dtype int4 is the real model's precision (SmolLM2's 4-bit GGUF "
+                         f"weights); the character GPT of {path} takes float32 or float64")
     invariant = bool(cfg.get("batch_invariant", False))
     if (args.dtype or ck.get("dtype", "float32")) == "bfloat16" and not invariant:
         raise ValueError(f"bfloat16 is refused for {path}: its model is not batch-invariant, so its "

@@ -168,17 +168,18 @@ def add_model_flags(p):
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--dtype", default=None, choices=list(DTYPES), help="default: the "
                    "checkpoint's (float32 for the character models); SmolLM2's is chosen for this "
-                   "CPU at first load, by measurement (bfloat16 where bf16 has dot products, "
-                   "float32 elsewhere; models/machine.py). The "
+                   "CPU at first load, by measurement (models/machine.py; int4, its 4-bit trunk "
+                   "weights, where this torch has the kernel). The "
                    "character GPT takes float32 or float64 (bfloat16 is refused: it is not batch-"
-                   "invariant, so BPD would not equal greedy); SmolLM2 (batch-invariant) takes all three")
+                   "invariant, so BPD would not equal greedy); SmolLM2 (batch-invariant) takes all four")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default 1: fastest "
                    "for this model size, see docs/threads.md)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 (default): greedy; T > 0: "
                    "sample at T, every decoder exactly as sample_decode (--demo, --prompt, --bench)")
     p.add_argument("--seed", type=int, default=0, help="picks the demo prompt; seeds torch and "
                    "the sampling generator")
-    p.add_argument("--heads", type=int, default=None, help="use only heads 1..N (default: all)")
+    p.add_argument("--heads", type=int, default=None, help="use only heads 1..N (default: all; "
+                   "SmolLM2's --demo and --prompt: the heads fastest on this CPU)")
     p.add_argument("--verify", default="auto", choices=VERIFY_MODES, help="verify several "
                    "drafts as P rows (batch) or one token tree (tree); auto: tree when a decoder "
                    "drafts several")
@@ -241,6 +242,8 @@ def load(args, used=None):
                                 DTYPES.get(args.dtype))
     if args.heads is not None:
         model = model.first_heads(args.heads)
+    elif args.mode in ("prompt", "demo"):     # for speed; the bench measures every head
+        model = decoders.fastest_view(model, getattr(args, "heads_be", {}))
     chosen = decoders.settings(args.tuned_settings, overrides(args))    # read by the checks
     res = Resources(model, ck, reference=args.reference)    # --reference: the one switch
     build(decoders.active() if used is None else used, chosen, res)
@@ -476,6 +479,7 @@ def tune_command(args):
            "plugins": args.plugin,           # a plug-in's decoder needs them to be read back
            "heads": run.model.config.n_bpd_heads, "objective": args.objective,
            "tune_block_efficiency": scores,
+           "block_efficiency_by_heads": bench.analysis.be_by_heads(run),  # decoders.fastest_view
            "prompts": len(prompts), "new_tokens": args.new_tokens,
            "seconds": round(time.perf_counter() - t0)}
     with open(out_path, "w") as f:

@@ -5,6 +5,7 @@ product itself, on a weight packed once where the CPU's oneDNN serves it. Only t
 the standard library.
 """
 import functools
+import types
 
 import torch
 import torch.nn.functional as F
@@ -56,6 +57,75 @@ def packs(dtype):
         return False
 
 
+GROUP = 32       # weights per 4-bit group (int4_weight): the GGUF's Q4_1 block size
+INT4_ROWS = 16   # int4_weight needs out_features a multiple of this (torch's packing)
+
+
+@functools.cache
+def int4_ready():
+    """Whether this torch has the CPU 4-bit weight-only product (torch._weight_int4pack_mm_for_cpu,
+    the op gpt-fast's int4 mode uses on a CPU) and it computes a small product as the dequantized
+    weights do, here."""
+    try:
+        layer = types.SimpleNamespace(weight=torch.randn(INT4_ROWS, 2 * GROUP,
+                                                         generator=torch.Generator().manual_seed(0)),
+                                      bias=None, bits=4)
+        x = torch.randn(3, 2 * GROUP, generator=torch.Generator().manual_seed(1))
+        want = x.to(torch.bfloat16).float() @ int4_weight(layer.weight).dense.T
+        return torch.allclose(int4_linear(layer, x).float(), want, atol=0.05, rtol=0.02)
+    except (AttributeError, RuntimeError, NotImplementedError):
+        return False
+
+
+def int4_problem(layer):
+    """'' if a Linear (weight [N, K], no bias) can run on 4-bit groups here (int4_weight), else
+    why not."""
+    w = layer.weight
+    if not int4_ready():
+        return f"this torch ({torch.__version__}) has no CPU int4 product (int4_ready)"
+    if layer.bias is not None:
+        return "int4 products take weights without a bias"
+    if w.device.type != "cpu":
+        return f"int4 products run on the CPU only (this weight is on {w.device.type})"
+    if w.shape[0] % INT4_ROWS or w.shape[1] % GROUP:
+        return (f"int4 needs out_features a multiple of {INT4_ROWS} and in_features a multiple "
+                f"of {GROUP}, got a weight of shape {tuple(w.shape)}")
+    return ""
+
+
+def int4_weight(w):
+    """A float weight W [N, K] on 4 bits, GROUP weights along K sharing a scale s and zero z
+    (asymmetric, gpt-fast's form: W ~ (q - 8) s + z, q in 0..15, s = (max - min) / 15, z = min +
+    8 s, s and z rounded to bf16, the kernel's type). For the GGUF's Q4_1 blocks (32 weights,
+    d q + m) this finds the same q where a block spans 0..15, with d and m rounded to bf16.
+    -> namespace(packed: the kernel's layout, scales_zeros [K/GROUP, N, 2] bf16, dense: the
+    values the kernel computes with, [N, K] float32)."""
+    N, K = w.shape
+    g = w.detach().float().reshape(N, K // GROUP, GROUP)
+    low, high = g.amin(-1, keepdim=True), g.amax(-1, keepdim=True)
+    scale = ((high - low) / 15).clamp(min=1e-12)
+    q = ((g - low) / scale).round().clamp(0, 15)                          # [N, K/G, G]
+    s, z = scale.to(torch.bfloat16), (low + 8 * scale).to(torch.bfloat16)
+    dense = ((q - 8) * s.float() + z.float()).reshape(N, K)
+    packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.reshape(N, K).int(), 1)
+    scales_zeros = torch.cat([s, z], -1).transpose(0, 1).contiguous()    # [K/G, N, 2]
+    return types.SimpleNamespace(packed=packed, scales_zeros=scales_zeros, dense=dense)
+
+
+def int4_linear(layer, x):
+    """x [..., K] @ W^T on W's 4-bit groups (int4_weight, made once while W is unchanged), the
+    inputs rounded to bf16 (the kernel's), the sums in float32, the result rounded to bf16 and
+    returned in x's dtype. Ours, for decoding only (no gradients): memory-bound one-token calls
+    read an eighth of float32's bytes (docs/real-model.md, "int4")."""
+    w = layer.weight
+    if torch.is_grad_enabled() and (w.requires_grad or x.requires_grad):
+        raise RuntimeError("int4 products are for decoding: they have no gradients")
+    q = derived(layer, "_int4", (w.data_ptr(), w._version), lambda: int4_weight(w))
+    flat = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
+    out = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, q.packed, GROUP, q.scales_zeros)
+    return out.view(*x.shape[:-1], w.shape[0]).to(x.dtype)
+
+
 def linear(layer, x):
     """x [..., K] @ W^T + b -> [..., N] for anything with `weight` W [N, K] and `bias` (a Linear),
     x in W's dtype. On a CPU where oneDNN serves W's dtype (packs), W is packed once into
@@ -65,6 +135,8 @@ def linear(layer, x):
     way, so a fixed-shape block treats its rows alike, but the two kernels round differently:
     the choice is made here alone (PACKED, the device, the dtype), never by the caller's state,
     and under autograd the packed product is the forward too (PackedLinear)."""
+    if getattr(layer, "bits", None) == 4:          # 4-bit weights (smollm's int4 precision)
+        return int4_linear(layer, x)
     w, bias = layer.weight, layer.bias
     if not PACKED or w.device.type != "cpu" or not packs(w.dtype):
         return F.linear(x, w, bias)
@@ -122,7 +194,7 @@ def linear_rows(layer, x, rows, wide=False):
     rows=None: one plain product (widened, when `wide`, for bf16 weights)."""
     if rows is None:
         return widened(layer, x) if wide and layer.weight.dtype == torch.bfloat16 else layer(x)
-    free = FREE.get(kernel_key(layer.weight))
+    free = FREE.get(kernel_key(layer))
     if free:                                  # fresh copies, as the probe's: aligned alike
         dtype = layer.weight.dtype
         return torch.cat([linear(layer, x[i:i + free].to(dtype, copy=True)).to(x.dtype)
@@ -132,10 +204,11 @@ def linear_rows(layer, x, rows, wide=False):
     return out[:len(x)].to(x.dtype)
 
 
-def kernel_key(w):
-    """What picks a product's kernel here: the weight's shape, dtype and device, and whether it
-    runs packed (linear)."""
-    return (tuple(w.shape), str(w.dtype), w.device.type, PACKED and packs(w.dtype))
+def kernel_key(layer):
+    """What picks a product's kernel here: the weight's shape, dtype and device, whether it runs
+    packed (linear), and its bits (4: int4_linear; None: its dtype's)."""
+    w, bits = layer.weight, getattr(layer, "bits", None)
+    return (tuple(w.shape), str(w.dtype), w.device.type, PACKED and packs(w.dtype), bits)
 
 
 @torch.no_grad()

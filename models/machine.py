@@ -6,15 +6,19 @@ about what one row does; without them a bf16 product is computed by widening to 
 costs in proportion to its rows, while a float32 one of 8 rows costs about 1.4 times one row.
 And some kernels need no block at all: where a product of m rows gives every row the bits that
 row gets alone (blocks.row_invariance; oneDNN's packed float32 kernels with AVX2, for one), a
-call runs its own rows and stays batch-invariant.
+call runs its own rows and stays batch-invariant. A one-token call is memory-bound: it reads every
+weight once, so the fewer bytes a weight the faster; the int4 precision (blocks.int4_linear)
+reads an eighth of float32's for the trunk, whose GGUF weights are 4-bit already.
 
-choose() times, for each candidate (dtype; rows per block, or the kernel's own rows where it is
+choose() times, for each candidate (precision: PRECISIONS; rows per block, or the kernel's own rows where it is
 row-invariant), the products of one decode call of the model's shapes: one row (a greedy step)
 and h rows (a BPD verification), and picks the fastest verification, those within 10% of it
 counting as tied, then the fastest step (fastest). The
 answer is cached beside the checkpoint (CHOICE_SUFFIX), keyed by the CPU, its kernel caps and
-torch's version, and applied at load (apply). --dtype still chooses the dtype; the rest follows.
+torch's version, and applied at load (apply). --dtype still chooses the precision; the rest
+follows.
 """
+import copy
 import hashlib
 import json
 import os
@@ -24,10 +28,11 @@ import time
 
 import torch
 
+from minibpd import KVCache
 from models import blocks
 
 CHOICE_SUFFIX = ".machine.json"
-FORMAT = 2         # the cache: {format, machines: [choice, one per machine key]}
+FORMAT = 3         # the cache: {format, machines: [choice, one per machine key]}
 CAPS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
 TIE = 0.1          # verifications within 10% count as tied (fastest)
 ROUNDS = 3         # rounds of timings, their fastest kept (measure)
@@ -48,13 +53,25 @@ def machine_key():
             "torch": torch.__version__, "threads": torch.get_num_threads()}
 
 
-class Weight:
-    """A stand-in Linear (weight, bias) of one of the model's shapes, random, in `dtype`."""
+PRECISIONS = {"bfloat16": torch.bfloat16, "float32": torch.float32, "int4": torch.float32}
+# a precision's name -> its weights' dtype; int4: the trunk's products on 4-bit groups of its
+# float32 weights (blocks.int4_linear), the output head in float32 (smollm.INT4)
 
-    def __init__(self, out_features, in_features, dtype):
+
+class Weight:
+    """A stand-in Linear (weight, bias) of one of the model's shapes, random, in `dtype`, on
+    4-bit groups with bits=4."""
+
+    def __init__(self, out_features, in_features, dtype, bits=None):
         g = torch.Generator().manual_seed(out_features * 7 + in_features)
         self.weight = (torch.randn(out_features, in_features, generator=g) * 0.02).to(dtype)
-        self.bias = None
+        self.bias, self.bits = None, bits
+
+    def copy(self):
+        out = copy.copy(self)
+        out.__dict__.pop("_derived", None)         # its own packed forms (blocks.derived)
+        out.weight = self.weight.clone()
+        return out
 
 
 def shapes(cfg):
@@ -68,34 +85,51 @@ def shapes(cfg):
 
 def key_text(key):
     """A kernel key (blocks.kernel_key) as JSON text, and back (key_tuple)."""
-    shape, dtype, device, packed = key
-    return json.dumps([list(shape), dtype, device, packed])
+    shape, *rest = key
+    return json.dumps([list(shape), *rest])
 
 
 def key_tuple(text):
-    shape, dtype, device, packed = json.loads(text)
-    return tuple(shape), dtype, device, packed
+    shape, *rest = json.loads(text)
+    return (tuple(shape), *rest)
 
 
-def call_ms(layer, rows, m, free, reps=5):
-    """ms of one product of m token rows: in fixed blocks of `rows`, or with `free` on the
-    kernel's own rows (blocks.FREE set for this weight only while timing)."""
-    key, saved = blocks.kernel_key(layer.weight), dict(blocks.FREE)
-    blocks.FREE.pop(key, None)
-    if free:
-        blocks.FREE[key] = MOST_FREE
+def call_ms(layers, rows, m, free, reps=1):
+    """ms of the products of one decode call of m token rows (every layer's, one after another,
+    as the model runs them): in fixed blocks of `rows`, or with `free` on the kernels' own rows
+    (blocks.FREE set for these weights only while timing). The median of `reps` calls after a
+    warm-up (which packs the weights); measure() keeps the fastest of ROUNDS such timings."""
+    keys, saved = {blocks.kernel_key(w) for w in layers}, dict(blocks.FREE)
+    for key in keys:
+        blocks.FREE.pop(key, None)
+        if free:
+            blocks.FREE[key] = MOST_FREE
     try:
-        x = torch.randn(m, layer.weight.shape[1])
-        blocks.linear_rows(layer, x, rows)                    # warm-up (and the packing)
+        xs = {w.weight.shape[1]: torch.randn(m, w.weight.shape[1]) for w in layers}
+        call = lambda: [blocks.linear_rows(w, xs[w.weight.shape[1]], rows) for w in layers]
+        call()
         times = []
         for _ in range(reps):
             t0 = time.perf_counter()
-            blocks.linear_rows(layer, x, rows)
+            call()
             times.append(time.perf_counter() - t0)
     finally:
         blocks.FREE.clear()
         blocks.FREE.update(saved)
     return 1e3 * statistics.median(times)
+
+
+def stand_ins(cfg, precision):
+    """Stand-ins of every weight of one decode call (shapes), each its own tensor: a call streams
+    the model's weights from memory, and one weight timed again and again would sit in the
+    CPU's cache and flatter the formats with the most bytes (it did: float32 over int4)."""
+    dtype, bits = PRECISIONS[precision], 4 if precision == "int4" else None
+    *trunk, (vocab, width, _) = shapes(cfg)        # the output head stays in dtype
+    layers = []
+    for o, i, n in trunk:
+        first = Weight(o, i, dtype, bits)
+        layers += [first] + [first.copy() for _ in range(n - 1)]
+    return layers + [Weight(vocab, width, dtype)]
 
 
 def candidates(dtype):
@@ -104,17 +138,21 @@ def candidates(dtype):
     return [1, 8] + [16] * (amx and dtype == torch.bfloat16)
 
 
-def measure(cfg, dtype, h):
+def measure(cfg, precision, h):
     """-> ({label: (ms of a 1-row call's products, ms of an h-row call's)}, {kernel: the rows
-    it is row-invariant for}) for one dtype: fixed blocks, and the kernels' own rows where every
-    shape allows it."""
-    layers = [(Weight(o, i, dtype), n) for o, i, n in shapes(cfg)]
-    free = {key_text(blocks.kernel_key(w.weight)): blocks.row_invariance(w, MOST_FREE)
-            for w, _ in layers}
-    call = lambda rows, m, own: sum(n * call_ms(w, rows, m, own) for w, n in layers)
-    settings = {f"blocks of {rows}": (rows, False) for rows in candidates(dtype)}
-    if all(v == MOST_FREE for v in free.values()):
+    it is row-invariant for}) for one precision (PRECISIONS): fixed blocks, and the kernels' own
+    rows where every shape allows it."""
+    layers = stand_ins(cfg, precision)
+    free = {}
+    for w in layers:                                      # one probe per kernel
+        key = key_text(blocks.kernel_key(w))
+        if key not in free:
+            free[key] = blocks.row_invariance(w, MOST_FREE)
+    call = lambda rows, m, own: call_ms(layers, rows, m, own)
+    settings = {f"blocks of {rows}": (rows, False) for rows in candidates(PRECISIONS[precision])}
+    if all(v == MOST_FREE for v in free.values()):    # own rows: blocks of 1 without the cost
         settings["own rows"] = (1, True)
+        del settings["blocks of 1"]
     # ROUNDS rounds, the candidates alternated, the fastest of each kept: another process on a
     # shared machine slows some timings, never speeds one up (one round flipped the choice here).
     rounds = [{k: (call(rows, 1, own), call(rows, h, own)) for k, (rows, own) in settings.items()}
@@ -122,14 +160,23 @@ def measure(cfg, dtype, h):
     return {k: tuple(min(r[k][i] for r in rounds) for i in (0, 1)) for k in settings}, free
 
 
-def choose(cfg, h, dtypes=(torch.bfloat16, torch.float32)):
-    """The fastest batch-invariant setting of each dtype, and of all ("best"): per dtype its
-    row_block, the free rows of its kernels when it runs on their own rows, and every timing."""
+def precisions(cfg):
+    """The precisions worth timing here: bf16 and float32, and int4 where this torch has its CPU
+    kernel and it takes every trunk shape of cfg (blocks.int4_problem)."""
+    fits = all(not blocks.int4_problem(Weight(o, i, torch.float32, 4))
+               for o, i, _ in shapes(cfg)[:-1])
+    return ["bfloat16", "float32"] + ["int4"] * fits
+
+
+def choose(cfg, h, names=None):
+    """The fastest batch-invariant setting of each precision (default: precisions()), and of
+    all ("best"): per precision its row_block, the free rows of its kernels when it runs on
+    their own rows, and every timing (call_costs_for adds the loaded model's call_ms)."""
     out = {"format": FORMAT, "key": machine_key(), "h": h, "dtypes": {}}
-    for dtype in dtypes:
-        ms, free = measure(cfg, dtype, h)
+    for name in precisions(cfg) if names is None else names:
+        ms, free = measure(cfg, name, h)
         pick = fastest(ms)
-        out["dtypes"][str(dtype).split(".")[1]] = {
+        out["dtypes"][name] = {
             "row_block": 1 if pick == "own rows" else int(pick.split()[-1]), "pick": pick,
             "free": free if pick == "own rows" else {},
             "ms": {k: [round(a, 3), round(b, 3)] for k, (a, b) in ms.items()}}
@@ -174,26 +221,85 @@ def choice_for(path, cfg, h, log=print):
     if data is None:
         t0 = time.perf_counter()
         data = choose(cfg, h)
-        others = [c for c in read_cache(path) if c.get("key") != data["key"]]
-        try:
-            with open(path + CHOICE_SUFFIX, "w", encoding="utf-8") as f:
-                json.dump({"format": FORMAT, "machines": others + [data]}, f, indent=1)
-        except OSError:
-            pass
+        save_choice(path, data)
         log(f"machine: measured this CPU's products once ({time.perf_counter() - t0:.1f} s), "
             f"cached in {path + CHOICE_SUFFIX}")
     return data
 
 
+def save_choice(path, data):
+    """Cache a machine's choice beside the checkpoint, with other machines' choices, where that
+    folder is writable."""
+    others = [c for c in read_cache(path) if c.get("key") != data["key"]]
+    try:
+        with open(path + CHOICE_SUFFIX, "w", encoding="utf-8") as f:
+            json.dump({"format": FORMAT, "machines": others + [data]}, f, indent=1)
+    except OSError:
+        pass
+
+
+CALL_CACHED = 64   # tokens in the KV cache when call_costs times a call
+
+
+@torch.no_grad()
+def call_costs(model, reps=5):
+    """ms of one whole decode call of the loaded model for k = 1..h new token rows after
+    CALL_CACHED cached ones: the trunk, the verified logits of its k rows and the heads' at the
+    last (k = 1: a greedy step; k = h: a BPD verification), products, attention and Python alike.
+    The median of `reps`, the k interleaved, after a warm-up. A kernel that costs the same for 1
+    to 4 rows and twice that for 5 (int4's, AVX2) makes fewer heads the faster BPD
+    (decoders.speed_heads)."""
+    h, dev = model.config.n_bpd_heads, model.tok_emb.weight.device
+    cache = KVCache(model)
+    model(torch.zeros(1, CALL_CACHED, dtype=torch.long, device=dev), cache)
+    cache.advance(CALL_CACHED)
+
+    def call(k):
+        model.lm_head.memo = None                # a new row each call: no logits to copy
+        z = model(torch.ones(1, k, dtype=torch.long, device=dev), cache)    # [1, k, C]
+        model.verified_logits(z)
+        model.head_logits(z[:, -1])
+    times = {k: [] for k in range(1, h + 1)}
+    for rep in range(reps + 1):
+        for k in times:
+            t0 = time.perf_counter()
+            call(k)
+            if rep:                               # rep 0: the warm-up
+                times[k].append(1e3 * (time.perf_counter() - t0))
+    return [round(statistics.median(times[k]), 3) for k in times]
+
+
+def call_costs_for(path, data, name, model, log=print):
+    """call_costs of the loaded model in precision `name`, cached in the machine's choice (data,
+    saved beside the checkpoint at `path`); measured once (a second or two)."""
+    entry = data["dtypes"].get(name)
+    if entry is None:
+        return None
+    got = entry.get("call_ms")
+    if not (isinstance(got, list) and len(got) == model.config.n_bpd_heads):
+        t0 = time.perf_counter()
+        got = entry["call_ms"] = call_costs(model)
+        save_choice(path, data)
+        log(f"machine: timed {name} decode calls of 1 to {len(got)} rows once "
+            f"({time.perf_counter() - t0:.1f} s)")
+    return got
+
+
+def precision_name(dtype):
+    """A torch dtype's name (torch.float32 -> "float32"); a precision's name as it is."""
+    return dtype if isinstance(dtype, str) else str(dtype).split(".")[1]
+
+
 def apply(data, dtype):
-    """-> (row_block, a one-line reason) for `dtype` (a torch dtype), blocks.FREE updated with
-    the kernels that run on their own rows."""
-    name = str(dtype).split(".")[1]
+    """-> (row_block, a one-line reason) for `dtype` (a torch dtype, or "int4"), blocks.FREE
+    updated with the kernels that run on their own rows."""
+    name = precision_name(dtype)
     entry = data["dtypes"].get(name)
     if entry is None:
         return None, f"no measurement for {name} on this machine"
     for text, rows in entry["free"].items():
         blocks.FREE[key_tuple(text)] = rows
     one, h = entry["ms"][entry["pick"]]
-    return entry["row_block"], (f"{name}, {entry['pick']} (products of a greedy step {one:.1f} "
+    label = name + " (4-bit trunk weights, bf16 into its products)" * (name == "int4")
+    return entry["row_block"], (f"{label}, {entry['pick']} (products of a greedy step {one:.1f} "
                                 f"ms, of a verification of {data['h']} rows {h:.1f} ms here)")

