@@ -394,15 +394,18 @@ def speed_heads(be, call_ms):
     return max(ks, key=lambda k: (be[k] / call_ms[k - 1], k)) if ks else None
 
 
-def fastest_view(model, be):
+def fastest_view(model, be, switch=True):
     """The model on the heads whose BPD is fastest on this machine (speed_heads: `be`, the tuned
     file's block efficiency by heads, over the model's measured call costs, model.call_ms:
     SmolLM2's), said in model.machine; the model itself where either is missing or all heads
-    win. --prompt and --demo use it without --heads; the bench measures every head (its block
-    efficiency is the machine-independent one)."""
+    win. --prompt and --demo use it without --heads; the bench (switch False) keeps every head,
+    its block efficiency the machine-independent one, and only says which would be fastest."""
     h = model.config.n_bpd_heads
     k = speed_heads(be, getattr(model, "call_ms", None))
     if k in (None, h):
+        return model
+    if not switch:
+        model.machine = f"{model.machine}; BPD fastest here on {k} of its {h} heads (`--heads {k}`)"
         return model
     view = model.first_heads(k)
     view.machine = f"{model.machine}; BPD on {k} of its {h} heads, fastest here (`--heads {h}`: all)"

@@ -242,8 +242,9 @@ def load(args, used=None):
                                 DTYPES.get(args.dtype))
     if args.heads is not None:
         model = model.first_heads(args.heads)
-    elif args.mode in ("prompt", "demo"):     # for speed; the bench measures every head
-        model = decoders.fastest_view(model, getattr(args, "heads_be", {}))
+    else:                             # for speed in --prompt and --demo; the bench runs every head
+        model = decoders.fastest_view(model, getattr(args, "heads_be", {}),
+                                      args.mode in ("prompt", "demo"))
     chosen = decoders.settings(args.tuned_settings, overrides(args))    # read by the checks
     res = Resources(model, ck, reference=args.reference)    # --reference: the one switch
     build(decoders.active() if used is None else used, chosen, res)

@@ -161,6 +161,18 @@ def test_speed_heads_trades_block_efficiency_for_call_cost():
     assert decoders.speed_heads({1: 1.0, 2: 1.0}, [10.0, 10.0]) == 2      # a tie: more heads
 
 
+def test_fastest_view_switches_heads_for_the_demo_and_only_names_them_for_the_bench():
+    model = int4_llama((0, 40, 1, 4, 24, 1, 2), 1)
+    model.machine, model.call_ms = "int4", [44.9, 47.3, 49.7, 68.2]
+    be = {1: 1.0, 2: 1.6, 3: 1.75, 4: 1.8}
+    view = decoders.fastest_view(model, be)
+    assert view.config.n_bpd_heads == 3 and "BPD on 3 of its 4 heads" in view.machine
+    model.machine = "int4"
+    kept = decoders.fastest_view(model, be, switch=False)
+    assert kept is model and kept.config.n_bpd_heads == 4 and "`--heads 3`" in kept.machine
+    assert decoders.fastest_view(model, {}) is model          # no tuned file: every head
+
+
 def test_tuned_be_by_heads_reads_only_its_checkpoints_file(tmp_path):
     ck = tmp_path / "m.pt"
     ck.write_bytes(b"weights")
