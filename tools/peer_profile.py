@@ -4,6 +4,7 @@ same dtype, 1 thread): the profile behind docs/real-model.md, "Against transform
     python tools/peer_profile.py [--dtype float32|bfloat16|int4] [--reps 20] [--ops 12]
     python tools/peer_profile.py --kernels      # only the matmul kernel: 1 row against 8 and 16
     python tools/peer_profile.py --unpacked     # minibpd's products by F.linear (as before packing)
+    python tools/peer_profile.py --head8        # the output head on 8-bit weights against float32
 
 One decode call with CACHED = 64 tokens cached and 1 new one, logits included (what a greedy step
 costs): minibpd batch-invariant (what runs), minibpd plain (batch_invariant off), transformers
@@ -18,6 +19,12 @@ is printed before and after (a shared machine: compare ratios inside one run).
 of gate_up's shape (3,072 x 576) cycled so that they are not cached and on one of the tied
 projection's (49,152 x 576), the same with the weight stored transposed ([K, N], a copy), and
 blocks.linear's product on the weight packed once (oneDNN's, where this CPU has it).
+
+--head8 (no model needed): the output head's product (49,152 x 576, random weights) for the row
+counts a decode call of 1 to 5 rows makes, float32 packed (what runs) against 8-bit weights with
+one scale per row (torch's _weight_int8pack_mm, bf16 inputs: its float32-input path is 3-40x
+slower here), interleaved, the median of ROUNDS rounds of medians of 10 calls; and whether the
+8-bit product of 8 rows gives each row the bits of a one-row product (row invariance).
 """
 import argparse
 import os
@@ -135,6 +142,29 @@ def kernels():
                   f"{packed}: {f:.2f})")
 
 
+def head8(rounds=5):
+    V, C = 49152, 576
+    w = torch.randn(V, C) * 0.05
+    scale = w.abs().amax(1) / 127                                     # one per row [V]
+    q = torch.round(w / scale[:, None]).to(torch.int8)                # [V, C]
+    head, s16 = types.SimpleNamespace(weight=w, bias=None), scale.bfloat16()
+    int8 = lambda x: torch.ops.aten._weight_int8pack_mm(x.bfloat16(), q, s16)
+    got = {}
+    with torch.no_grad():
+        for _ in range(rounds):
+            for m in range(1, 6):
+                x = torch.randn(m, C)
+                got.setdefault(m, []).append((ms(lambda: blocks.linear(head, x), 10),
+                                              ms(lambda: int8(x), 10)))
+        x = torch.randn(8, C)
+        same = torch.equal(int8(x), torch.cat([int8(x[i:i + 1].clone()) for i in range(8)]))
+    print(f"output head 49,152 x 576, {torch.backends.cpu.get_cpu_capability()} kernels, ms:")
+    for m, pairs in got.items():
+        a, b = (statistics.median(col) for col in zip(*pairs))
+        print(f"  {m} row(s): float32 packed {a:.2f}, 8-bit {b:.2f} ({b / a:.2f}x)")
+    print(f"8-bit rows of an 8-row product == one-row products: {same}")
+
+
 def main():
     p = argparse.ArgumentParser(allow_abbrev=False)
     p.add_argument("--dtype", choices=["float32", "bfloat16", "int4"], default="float32",
@@ -142,14 +172,16 @@ def main():
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--ops", type=int, default=12)
     p.add_argument("--kernels", action="store_true")
+    p.add_argument("--head8", action="store_true",
+                   help="only the output head: float32 against 8-bit weights, 1 to 5 rows")
     p.add_argument("--unpacked", action="store_true",
                    help="minibpd's products by F.linear, not on packed weights (models/blocks.py)")
     args = p.parse_args()
     torch.set_num_threads(1)
     blocks.PACKED = not args.unpacked
-    if args.kernels:
+    if args.kernels or args.head8:
         print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; 1 thread")
-        kernels()
+        kernels() if args.kernels else head8()
         return print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     dtype = smollm.INT4 if args.dtype == "int4" else getattr(torch, args.dtype)
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {args.dtype}, 1 thread")
