@@ -165,6 +165,24 @@ def head8(rounds=5):
     print(f"8-bit rows of an 8-row product == one-row products: {same}")
 
 
+def load_average():
+    return ' '.join(f'{x:.2f}' for x in os.getloadavg())
+
+
+def interleaved(calls, reps):
+    """{name: [ms of each of `reps` calls]}, the calls taking turns after one warm-up each."""
+    got = {name: [] for name in calls}
+    with torch.no_grad():
+        for fn in calls.values():
+            fn()
+        for _ in range(reps):
+            for name, fn in calls.items():
+                t0 = time.perf_counter()
+                fn()
+                got[name].append(1e3 * (time.perf_counter() - t0))
+    return got
+
+
 def main():
     p = argparse.ArgumentParser(allow_abbrev=False)
     p.add_argument("--dtype", choices=["float32", "bfloat16", "int4"], default="float32",
@@ -180,23 +198,15 @@ def main():
     torch.set_num_threads(1)
     blocks.PACKED = not args.unpacked
     if args.kernels or args.head8:
-        print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; 1 thread")
+        print(f"load average before: {load_average()}; 1 thread")
         kernels() if args.kernels else head8()
-        return print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        return print(f"load average after: {load_average()}")
     dtype = smollm.INT4 if args.dtype == "int4" else getattr(torch, args.dtype)
-    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {args.dtype}, 1 thread")
+    print(f"load average before: {load_average()}; {args.dtype}, 1 thread")
     ours, vocab = smollm.load(dtype=dtype)
     hf = peer.transformers_model(torch.float32 if args.dtype == "int4" else dtype)
     calls = callers(ours, hf, vocab.encode(TEXT)[:CACHED + 1])
-    got = {name: [] for name in calls}
-    with torch.no_grad():
-        for fn in calls.values():
-            fn()
-        for _ in range(args.reps):
-            for name, fn in calls.items():
-                t0 = time.perf_counter()
-                fn()
-                got[name].append(1e3 * (time.perf_counter() - t0))
+    got = interleaved(calls, args.reps)
     base = statistics.median(got["transformers"])
     print(f"\none call, {CACHED} cached + 1 new, median of {args.reps} (interleaved):")
     for name, t in got.items():
@@ -215,7 +225,7 @@ def main():
               f" the rest: Python and dispatch outside the operators' own time)")
         for key, count, t in rows:
             print(f"  {key:<40} x{count:<5} {t:7.2f} ms")
-    print(f"\nload average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"\nload average after: {load_average()}")
 
 
 if __name__ == "__main__":
