@@ -1,6 +1,6 @@
 """The paper tests' fixtures: random tiny float64 models and prompts, the hypothesis strategies and
-profiles, the devices, and the exact distribution a sampler must meet. tests/plugin.py adds what
-the folders' tests need (a tiny trained checkpoint, the real model, the --drafter option).
+profiles, the devices, the exact distribution a sampler must meet, and the --drafter option.
+tests/conftest.py adds what the folders' tests need (a tiny trained checkpoint, the real model).
 
     HYPOTHESIS_PROFILE=thorough python -m pytest -q     # 10x the examples of the default profile
     python -m pytest test_minibpd.py --drafter my_module:MyDrafter   # your drafter, checked
@@ -8,18 +8,22 @@ the folders' tests need (a tiny trained checkpoint, the real model, the --drafte
 Every test file takes its hypothesis settings from here (`examples(scale)`), so the profile
 scales them all.
 """
+import importlib
+import importlib.util
+import inspect
 import itertools
 import math
 import os
+import sys
 
 import pytest
 import torch
 import torch.nn.functional as F
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
+import minibpd
 from minibpd import GPT, GPTConfig, window_start
 
-pytest_plugins = ["tests.plugin"]
 ROOT = os.path.dirname(os.path.abspath(__file__))   # the repository
 torch.set_num_threads(1)  # one thread, as every command (docs/threads.md)
 
@@ -111,3 +115,83 @@ def exact(model, prompt, n, T):
 
 def l1(counts, probs, N):
     return sum(abs(counts.get(c, 0) / N - p) for c, p in probs.items())
+
+
+# ----------------------------------------------------------------------------- --drafter
+# `python -m pytest test_minibpd.py --drafter my_drafter:MyDrafter` runs the drafter properties
+# on a student's drafter (the folders' tests add its sampling check: tests/runtime).
+
+def pytest_addoption(parser):
+    parser.addoption("--drafter", metavar="MODULE:FACTORY", default=None,
+                     help="run the drafter properties on your drafter: MODULE is a module name "
+                          "(the current directory is searched first) or a .py file; FACTORY(model) "
+                          "if it takes a `model` parameter or a required positional one, else "
+                          "FACTORY() (default minibpd:ArgmaxDrafter)")
+
+
+def pytest_configure(config):
+    """Resolve --drafter once, before any test: a missing module or factory fails the whole run
+    with the reason, not as a few errors among passes."""
+    spec = config.getoption("--drafter") or "minibpd:ArgmaxDrafter"
+    module, _, name = spec.rpartition(":")
+    if not module or not name:
+        raise pytest.UsageError(f"--drafter takes MODULE:FACTORY, e.g. my_drafter:MyDrafter; got {spec!r}")
+    try:
+        factory = getattr(student_module(module), name)
+    except Exception as e:
+        raise pytest.UsageError(f"--drafter {spec}: {type(e).__name__}: {e}") from None
+    if not callable(factory):
+        raise pytest.UsageError(f"--drafter {spec}: {name} is not callable")
+    config.drafter_factory = (lambda model: factory(model)) if takes_model(factory) else \
+        (lambda model: factory())
+
+
+def student_module(spec):
+    """A module by name (the current directory first) or by .py path. A name that an imported
+    module already holds (the project's `lattice`, Python's `json`) is refused unless it is that
+    very file: importing would hand back that module, not run yours."""
+    path = spec.endswith(".py") or os.sep in spec
+    name = os.path.splitext(os.path.basename(spec))[0] if path else spec
+    sys.path.insert(0, os.getcwd())
+    mine = os.path.abspath(spec) if path else os.path.abspath(name + ".py")
+    taken = sys.modules.get(name)
+    if taken is not None and os.path.isfile(mine) and \
+            os.path.realpath(getattr(taken, "__file__", "") or "") != os.path.realpath(mine):
+        raise ImportError(f"the module name {name!r} is taken by {taken.__file__}, so {mine} would "
+                          f"not run; rename yours (e.g. my_{name}.py)")
+    if not path or taken is not None:
+        return taken or importlib.import_module(name)
+    where = importlib.util.spec_from_file_location(name, mine)
+    if where is None or not os.path.isfile(mine):
+        raise ImportError(f"no such file: {spec}")
+    sys.modules[name] = module = importlib.util.module_from_spec(where)
+    where.loader.exec_module(module)
+    return module
+
+
+def takes_model(factory):
+    """Whether FACTORY wants the model: a parameter named `model`, or a required positional one."""
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "model" or (p.default is p.empty and p.kind in (p.POSITIONAL_ONLY,
+               p.POSITIONAL_OR_KEYWORD)) for p in params)
+
+
+@pytest.fixture(scope="session")
+def drafter_factory(request):
+    """model -> a fresh drafter, from --drafter MODULE:FACTORY (default minibpd:ArgmaxDrafter)."""
+    return request.config.drafter_factory
+
+
+class Checked:
+    """A drafter as bpd_decode calls it: each answer checked by minibpd.check_drafts (the
+    contract as code), which names the rule a broken answer breaks."""
+
+    def __init__(self, drafter, model):
+        self.drafter, self.V = drafter, model.config.vocab_size
+
+    def __call__(self, logprobs, context):
+        drafts = self.drafter(logprobs, list(context))
+        return minibpd.check_drafts(drafts, self.drafter, len(logprobs), context[-1], self.V)

@@ -24,14 +24,20 @@ these and checked against them (tests/test_lattice.py, tests/decoders/): decoder
 (this DP in whole-array numpy) and decoders/viterbi.py (p = 1), decoders/neural.py (the small
 LM with its own KV cache); `--reference` runs these instead.
 """
+import argparse
 import math
+import random
+import statistics
+import time
 from operator import index
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from minibpd import window_start
+from minibpd import (CHECKPOINT, ArgmaxDrafter, bpd_decode, build_gpt, greedy_decode,
+                     load_checkpoint, matched, read_checkpoint, window_start)
+from ngram import NgramLM
 
 
 def interpolate(head_logprob, lm_logprob, alpha):
@@ -233,3 +239,145 @@ class OracleDrafter:
         if self.answer[:n] != context:  # a sampled sequence left the greedy answer: heads' top path
             return [[context[-1]] + [cands[0] for cands in lat.tokens[1:]]]
         return [oracle_path(lat, self.answer[n - 1:n - 1 + lat.h])]
+
+
+# ----------------------------------------------------------------------------- the demo
+# `python minibpd.py --demo`: greedy, plain BPD and the drafters above on the shipped character
+# model, each checked equal to greedy, and the first steps drawn. Only the code of these files
+# runs (GPT.head_logits, best_paths, the batch Verifier); `--bench` runs the lab's fast twins.
+
+# The demo's settings (ours): an order-3 LM keeps the readable DP near a second a run; the lab's
+# `python minibpd.py --tune` chooses k, p, alpha and order on the tune split instead.
+K, P, ALPHA, ORDER, NEURAL_K = 8, 16, 0.5, 3, 16
+
+
+def chars_to_ids(text, vocab):
+    """The character model's tokens: one a character of `vocab`; a clear error for the others."""
+    unknown = sorted(set(text) - set(vocab))
+    if unknown:
+        raise ValueError(f"the text holds characters the model never saw: {''.join(unknown[:20])!r}")
+    return [vocab.index(c) for c in text]
+
+
+def demo_drafters(ck, answer):
+    """{name: (drafter, its settings)}: plain BPD and the refined drafters, with the checkpoint's
+    small rescorer LM (Kim §7.1) and an n-gram LM fitted on its train split (Kim's are fitted on
+    C4, apart from the tasks too). `answer` (prompt + greedy) is for the oracle, which peeks."""
+    vocab = ck["vocab"]
+    lm = NgramLM(ORDER, len(vocab)).fit(chars_to_ids(ck["splits"]["train"], vocab))
+    small = build_gpt(ck["rescorer_config"], ck["rescorer"], "the checkpoint's rescorer")
+    lm_set = f"k={K}, alpha={ALPHA}, order={ORDER}"
+    return {"bpd": (ArgmaxDrafter(), ""),
+            "neural": (NeuralDrafter(small, NEURAL_K, ALPHA), f"k={NEURAL_K}, alpha={ALPHA}"),
+            "ngram": (PBestDrafter(K, 1, ALPHA, lm, "ngram"), lm_set),
+            "pbest0": (PBestDrafter(K, P, name="pbest0"), f"k={K}, p={P}"),
+            "pbest": (PBestDrafter(K, P, ALPHA, lm), f"p={P}, {lm_set}"),
+            "oracle": (OracleDrafter(answer, K), f"k={K}, peeks at greedy's answer")}
+
+
+def demo_prompt(text, seed, n=8, length=80):
+    """One of n prompts of `length` characters spread evenly over `text`, each from a line start
+    (the lab's bench takes the same n), chosen by `seed`."""
+    starts = [(len(text) - 2 * length) * i // (n - 1) for i in range(n)]
+    starts = [s if text.find("\n", s, s + length) < 0 else text.find("\n", s, s + length) + 1
+              for s in starts]
+    return text[random.Random(seed).choice(starts):][:length]
+
+
+def demo_args(argv):
+    """The demo's flags, or None when argv asks for more (the lab's command line serves it)."""
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--demo", action="store_true")
+    p.add_argument("--checkpoint", default=CHECKPOINT)
+    p.add_argument("--max-new-tokens", type=int, default=160)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1)   # one decode's small products: 1 is fastest
+    args, rest = p.parse_known_args(argv)
+    return args if args.demo and not rest else None
+
+
+def demo(argv):
+    """-> the exit code (0: every decoder's output is greedy's), or None when argv is not this
+    demo: a lab flag, or a checkpoint of another model family (SmolLM2's: the lab's demo)."""
+    args, t0 = demo_args(argv), time.perf_counter()
+    if args is None or read_checkpoint(args.checkpoint).get("kind") is not None:
+        return None
+    if not 1 <= args.max_new_tokens <= 160 or args.threads < 1:
+        raise SystemExit("--max-new-tokens takes 1 to 160 (the demo fits a terminal; --prompt "
+                         "takes more), --threads at least 1")
+    torch.set_num_threads(args.threads)
+    model, ck = load_checkpoint(args.checkpoint)
+    vocab, n = ck["vocab"], args.max_new_tokens
+    prompt = chars_to_ids(demo_prompt(ck["splits"]["test"], args.seed), vocab)
+    greedy = greedy_decode(model, prompt, n)
+    drafters = demo_drafters(ck, prompt + greedy)
+    params = sum(p.numel() for p in model.parameters())
+    print(f"minibpd demo: {model.config.n_bpd_heads} BPD heads on a {params:,}-parameter "
+          f"character GPT ({ck['corpus']['name']}), "
+          f"{torch.get_num_threads()} thread(s); loaded in {time.perf_counter() - t0:.1f} s\n")
+    print(f"prompt (test split): '{show(prompt, vocab)}'\ngreedy, {n} calls: "
+          f"'{show(greedy, vocab)}'\n")
+    same, plain = True, None
+    for name, (drafter, settings) in drafters.items():
+        out, stats = bpd_decode(model, prompt, n, drafter)
+        same, plain = same and out == greedy, plain or stats
+        check = "identical to greedy ✓" if out == greedy else "DIFFERENT from greedy ✗"
+        print(f"  {name:8s} {stats['calls']:3d} calls, block efficiency "
+              f"{stats['block_efficiency']:.2f}  {check}  {settings}")
+    draw_steps(model, drafters, plain, prompt + greedy, vocab)
+    speed = {name: median_tokens_per_s(lambda: decode(model, prompt, n), n)
+             for name, decode in (("greedy", greedy_decode), ("BPD", bpd_decode))}
+    print(f"\nwall-clock here (median of 3): greedy {speed['greedy']:.0f} tok/s, BPD "
+          f"{speed['BPD']:.0f} tok/s: {speed['BPD'] / speed['greedy']:.2f}x; {time.perf_counter() - t0:.1f} "
+          "s in all\nmore: `--bench` times every decoder (the lab's fast twins), `--trace FILE.html` "
+          "draws every step, `--help` lists every command")
+    return 0 if same else 1
+
+
+def draw_steps(model, drafters, stats, answer, vocab, limit=5):
+    """The first BPD calls: the heads guess (predict), the base model checks (verify), the prefix
+    equal to greedy is kept (accept; Stern §3); under each, every drafter's drafts from the same
+    context and head log-probs (Kim §7), with the tokens each would have gained."""
+    print("\n  how the drafts are checked (• = head 1, the base model's own token; ✓ = equals "
+          "greedy, kept; ✗ = first miss, the base model's token replaces it):")
+    repeat = next((s for s in stats["steps"][limit:] if repaired(s)), None)
+    for step in stats["steps"][:limit] + ([repeat] if repeat else []):
+        known, m = step["context"], len(step["drafts"][0]) - 1
+        if step is repeat:
+            print("    ... later, a repeated token in BPD's draft, replaced by the refined drafts:")
+        print(f"    after '…{show(answer[max(0, known - 24):known - 1], vocab)}':")
+        logprobs = heads_after(model, answer[:known])[:m + 1]                 # [m + 1, V]
+        for name, (drafter, _) in drafters.items():
+            drafts = drafter(logprobs, answer[:known])
+            ok = [matched(d[1:], answer[known:]) for d in drafts]
+            best, j = drafts[ok.index(max(ok))], max(ok)
+            marks = "•" + "✓" * j + ("✗" + "·" * (m - j - 1) if j < m else "")
+            more = f" (best of {len(drafts)})" if len(drafts) > 1 else ""
+            print(f"      {name:8s} '{show(best, vocab)}'  {marks}  +{j + 1}{more}")
+
+
+def heads_after(model, seq):
+    """The heads' log-probs [h, V] where the loop drafts after seq: at the final state that chose
+    seq[-1], computed over greedy's window (one call)."""
+    t, B = len(seq) - 1, model.config.block_size
+    z = model(torch.tensor([seq[window_start(t, B):t]]))[0, -1]                   # [C]
+    return F.log_softmax(model.head_logits(z, seq[-1]), dim=-1)
+
+
+def repaired(step):
+    """BPD's first miss repeats the token before it (Kim §6.1, §7.3; this criterion is ours)."""
+    d, j = step["drafts"][0], step["accepted"]
+    return j < len(d) and d[j] == d[j - 1]
+
+
+def show(tokens, vocab):
+    return "".join(vocab[t] for t in tokens).replace("\n", "⏎")
+
+
+def median_tokens_per_s(decode, n, reps=3):
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        decode()
+        times.append(time.perf_counter() - t)
+    return n / statistics.median(times)

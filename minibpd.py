@@ -4,15 +4,18 @@ Stern, Shazeer, Uszkoreit, "Blockwise Parallel Decoding for Deep Autoregressive 
 2018 (arXiv 1811.03115): h heads guess the next h tokens (predict), the base model checks them in
 one call (verify), the longest prefix equal to its greedy choices is kept (accept). "Kim §N": Kim
 et al., arXiv 2404.09221v2. Top to bottom: the model (Stern §6), the KV cache, the reference
-decoder, the drafter contract, predict, verify, accept and the one loop, bpd_decode (Stern §3-4).
-Checks, sampling, tree verification, fast twins and other models live in the folders, on this.
+decoder, the drafter contract, predict, verify, accept and the one loop, bpd_decode (Stern §3-4),
+then reading a checkpoint. It imports nothing of the folders: sampling, token trees, fast twins
+and other models live there, built on this, and reach the loop as objects it is handed.
 
-Exact: bpd_decode returns greedy_decode's tokens, in float64 bit for bit in practice. The
-verification call and greedy's one-token calls sum in different orders: ~1e-16 flips no argmax,
-but in float32 (~1e-7) or bf16 (~1e-2) a near-tie can flip one. That is rounding, not a bug; the
-tests run in float64 (models/llama.py is made batch-invariant instead).
+Exact: bpd_decode returns greedy_decode's tokens. The verification call and greedy's one-token
+calls sum in different orders: in float64 (~1e-16) that flips no argmax, but in float32 (~1e-7)
+or bf16 (~1e-2) a near-tie can flip one: rounding, not a bug. So the tests run in float64.
 """
 import dataclasses
+import math
+import numbers
+import os
 
 import torch
 import torch.nn as nn
@@ -129,7 +132,8 @@ class GPT(nn.Module):
 # ----------------------------------------------------------------------------- the KV cache
 
 def window_start(t, block_size):
-    """The first position seen when predicting position t (ours: the papers stop at the window):
+    """The first position seen when predicting position t (ours: neither paper discusses decoding
+    past the model's window):
     0 while t fits, then half a window at a time. Every decoder predicts t from exactly
     seq[window_start(t):t], so outputs past the window agree."""
     shift, over = max(1, block_size // 2), t - block_size
@@ -145,6 +149,8 @@ class KVCache:
         layers, heads, head_dim, dtype, device = model.kv_spec()
         self.block_size, self.rows, self.start, self.length = model.config.block_size, rows, 0, 0
         shape = (rows, heads, self.block_size + spare, head_dim)
+        if 2 * layers * math.prod(shape) * dtype.itemsize > 2 ** 30:    # before allocating it
+            raise ValueError(f"a KV cache of {rows} rows would pass 1 GiB: verify fewer drafts")
         self.kv = [[torch.zeros(shape, dtype=dtype, device=device) for _ in "kv"]
                    for _ in range(layers)]
 
@@ -175,6 +181,30 @@ class KVCache:
 
 # -------------------------------------------------------------------------- the reference decoder
 
+def check_request(model, prompt, max_new_tokens, temperature=0.0, generator=None):
+    """Bad input -> one clear ValueError before any model call. -> the prompt as a new list."""
+    prompt = prompt.tolist() if hasattr(prompt, "tolist") else prompt      # a tensor, an array
+    seq = list(prompt) if isinstance(prompt, (list, tuple, range)) else []
+    if not seq or not all(map(is_token, seq)) or not 0 <= min(seq) <= max(seq) < model.config.vocab_size:
+        raise ValueError(f"the prompt must be a non-empty list of integer token ids in [0, "
+                         f"{model.config.vocab_size}) (encode text first)")
+    if not is_token(max_new_tokens) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+    if not is_real(temperature) or not 0 <= float(temperature) < float("inf"):
+        raise ValueError(f"temperature must be a number >= 0 (finite), got {temperature!r}")
+    if temperature > 0 and not isinstance(generator, (torch.Generator, type(None))):
+        raise ValueError("generator must be None or a torch.Generator().manual_seed(seed)")
+    return [int(t) for t in seq]
+
+
+def is_token(t):              # an integer, not a bool (True is no token id)
+    return isinstance(t, numbers.Integral) and not isinstance(t, bool)
+
+
+def is_real(x):               # a real number, not a bool (True is no temperature)
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+
 def next_token(model, z, temperature=0.0, generator=None):
     """The token after final state z [C]: the argmax, or at T > 0 a softmax(logits / T) draw."""
     logits = model.lm_head(z)
@@ -187,8 +217,7 @@ def next_token(model, z, temperature=0.0, generator=None):
 @torch.no_grad()
 def sample_decode(model, prompt, max_new_tokens, temperature=1.0, generator=None):
     """The reference decoder: one call per token with the KV cache (next_token). -> new tokens."""
-    from runtime.request import check_request    # bad input: one clear error before any call
-    seq, generator = check_request(model, prompt, max_new_tokens, temperature, generator)
+    seq = check_request(model, prompt, max_new_tokens, temperature, generator)
     cache, device = KVCache(model), model.lm_head.weight.device
     for _ in range(max_new_tokens):
         tail = cache.tail(seq)                   # the prompt first, then one token a call
@@ -207,14 +236,15 @@ def greedy_decode(model, prompt, max_new_tokens):    # what every BPD path must 
 class ArgmaxDrafter:
     """Plain BPD's drafter (Stern §3, predict): each head's most likely token.
 
-    The drafter contract (runtime/contract.py checks it at every step, naming what broke):
+    The drafter contract (check_drafts checks it at every step and names the rule broken):
       drafter(logprobs, context) -> drafts
         logprobs  [r, V]: the log-probs of heads 1..r at the last accepted position
         context   the tokens so far, prompt included; context[-1] was just chosen
         drafts    a list of 1 to max_drafts drafts, each a list of r token ids in [0, V) whose
                   first is context[-1] (head 1's token is certain: the base model chose it)
       max_drafts  attribute: the most drafts a call returns (default 1); all are verified in
-                  one call and the one accepted furthest is kept (Kim §7.2's p-best)
+                  one call and the one accepted furthest is kept (our reading of Kim §7.2's
+                  "verified in parallel")
       max_draft_tokens  attribute (ours): the most tokens a draft holds after context[-1]
                   (default h - 1); declared, drafts may hold r to max_draft_tokens + 1 tokens,
                   of lengths that differ (a copy from the context: decoders/lookup.py)
@@ -227,6 +257,43 @@ class ArgmaxDrafter:
         return [[context[-1]] + logprobs[1:].argmax(-1).tolist()]
 
 
+def declared(drafter, h):
+    """A drafter's name and declared numbers, checked: (name, max_drafts, max_draft_tokens)."""
+    out = [getattr(drafter, "name", None) or type(drafter).__name__]
+    for attr, default, least in (("max_drafts", 1, 1), ("max_draft_tokens", h - 1, 0)):
+        n = getattr(drafter, attr, default)
+        if not is_token(n) or n < least:
+            raise ValueError(f"drafter {out[0]}: {attr} must be an integer >= {least}, got {n!r}")
+        out.append(int(n))
+    return out
+
+
+def check_drafts(drafts, drafter, rows, first, V, most=None):
+    """The drafter contract as code: whatever a drafter hands back is checked before it is used,
+    so a broken one stops the decode with one ValueError naming the rule, never a wrong token.
+    `most`: the max_drafts it declared first (the cache has that many rows). -> the drafts as
+    new lists of ints (r tokens each; up to max_draft_tokens + 1 where it declares that)."""
+    name, now, reach = declared(drafter, rows)
+    most = now if most is None else most
+    longest = max(rows, reach + 1) if hasattr(drafter, "max_draft_tokens") else rows
+
+    def broken(rule, detail):
+        return ValueError(f"drafter {name} broke the drafter contract ({rule}): {detail}")
+    if not isinstance(drafts, (list, tuple)) or not all(
+            isinstance(d, (list, tuple)) and all(map(is_token, d)) for d in drafts):
+        raise broken("lists of ints", "return a list of drafts, each a list of ints (.tolist())")
+    if not 1 <= len(drafts) <= most:
+        raise broken("1..max_drafts drafts", f"return 1 to {most} drafts, got {len(drafts)}")
+    for j, d in enumerate(drafts):
+        if not rows <= len(d) <= longest:
+            raise broken("length", f"draft {j} has {len(d)} tokens, not {rows} to {longest}")
+        if d[0] != first:
+            raise broken("first token", f"draft {j} starts with {d[0]}, not context[-1] = {first}")
+        if not 0 <= min(d) <= max(d) < V:
+            raise broken("ids in [0, V)", f"draft {j} holds a token outside [0, {V})")
+    return [[int(t) for t in d] for d in drafts]
+
+
 # ---------------------------------------------------------------- BPD: predict, verify, accept
 
 def draft_budget(t, end, most, block_size):
@@ -234,21 +301,21 @@ def draft_budget(t, end, most, block_size):
     return max(0, min(most, end - t, window_start(t, block_size) + block_size - t))
 
 
-def predict(model, drafter, z, seq, m):
+def predict(model, drafter, z, seq, m, most=1):
     """Stern §3, predict: the heads at the last accepted position (z [C]) give log-probs; head 1's
-    token (seq[-1]) is chosen, so the drafter makes drafts of up to m + 1 tokens, seq[-1] first."""
+    token (seq[-1]) is chosen, so the drafter makes 1 to `most` drafts of up to m + 1 tokens,
+    seq[-1] first."""
     if m == 0:                                   # the window's edge: a plain one-token step
         return [[seq[-1]]]
     logprobs = F.log_softmax(model.head_logits(z, seq[-1])[:m + 1], dim=-1)   # [r, V]
-    drafts = drafter(logprobs, list(seq))
-    for d in drafts:
-        del d[m + 1:]                  # a draft past the heads (max_draft_tokens) stops at m
-    return drafts
+    drafts = check_drafts(drafter(logprobs, list(seq)), drafter, len(logprobs), seq[-1],
+                          model.config.vocab_size, most)
+    return [d[:m + 1] for d in drafts]     # a draft past the heads (max_draft_tokens) stops at m
 
 
 class Verifier:
     """Stern §3, verify: ONE model call runs the base model on every draft, P drafts as P rows
-    (runtime/tree.py: one token tree); `keep` moves the cache past the accepted tokens. It
+    (several drafts: Kim §7.2's p-best); `keep` moves the cache past the accepted tokens. It
     counts the tokens run (processed) and the drafted ones among them (verified)."""
     def __init__(self, model, n_drafts=1):
         self.model, self.cache = model, KVCache(model, rows=n_drafts)
@@ -274,8 +341,8 @@ def matched(drafted, choices):
 
 
 def accept_longest(drafts, choices):
-    """Stern §3, accept, for P drafts: the first whose drafted tokens agree longest with the base
-    model's choices (choices[j]: its token after each prefix of draft j). -> (row, kept)."""
+    """Stern §3, accept, for P drafts (ours: the first of those accepted furthest; Stern has one
+    draft): choices[j] is the base model's token after each prefix of draft j. -> (row, kept)."""
     kept = [matched(d[1:], c) for d, c in zip(drafts, choices)]
     row = kept.index(max(kept))
     return row, kept[row]
@@ -298,29 +365,40 @@ class GreedyRule:
         return row, kept, choices[row][kept], {"choices": choices}
 
 
+def verifier_and_rule(model, most, temperature, verify, accept):
+    """The papers' batch Verifier of `most` rows and GreedyRule, or objects of their shapes that
+    the lab built; the lab's names (trees, sampling, Stern §5's rules) get one clear error."""
+    if verify not in ("batch", "auto") and isinstance(verify, str) or accept != "exact" and \
+            isinstance(accept, str) or temperature > 0 and isinstance(accept, str):
+        raise ValueError(f"verify={verify!r}, accept={accept!r} at temperature {temperature} is "
+                         "the lab's (in neither paper): runtime.loop.lab_decode(model, prompt, n, "
+                         "drafter, temperature, generator, verify, accept) runs it")
+    verifier = Verifier(model, most) if isinstance(verify, str) else verify
+    return verifier, GreedyRule(model) if isinstance(accept, str) else accept
+
+
 @torch.no_grad()
 def bpd_decode(model, prompt, max_new_tokens, drafter=None, temperature=0.0, generator=None,
-               verify="auto", accept="exact"):
+               verify="batch", accept="exact"):
     """Blockwise parallel decoding: Stern §3's predict, verify, accept, merged (Stern §4) so that
     each step is ONE call: the call verifying a block runs the heads at every position, and those
     at the last accepted one draft the next. -> (new tokens, stats: calls, accepted per call,
     steps with drafts, processed, verified, block_efficiency = new tokens / calls). The defaults
-    are the paper (ArgmaxDrafter, Verifier, GreedyRule); runtime/loop.py checks every request and
-    answer, and resolves the rest into objects of those shapes: temperature > 0 (speculative
-    sampling: exactly sample_decode's distribution, drawn from `generator`), verify ("batch",
-    "tree", "auto": a tree for several drafts), accept ("exact"; Stern §5's APPROXIMATE "top2")."""
-    from runtime.loop import prepare    # checks, sampling, tree verification, Stern §5's rules
-    seq, drafter, verifier, rule, generator = prepare(
-        model, prompt, max_new_tokens, drafter or ArgmaxDrafter(), temperature, generator,
-        verify, accept)
-    end, most = len(seq) + max_new_tokens, drafter.max_draft_tokens
+    are the papers' (ArgmaxDrafter, a batch Verifier, GreedyRule); `verify` and `accept` may be
+    objects of their shapes, which the lab builds (LAB_CALL: sampling at temperature > 0, token
+    trees, Stern §5's approximate rules)."""
+    seq = check_request(model, prompt, max_new_tokens, temperature, generator)
+    drafter = ArgmaxDrafter() if drafter is None else drafter
+    _, most, reach = declared(drafter, model.config.n_bpd_heads)
+    verifier, rule = verifier_and_rule(model, most, temperature, verify, accept)
+    end = len(seq) + max_new_tokens
     z = verifier(seq, [seq[-1:]])[0, 0]                      # the prompt: one call
     verifier.keep(0, 0)
     seq.append(next_token(model, z, temperature, generator))
     stats = {"calls": 1, "accepted": [1], "steps": []}
     while len(seq) < end:
-        m = draft_budget(len(seq), end, most, model.config.block_size)
-        drafts = predict(model, drafter, z, seq, m)                        # predict
+        m = draft_budget(len(seq), end, reach, model.config.block_size)
+        drafts = predict(model, drafter, z, seq, m, most)                  # predict
         zs = verifier(seq, drafts)                                         # verify
         row, kept, token, seen = rule(zs, drafts)                          # accept
         verifier.keep(row, kept)
@@ -338,13 +416,71 @@ def bpd_decode(model, prompt, max_new_tokens, drafter=None, temperature=0.0, gen
         "block_efficiency": max_new_tokens / stats["calls"], "new_tokens": max_new_tokens}
 
 
+# ----------------------------------------------------------------------------- checkpoints
+
+CHECKPOINT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "checkpoints", "minibpd.pt")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that is missing, corrupt, or does not match this code."""
+
+
+def read_checkpoint(path=None):
+    """The dict train_heads.py saved at `path` (default: the shipped one), read with
+    torch.load(weights_only=True): a checkpoint cannot run code."""
+    path = CHECKPOINT if path is None else path
+    try:
+        ck = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:      # missing, truncated, not a torch file, an unsafe pickle, ...
+        raise CheckpointError(f"cannot read checkpoint {path} ({type(e).__name__}: {e}); `python "
+                              f"train_heads.py --out {path}` trains one") from None
+    if not isinstance(ck, dict) or ck.get("format_version") != 1 or "config" not in ck:
+        raise CheckpointError(f"checkpoint {path} is not a minibpd checkpoint of format 1")
+    return {**ck, "path": path}
+
+
+def build_gpt(config, state, where, dtype=torch.float32, device="cpu"):
+    """A GPT of a saved config and state dict; a mismatch is one CheckpointError. The shapes are
+    compared on the meta device first: a config asking for more than its weights allocates nothing."""
+    try:
+        cfg = GPTConfig(**config)
+        if cfg.n_layer + cfg.n_bpd_heads > len(state):           # a module per weight, at most
+            raise ValueError(f"{cfg.n_layer} layers and {cfg.n_bpd_heads} heads, {len(state)} tensors")
+        with torch.device("meta"):
+            want = {k: v.shape for k, v in GPT(cfg).state_dict().items()}
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"{where}: its config does not fit this minibpd.py ({e})") from None
+    got = {k: getattr(v, "shape", None) for k, v in state.items()}
+    bad = sorted(set(want) ^ set(got)) or [k for k in want if got[k] != want[k]] or \
+        [k for k, v in state.items() if not torch.isfinite(v.float()).all()]
+    if bad:
+        raise CheckpointError(f"{where}: tensor {bad[0]} is missing, of another shape or not finite")
+    model = GPT(cfg)
+    model.load_state_dict({k: v.float() for k, v in state.items()})
+    return model.to(device=device, dtype=dtype).eval()
+
+
 def load_checkpoint(path=None, device="cpu", dtype=None):
-    """-> (model, checkpoint dict) of a train_heads.py file (default: checkpoints/minibpd.pt): a
-    GPT(GPTConfig(**ck["config"])) with ck["model"], read with torch.load(weights_only=True)."""
-    from runtime.checkpoint import load    # validation, fast heads, other model families
-    return load(path, device, dtype)
+    """-> (model, checkpoint dict) of a train_heads.py file: GPT(GPTConfig(**ck["config"])) with
+    ck["model"], ck["vocab"] its characters. Other model families (ck["kind"]: SmolLM2's heads)
+    are the lab's: runtime.checkpoint.load(path) builds them."""
+    ck = read_checkpoint(path)
+    if ck.get("kind") is not None:
+        raise CheckpointError(f"checkpoint {ck['path']} holds a {ck['kind']!r} model: the lab's "
+                              "runtime.checkpoint.load(path) builds it")
+    where = f"checkpoint {ck['path']}"
+    model = build_gpt(ck["config"], ck.get("model", {}), where, dtype or torch.float32, device)
+    vocab = ck.get("vocab")
+    if not isinstance(vocab, str) or not len(set(vocab)) == len(vocab) == model.config.vocab_size:
+        raise CheckpointError(f"{where}: its vocab is not {model.config.vocab_size} distinct characters")
+    return model, ck
 
 
-if __name__ == "__main__":    # the command line (the demo, the bench, ...) lives in lab/cli.py
-    from lab.cli import main
-    raise SystemExit(main())
+if __name__ == "__main__":    # `--demo` is the papers' (lattice.demo); other commands are the lab's
+    import sys
+
+    import lattice            # built on this file: only the command line imports it here
+    code = lattice.demo(sys.argv[1:])         # None: the lab's (another flag, another model)
+    if code is None:
+        from lab.cli import main              # the lab's command line: lab/cli.py
+    raise SystemExit(main() if code is None else code)

@@ -44,8 +44,9 @@ from decoders.lookup import PromptLookupDrafter, check_copy, check_ngram
 from decoders.neural import CachedNeuralDrafter, check_reach
 from decoders.budgets import check_dp_budget, check_settings
 from decoders.viterbi import EAGER_BYTES, NgramAutomaton, ViterbiDrafter
-from minibpd import ArgmaxDrafter, bpd_decode, sample_decode
+from minibpd import ArgmaxDrafter, sample_decode
 from runtime.kvcache import check_cache_budget
+from runtime.loop import lab_decode
 from runtime.checkpoint import build_model, encode, family_module, file_sha256, retrain, train_kind
 from ngram import NgramLM
 
@@ -306,7 +307,7 @@ class Method:
         if self.drafter is None:
             return sample_decode(model, prompt, n, temperature, generator), \
                 {"calls": n, "block_efficiency": 1.0, "steps": [], "new_tokens": n}
-        return bpd_decode(model, prompt, n, self.drafter, temperature, generator, verify, self.accept)
+        return lab_decode(model, prompt, n, self.drafter, temperature, generator, verify, self.accept)
 
 
 def method(name, res, s, answer=None, temperature=0.0, accept="exact"):

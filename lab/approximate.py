@@ -19,7 +19,7 @@ from decoders import Method
 import runtime.approximate
 from lab import analysis
 from lab import bench
-from minibpd import bpd_decode
+from runtime.loop import lab_decode
 
 RULES = ("top2", "top3", "top5", "min2", "min3")    # what --bench --approximate runs
 
@@ -92,7 +92,7 @@ def section(run, rules=RULES):
             "greedy_phrase_repeat": analysis.phrase_repetition_all(greedy)}
     out = {}
     for r in rules:
-        runs = [bpd_decode(model, p, n, drafter(), verify=verify, accept=r) for p in prompts]
+        runs = [lab_decode(model, p, n, drafter(), verify=verify, accept=r) for p in prompts]
         outs = [o for o, _ in runs]
         out[r] = {"block_efficiency": analysis.block_eff([s for _, s in runs]),
                   "tokens_per_s": tps[r], "speedup_vs_bpd": tps[r] / tps[decoders.PLAIN],

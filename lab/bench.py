@@ -22,9 +22,10 @@ from lab import stats
 import decoders
 from lab import tasks
 from decoders import Method, baseline_name, split_text
-from minibpd import ArgmaxDrafter, bpd_decode
+from minibpd import ArgmaxDrafter
 from runtime.checkpoint import decode, encode
 from minibpd import window_start
+from runtime.loop import lab_decode
 from runtime.kvcache import device_of
 from runtime.sampling import target_probs
 
@@ -166,7 +167,7 @@ def decode_all(run):
         runs[name], outs[name], work[name] = [], [], {}
         for p, a, k in zip(run.prompts, answers, run.lengths):
             drafter = decoders.make(name, run.res, run.chosen[name], a)
-            out, stats = bpd_decode(run.model, p, k, drafter, run.temperature, run.generator,
+            out, stats = lab_decode(run.model, p, k, drafter, run.temperature, run.generator,
                                     run.verify)
             runs[name].append(stats)
             outs[name].append(out)
@@ -222,7 +223,7 @@ def distribution_check(model, make, prompt, T, seed, runs=1000, top=9):
     cat = {tok: i for i, tok in enumerate(keep)}
     gen, counts = torch.Generator().manual_seed(seed), Counter()
     for _ in range(runs):
-        counts[cat.get(bpd_decode(model, prompt, 2, make(), T, gen)[0][1], top)] += 1
+        counts[cat.get(lab_decode(model, prompt, 2, make(), T, gen)[0][1], top)] += 1
     exact = marginal[keep].tolist() + [1 - float(marginal[keep].sum())]
     l1 = sum(abs(counts[i] / runs - p) for i, p in enumerate(exact))
     bound = math.sqrt(2 / runs * math.log((2 ** (top + 1) - 2) / 1e-6))

@@ -13,12 +13,6 @@ class DrafterError(RuntimeError):
     """A drafter (or its factory) raised: its own failure, not bad input to the decoder."""
 
 
-class Drafts(list):
-    """Checked drafts (lists of ints); q: the proposal a sampling drafter declared, checked
-    (runtime/sampling.py), or None for deterministic drafts."""
-    q = None
-
-
 class CheckedDrafter:
     """A drafter as the decode loop calls it. Its declared numbers are read and checked once
     (a drafter that changes them later is held to the first: the cache was sized by them); each
@@ -39,7 +33,7 @@ class CheckedDrafter:
         self.name, self.h, self.V = drafter_name(drafter), h, model.config.vocab_size
         self.sampling = temperature > 0 and hasattr(drafter, "sample")
         self.temperature, self.generator = float(temperature), generator   # numpy's too
-        self.keep_rng = keep_rng
+        self.keep_rng, self.q = keep_rng, None     # q: the proposal declared in the last call
 
     def __getattr__(self, attr):            # only for attributes not set above
         if attr == "drafter":
@@ -61,9 +55,8 @@ class CheckedDrafter:
             if state is not None:
                 torch.set_rng_state(state)
         longest = longest_draft(self.drafter, rows, self.h, self.sampling)
-        out = Drafts(check_drafts(drafts, rows, first, self.V, self.max_drafts,
-                                  self.drafter, longest))
-        out.q = check_proposal(q, out, self.V, self.name) if self.sampling else None
+        out = check_drafts(drafts, rows, first, self.V, self.max_drafts, self.drafter, longest)
+        self.q = check_proposal(q, out, self.V, self.name) if self.sampling else None
         return out
 
 

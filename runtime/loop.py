@@ -1,15 +1,16 @@
-"""loop: what bpd_decode is handed beyond the papers, resolved from its arguments (prepare),
-and greedy decoding of P independent sequences at once (decode_rows, for training data).
+"""loop: the lab's entry to minibpd's one decode loop (lab_decode), and greedy decoding of P
+independent sequences at once (decode_rows, for training data).
 
-prepare() checks the request and returns objects of the shapes minibpd's loop calls: the drafter
-wrapped so every answer is checked (contract.CheckedDrafter), a verifier (minibpd.Verifier, or
-tree.TreeVerifier for verify="tree"/"auto" with several drafts) and an acceptance rule
-(minibpd.GreedyRule at T = 0; sampling.SampledRule above; approximate.RelaxedRule for Stern
-§5's rules), with the generator every draw comes from.
+lab_decode resolves the lab's names into objects of the shapes minibpd.bpd_decode calls, and
+hands them to it: the drafter wrapped so every answer is checked with the lab's fuller messages
+(contract.CheckedDrafter), a verifier (minibpd.Verifier, or tree.TreeVerifier for verify="tree",
+or "auto" with several drafts) and an acceptance rule (minibpd.GreedyRule at T = 0;
+sampling.SampledRule above; approximate.RelaxedRule for Stern §5's rules), with the generator
+every draw comes from.
 """
 import torch
 
-from minibpd import GreedyRule, KVCache, Verifier
+from minibpd import ArgmaxDrafter, GreedyRule, KVCache, Verifier, bpd_decode
 from runtime import approximate
 from runtime.contract import CheckedDrafter
 from runtime.kvcache import check_cache_budget
@@ -20,14 +21,16 @@ from runtime.tree import TreeVerifier
 VERIFY_MODES = ("auto", "batch", "tree")
 
 
-def acceptance_rule(model, temperature, generator, spec="exact"):
+def acceptance_rule(model, temperature, generator, spec="exact", drafter=None):
     """The rule for `spec` and the temperature: GreedyRule (exact, T = 0), SampledRule (exact
-    in distribution, T > 0) or RelaxedRule (an APPROXIMATE rule of Stern §5, T = 0 only)."""
+    in distribution, T > 0; it reads the checked `drafter`'s declared q) or RelaxedRule (an
+    APPROXIMATE rule of Stern §5, T = 0 only)."""
     check_temperature(temperature)
     relaxed = approximate.rule(spec, temperature)            # None: the exact rule
     if relaxed is not None:
         return approximate.RelaxedRule(model, relaxed)
-    return GreedyRule(model) if temperature == 0 else SampledRule(model, temperature, generator)
+    return GreedyRule(model) if temperature == 0 else \
+        SampledRule(model, temperature, generator, drafter)
 
 
 def verifier(model, drafter, mode="auto"):
@@ -45,14 +48,18 @@ def verifier(model, drafter, mode="auto"):
     return TreeVerifier(model, spare) if tree else Verifier(model, n)
 
 
-def prepare(model, prompt, max_new_tokens, drafter, temperature, generator, verify, accept):
-    """bpd_decode's arguments checked and resolved, before any model call. -> (the prompt as
-    a list, the checked drafter, the verifier, the acceptance rule, the generator)."""
+def lab_decode(model, prompt, max_new_tokens, drafter=None, temperature=0.0, generator=None,
+               verify="auto", accept="exact"):
+    """minibpd.bpd_decode with the lab's options, every one checked before any model call:
+    temperature > 0 (speculative sampling: exactly sample_decode's distribution, drawn from
+    `generator`), verify ("batch", "tree", "auto": a tree for several drafts), accept ("exact";
+    Stern §5's APPROXIMATE "top2", ...: runtime/approximate.py). -> (new tokens, stats)."""
     seq, own = check_request(model, prompt, max_new_tokens, temperature, generator)
-    rule = acceptance_rule(model, temperature, own, accept)
-    drafter = CheckedDrafter(drafter, model, temperature, own,
-                             keep_rng=generator is None and temperature > 0)
-    return seq, drafter, verifier(model, drafter, verify), rule, own
+    checked = CheckedDrafter(ArgmaxDrafter() if drafter is None else drafter, model, temperature,
+                             own, keep_rng=generator is None and temperature > 0)
+    rule = acceptance_rule(model, temperature, own, accept, checked)
+    return bpd_decode(model, seq, max_new_tokens, checked, temperature, own,
+                      verifier(model, checked, verify), rule)
 
 
 @torch.no_grad()

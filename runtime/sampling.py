@@ -156,16 +156,17 @@ def verify_sampled(probs, proposed, q=None, generator=None):
 
 class SampledRule:
     """Accept at temperature T > 0 (verify_sampled), in minibpd.GreedyRule's shape: z [P, m + 1,
-    C], drafts (with .q: a sampling drafter's declared proposal, else None) -> (row, kept,
-    token, {"tries": ...}). Its draws come from the decode loop's own generator."""
+    C], drafts -> (row, kept, token, {"tries": ...}); `drafter` (a contract.CheckedDrafter) holds
+    q, the proposal a sampling drafter declared for these drafts (None: deterministic drafts).
+    Its draws come from the decode loop's own generator."""
 
-    def __init__(self, model, temperature, generator):
+    def __init__(self, model, temperature, generator, drafter=None):
         self.logits = getattr(model, "verified_logits", model.lm_head)
-        self.temperature, self.generator = temperature, generator
+        self.temperature, self.generator, self.drafter = temperature, generator, drafter
 
     def __call__(self, z, drafts):
         probs = target_probs(self.logits(z).double(), self.temperature).cpu()   # [P, m + 1, V]
-        q = getattr(drafts, "q", None)
+        q = getattr(self.drafter, "q", None)    # what the checked drafter declared this call
         row, kept, token, tries = verify_sampled(probs, [d[1:] for d in drafts],
                                                  None if q is None else q[1:], self.generator)
         return row, kept, token, {"tries": tries}

@@ -13,8 +13,9 @@ from runtime import contract
 from conftest import examples, on_random_models, random_prompt, tiny_model
 from decoders import lookup
 from decoders.lookup import PromptLookupDrafter, copied_continuation
-from minibpd import ArgmaxDrafter, bpd_decode, greedy_decode
+from minibpd import ArgmaxDrafter, greedy_decode
 from ngram import NgramLM
+from runtime.loop import lab_decode
 
 pytestmark = pytest.mark.assignment9   # docs/coursework.md
 
@@ -141,7 +142,7 @@ def test_exact(device, m, plen, n, ngram, repeats, copy, verify):
     greedy = greedy_decode(model, prompt, n)
     for name in ("lookup", "lookup_pbest"):
         drafter = registry(name, model, ngram=ngram, k=3, p=4, copy=copy, nodes=copy % 7)
-        out, stats = bpd_decode(model, prompt, n, drafter, verify=verify)
+        out, stats = lab_decode(model, prompt, n, drafter, verify=verify)
         assert out == greedy, name
         assert 1.0 <= stats["block_efficiency"] <= max(model.config.n_bpd_heads, copy + 1)
 
@@ -151,8 +152,8 @@ def test_a_long_copy_accepts_past_the_heads():
     11 tokens, past the h = 3 heads' reach, and still greedy's tokens."""
     model = tiny_model(3, 7, 1, 3, 256)
     greedy = greedy_decode(model, [1, 2, 3], 120)
-    out, stats = bpd_decode(model, [1, 2, 3], 120, registry("lookup", model, ngram=3, copy=10))
-    _, short = bpd_decode(model, [1, 2, 3], 120, registry("lookup", model, ngram=3, copy=0))
+    out, stats = lab_decode(model, [1, 2, 3], 120, registry("lookup", model, ngram=3, copy=10))
+    _, short = lab_decode(model, [1, 2, 3], 120, registry("lookup", model, ngram=3, copy=0))
     assert out == greedy
     assert analysis.phrase_repetition_all([greedy]) > 0.5, "the test needs a repeating output"
     assert max(stats["accepted"]) == 11 and max(short["accepted"]) == 3
@@ -197,7 +198,7 @@ def test_lookup_beats_bpd_on_a_looping_model():
     prompt = random_prompt(11, 16, 12)
     greedy = greedy_decode(model, prompt, 48)
     assert analysis.phrase_repetition(greedy, 6) > 0.5             # the text does repeat
-    out_b, plain = bpd_decode(model, prompt, 48)
-    out_l, lookup = bpd_decode(model, prompt, 48, registry("lookup", model))
+    out_b, plain = lab_decode(model, prompt, 48)
+    out_l, lookup = lab_decode(model, prompt, 48, registry("lookup", model))
     assert out_b == out_l == greedy
     assert lookup["block_efficiency"] > plain["block_efficiency"]

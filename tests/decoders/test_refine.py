@@ -19,10 +19,12 @@ from decoders import budgets
 from decoders.fastlattice import FastPBestDrafter
 from decoders.lookup import PromptLookupDrafter
 from decoders.neural import CachedNeuralDrafter
-from minibpd import GPT, ArgmaxDrafter, bpd_decode, greedy_decode
+from minibpd import GPT, ArgmaxDrafter, greedy_decode
 from runtime.fast_heads import FastGPT
 from ngram import NgramLM
 from runtime import tree
+from runtime.loop import lab_decode
+from tests.helpers import tiny_ckpt  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.assignment5   # docs/coursework.md
 
@@ -62,7 +64,7 @@ def test_every_drafter_is_exact(device, m, s, plen, n):
         if k ** order * p > budgets.MAX_DP_CELLS and name in DP:
             continue                                   # refused up front (test_cli.py)
         drafter = make(name, res, full, k, p, alpha, order)
-        out, stats = bpd_decode(model, prompt, n, drafter)
+        out, stats = lab_decode(model, prompt, n, drafter)
         assert out == full[plen:], name
         assert 1.0 <= stats["block_efficiency"] <= model.config.n_bpd_heads
         for step in stats["steps"]:
@@ -81,7 +83,7 @@ def test_offline_replay_equals_decode(device, m, s, plen, n):
     for name in NAMES:
         if k ** order * p > budgets.MAX_DP_CELLS and name in DP:
             continue
-        _, online = bpd_decode(model, prompt, n, make(name, res, full, k, p, alpha, order))
+        _, online = lab_decode(model, prompt, n, make(name, res, full, k, p, alpha, order))
         drafter = make(name, res, full, k, p, alpha, order)
         offline = analysis.replay(drafter, heads, full, plen, n, h, B)
         assert (offline["calls"], offline["accepted"]) == (online["calls"], online["accepted"]), name
@@ -97,8 +99,8 @@ def test_neural_drafter_alpha_zero_is_bpd():
     model = tiny_model(3, 20, 1, 6, 16)
     small = tiny_model(4, 20, 1, 1, 16)
     prompt = random_prompt(5, 20, 10)
-    _, a = bpd_decode(model, prompt, 40, ArgmaxDrafter())
-    _, b = bpd_decode(model, prompt, 40, CachedNeuralDrafter(small, 8, 0.0))
+    _, a = lab_decode(model, prompt, 40, ArgmaxDrafter())
+    _, b = lab_decode(model, prompt, 40, CachedNeuralDrafter(small, 8, 0.0))
     assert a["accepted"] == b["accepted"]
 
 
@@ -110,8 +112,8 @@ def test_neural_drafter_cache_survives_reuse():
     reused = CachedNeuralDrafter(small, 4, 0.6)
     for seed in range(4):
         prompt = random_prompt(seed, 20, 9)
-        _, a = bpd_decode(model, prompt, 30, reused)
-        _, b = bpd_decode(model, prompt, 30, CachedNeuralDrafter(small, 4, 0.6))
+        _, a = lab_decode(model, prompt, 30, reused)
+        _, b = lab_decode(model, prompt, 30, CachedNeuralDrafter(small, 4, 0.6))
         assert a["steps"] == b["steps"]
 
 
@@ -242,16 +244,16 @@ def test_tree_verification_equals_batch(device, m, s, plen, n):
     for name, maker in makers.items():
         if k ** order * p > budgets.MAX_DP_CELLS and name in DP:
             continue
-        out_b, batch = bpd_decode(model, prompt, n, maker(), verify="batch")
-        out_t, tree = bpd_decode(model, prompt, n, maker(), verify="tree")
+        out_b, batch = lab_decode(model, prompt, n, maker(), verify="batch")
+        out_t, tree = lab_decode(model, prompt, n, maker(), verify="tree")
         assert out_t == out_b == full[plen:], name
         assert [(x["accepted"], x["winner"]) for x in tree["steps"]] == \
                [(x["accepted"], x["winner"]) for x in batch["steps"]], name
         assert tree["verified"] <= batch["verified"], name
         if name in ("bpd", "pbest0", "bushy"):    # sampling walks the same tree: the same draws
             g1, g2 = torch.Generator().manual_seed(m[0]), torch.Generator().manual_seed(m[0])
-            assert bpd_decode(model, prompt, n, maker(), 0.8, g1, "tree")[0] == \
-                bpd_decode(model, prompt, n, maker(), 0.8, g2, "batch")[0], name
+            assert lab_decode(model, prompt, n, maker(), 0.8, g1, "tree")[0] == \
+                lab_decode(model, prompt, n, maker(), 0.8, g2, "batch")[0], name
 
 
 def test_draft_tree_and_layout():
@@ -303,8 +305,8 @@ def test_reference_implementations_give_the_same_steps(device, m, s, plen, n, bu
     for name in NAMES:
         if name in DP and budgets.dp_cells(k, 1 if name == "ngram" else p, order, m[1]) > budget:
             continue
-        out, fast = bpd_decode(model, prompt, n, make(name, res, answer, k, p, alpha, order))
-        out_r, readable = bpd_decode(slow, prompt, n, make(name, ref, answer, k, p, alpha, order))
+        out, fast = lab_decode(model, prompt, n, make(name, res, answer, k, p, alpha, order))
+        out_r, readable = lab_decode(slow, prompt, n, make(name, ref, answer, k, p, alpha, order))
         assert out_r == out and readable["steps"] == fast["steps"], name
 
 
@@ -329,7 +331,7 @@ def test_node_budget_keeps_drafts_exact_and_within_budget(device, m, s, plen, n,
     if k ** order * p > budgets.MAX_DP_CELLS:
         return
     budget = FastPBestDrafter(k, p, alpha, res.ngram(order), nodes=nodes, reference=True)
-    out, stats = bpd_decode(model, prompt, n, budget)
+    out, stats = lab_decode(model, prompt, n, budget)
     assert out == answer[plen:]
     for step in stats["steps"]:
         drafts, m_ = step["drafts"], len(step["drafts"][0]) - 1
@@ -380,4 +382,4 @@ def test_one_resources_is_safe_across_threads(monkeypatch):
     assert all(d.automaton.lm is d.lm for d in made.values())
     prompt = random_prompt(1, 20, 12)
     for d in made.values():
-        assert bpd_decode(model, prompt, 20, d)[0] == greedy_decode(model, prompt, 20)
+        assert lab_decode(model, prompt, 20, d)[0] == greedy_decode(model, prompt, 20)

@@ -14,6 +14,7 @@ from lab import approximate
 from lab import cli
 from conftest import random_prompt, tiny_model
 from minibpd import GPT
+from tests.helpers import tiny_ckpt  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.assignment8   # docs/coursework.md
 

@@ -14,8 +14,10 @@ import torch
 from lab import cli
 import decoders
 import minibpd
-from minibpd import GPT, bpd_decode, greedy_decode
+from minibpd import GPT, greedy_decode
 from runtime import checkpoint
+from runtime.loop import lab_decode
+from tests.helpers import tiny_ckpt  # noqa: F401 (a fixture)
 
 HERE = ROOT  # the repository
 
@@ -54,7 +56,7 @@ def test_checkpoint_round_trip(tiny_ckpt):
     for k, v in model.state_dict().items():
         assert torch.equal(v, ck["model"][k].float())
     prompt = checkpoint.encode("The if statement", ck["vocab"])
-    assert bpd_decode(model, prompt, 30)[0] == greedy_decode(model, prompt, 30)
+    assert lab_decode(model, prompt, 30)[0] == greedy_decode(model, prompt, 30)
 
 
 def test_checkpoint_errors(tiny_ckpt, tmp_path, capsys):

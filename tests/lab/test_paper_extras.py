@@ -10,8 +10,10 @@ import torch
 import decoders
 from lab import analysis, cli
 from lab.run import Run
-from minibpd import bpd_decode, load_checkpoint
+from minibpd import load_checkpoint
 from runtime.checkpoint import encode
+from runtime.loop import lab_decode
+from tests.helpers import tiny_ckpt  # noqa: F401 (a fixture)
 
 # compared_steps' rows: (BPD's draft, the refined draft kept, BPD's gain, the refined gain).
 # A gain g means draft[1..g-1] were accepted and draft[g] is the first miss.
@@ -95,5 +97,5 @@ def test_be_by_heads_equals_decoding_with_the_first_heads(tiny_ckpt):
     by_heads = analysis.be_by_heads(run)
     assert list(by_heads) == [str(j) for j in range(1, model.config.n_bpd_heads + 1)]
     for j, be in by_heads.items():
-        decoded = [bpd_decode(model.first_heads(int(j)), p, 10)[1] for p in prompts]
+        decoded = [lab_decode(model.first_heads(int(j)), p, 10)[1] for p in prompts]
         assert abs(be - analysis.block_eff(decoded)) < 1e-12, j

@@ -13,6 +13,7 @@ from lab import run as run_module
 from lab.bench import make_prompts
 from lab.run import Run
 from minibpd import greedy_decode, load_checkpoint
+from tests.helpers import tiny_ckpt  # noqa: F401 (a fixture)
 
 
 @pytest.fixture

@@ -17,8 +17,10 @@ from lab.run import Run
 from conftest import examples, on_random_models, random_prompt, tiny_model
 from minibpd import window_start
 from decoders import Resources, split_text
-from minibpd import GPT, GPTConfig, ArgmaxDrafter, bpd_decode, greedy_decode, load_checkpoint
+from minibpd import GPT, GPTConfig, ArgmaxDrafter, greedy_decode, load_checkpoint
 from runtime import kvcache
+from runtime.loop import lab_decode
+from tests.helpers import tiny_ckpt  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.assignment6   # docs/coursework.md
 
@@ -87,7 +89,7 @@ def test_window_tails_match_bpd(device, m, plen, n, p):
     (one row, or a tree: Stats.processed counts each token once)."""
     model, prompt = tiny_model(*m, device=device), random_prompt(m[0], m[1], plen)
     drafter = ArgmaxDrafter() if p == 1 else lattice.PBestDrafter(2, p)
-    _, stats = bpd_decode(model, prompt, n, drafter)
+    _, stats = lab_decode(model, prompt, n, drafter)
     tails = scale.window_tails(plen, stats["accepted"], model.config.block_size)
     assert sum(tails) + stats["calls"] - len(tails) + stats["verified"] == stats["processed"]
 
@@ -96,7 +98,7 @@ def test_timers_leave_decoding_alone():
     model, prompt = tiny_model(3, 20, 1, 4, 12), random_prompt(3, 20, 9)
     timed = scale.TimedDrafter(ArgmaxDrafter())
     with scale.ForwardTimer(model) as fwd:
-        out, stats = bpd_decode(model, prompt, 30, timed)
+        out, stats = lab_decode(model, prompt, 30, timed)
     assert out == greedy_decode(model, prompt, 30)
     assert fwd.seconds > 0 and timed.seconds > 0 and timed.name == "bpd"
     assert not model._forward_hooks and not model._forward_pre_hooks      # removed on exit

@@ -13,6 +13,8 @@ from training import finetune
 import train_heads
 from training import cli as training_cli
 from runtime import checkpoint
+from runtime.loop import lab_decode
+from tests.helpers import tiny_ckpt  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.assignment7   # docs/coursework.md
 
@@ -52,7 +54,7 @@ def test_finetune_stores_what_the_command_needs(tasks_ckpt, tiny_ckpt):
     assert ck["finetune"]["steps"] == 3 and ck["finetune"]["block_size"] == 48
     prompt = checkpoint.encode(ck["tasks"]["tasks"]["qa"]["test"][0][0], ck["vocab"])   # > the window
     assert len(prompt) > 48
-    assert minibpd.bpd_decode(model, prompt, 40)[0] == minibpd.greedy_decode(model, prompt, 40)
+    assert lab_decode(model, prompt, 40)[0] == minibpd.greedy_decode(model, prompt, 40)
 
 
 def test_widen_keeps_the_learned_positions():

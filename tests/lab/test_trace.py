@@ -19,7 +19,7 @@ from decoders import Resources
 from lab import cli, trace
 from minibpd import greedy_decode, load_checkpoint
 from runtime.checkpoint import decode, encode
-from tests.plugin import heads_or_skip
+from tests.helpers import heads_or_skip
 from tools import trace_shot
 
 SHIPPED = os.path.join(ROOT, "checkpoints", "minibpd.pt")

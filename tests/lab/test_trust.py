@@ -19,11 +19,13 @@ import train_heads
 from training import cli as training_cli
 from conftest import ROOT
 from conftest import tiny_model
-from minibpd import ArgmaxDrafter, bpd_decode, greedy_decode
+from minibpd import ArgmaxDrafter, greedy_decode
 from runtime.contract import DrafterError
 from test_cli import no_model_calls, one_line_error, run_cli, unknown_character  # noqa: F401 (a fixture)
 from runtime import kvcache
 from runtime import checkpoint
+from runtime.loop import lab_decode
+from tests.helpers import tiny_ckpt  # noqa: F401 (a fixture)
 
 HERE = ROOT  # the repository
 
@@ -178,7 +180,7 @@ class Failing:
 
 def test_a_drafter_that_raises_is_reported_as_its_failure(tiny_ckpt, tmp_path, capsys, registry):
     with pytest.raises(DrafterError, match=r"drafter failing failed: ValueError: my own bug"):
-        bpd_decode(tiny_model(0, 7, 1, 3, 8), [1, 2], 6, Failing())
+        lab_decode(tiny_model(0, 7, 1, 3, 8), [1, 2], 6, Failing())
     path = plugin(tmp_path, "failing_plugin", "import decoders, test_trust\n"
                   "decoders.register('failing', lambda res, s, a: test_trust.Failing())\n")
     code, out, err = run_cli(capsys, "--plugin", path, "--prompt", "The", "--decoder", "failing",
@@ -203,7 +205,7 @@ def test_sys_exit_in_a_plugin_is_its_failure_not_a_silent_success(tiny_ckpt, tmp
     no output; it is now reported as theirs, one line (KeyboardInterrupt still interrupts)."""
     for error in (SystemExit(0), GeneratorExit()):
         with pytest.raises(DrafterError, match=f"drafter quitter failed: {type(error).__name__}"):
-            bpd_decode(tiny_model(0, 7, 1, 3, 8), [1, 2], 6, Quitter(error))
+            lab_decode(tiny_model(0, 7, 1, 3, 8), [1, 2], 6, Quitter(error))
     path = plugin(tmp_path, "quitting_drafter", "import decoders, test_trust\n"
                   "decoders.register('quitter', lambda res, s, a: test_trust.Quitter())\n")
     code, out, err = run_cli(capsys, "--plugin", path, "--prompt", "The", "--decoder", "quitter",
@@ -318,13 +320,13 @@ def test_small_refusals():
     model = tiny_model(0, 7, 1, 3, 8)
     for prompt in ([True, 2], [1, False]):
         with pytest.raises(ValueError, match="integer token ids"):
-            bpd_decode(model, prompt, 3)
+            lab_decode(model, prompt, 3)
 
     class BoolDraft(ArgmaxDrafter):
         def __call__(self, logprobs, context):
             return [[context[-1]] + [True] * (len(logprobs) - 1)]
     with pytest.raises(ValueError, match=r"broke the drafter contract \(lists of ints\)"):
-        bpd_decode(model, [1, 2], 5, BoolDraft())
+        lab_decode(model, [1, 2], 5, BoolDraft())
     big = types.SimpleNamespace(config=minibpd.GPTConfig(7, 2 ** 22, 1, 2, 128, 3),  # not built:
                                 kv_spec=lambda: kvcache.KVSpec(1, 2, 64, torch.float64, "cpu"))
     with pytest.raises(ValueError, match="even one KV cache row would need"):   # 4 GiB a row
@@ -594,7 +596,7 @@ def test_library_refusals_name_what_they_refuse():
     model = tiny_model(0, 7, 1, 3, 8)
     for verify in ("batch", "tree"):
         with pytest.raises(ValueError, match="drafter huge: max_drafts 10000000: .*KV cache"):
-            bpd_decode(model, [1, 2], 6, Huge(), verify=verify)
+            lab_decode(model, [1, 2], 6, Huge(), verify=verify)
 
     class MetaQ(decoders.HeadSampler):
         name = "metaq"
@@ -603,7 +605,7 @@ def test_library_refusals_name_what_they_refuse():
             drafts, q = super().sample(logprobs, context, temperature, generator)
             return drafts, q.to("meta")
     with pytest.raises(ValueError, match=r"drafter metaq broke the drafter contract \(declared q\)"):
-        bpd_decode(model, [1, 2], 6, MetaQ(), 1.0, torch.Generator().manual_seed(0))
+        lab_decode(model, [1, 2], 6, MetaQ(), 1.0, torch.Generator().manual_seed(0))
 
 
 # ----------------------------------------------------------------------------- issue 40

@@ -21,12 +21,13 @@ from hypothesis import given, strategies as st
 import decoders
 import minibpd
 from conftest import examples, random_prompt
-from minibpd import bpd_decode, greedy_decode
+from minibpd import greedy_decode
 from models import blocks, llama, machine, smollm
 from lab import bench
 from runtime.checkpoint import DTYPES
 from tests.models.test_smollm import TopTwoDrafter
-from tests.plugin import SMOLLM_HEADS as HEADS, heads_or_skip
+from tests.helpers import SMOLLM_HEADS as HEADS, heads_or_skip
+from runtime.loop import lab_decode
 
 pytestmark = pytest.mark.skipif(not blocks.int4_ready(), reason="this torch has no CPU int4 kernel")
 
@@ -134,10 +135,10 @@ def test_bpd_equals_greedy_in_int4(no_free_rows, m, plen, n, form, own):
             blocks.FREE[blocks.kernel_key(lin)] = n_free
     prompt = random_prompt(m[0], m[1], plen)
     greedy = greedy_decode(model, prompt, n)
-    assert bpd_decode(model, prompt, n)[0] == greedy
-    assert bpd_decode(model, prompt, n, TopTwoDrafter(), verify="batch")[0] == greedy
+    assert lab_decode(model, prompt, n)[0] == greedy
+    assert lab_decode(model, prompt, n, TopTwoDrafter(), verify="batch")[0] == greedy
     if form == "stern":
-        assert bpd_decode(model, prompt, n, TopTwoDrafter(), verify="tree")[0] == greedy
+        assert lab_decode(model, prompt, n, TopTwoDrafter(), verify="tree")[0] == greedy
 
 
 def test_int4_rows_are_row_invariant_on_smollm2s_shapes_or_the_choice_says_so():
@@ -225,7 +226,7 @@ def test_every_decoder_equals_its_greedy_on_the_real_model_in_int4(shipped_int4)
             greedy = greedy_decode(view, prompt, 24)
             for name in decoders.DECODERS:
                 drafter = decoders.make(name, vres, chosen[name], prompt + greedy)
-                assert bpd_decode(view, prompt, 24, drafter)[0] == greedy, name
+                assert lab_decode(view, prompt, 24, drafter)[0] == greedy, name
 
 
 def test_int4_perplexity_is_float32s_within_a_percent(shipped_int4):

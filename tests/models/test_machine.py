@@ -15,9 +15,10 @@ import torch
 from hypothesis import given, strategies as st
 
 from conftest import ROOT, examples, random_prompt
-from minibpd import bpd_decode, greedy_decode
+from minibpd import greedy_decode
 from models import blocks, machine
 from test_smollm import TopTwoDrafter, tiny_llama
+from runtime.loop import lab_decode
 
 CAPPED = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
           "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
@@ -88,9 +89,9 @@ def test_bpd_equals_greedy_on_own_rows(dtype, seed, h, plen, n):
         free_or_skip(layer)
     prompt = random_prompt(seed, 40, plen)
     greedy = greedy_decode(model, prompt, n)
-    assert bpd_decode(model, prompt, n)[0] == greedy
+    assert lab_decode(model, prompt, n)[0] == greedy
     for verify in ("batch", "tree"):
-        assert bpd_decode(model, prompt, n, TopTwoDrafter(), verify=verify)[0] == greedy
+        assert lab_decode(model, prompt, n, TopTwoDrafter(), verify=verify)[0] == greedy
 
 
 def fake_config():

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import minibpd
-from tests.plugin import heads_or_skip
+from tests.helpers import heads_or_skip
 from lab import bench
 from models import peer, smollm
 

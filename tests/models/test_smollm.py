@@ -36,8 +36,8 @@ from runtime import contract
 from models import smollm
 from conftest import ROOT
 from conftest import bound, exact, examples, l1, random_prompt
-from tests.plugin import SMOLLM_HEADS as HEADS, heads_or_skip, real_model_or_skip
-from minibpd import KVCache, bpd_decode, greedy_decode, window_start
+from tests.helpers import SMOLLM_HEADS as HEADS, heads_or_skip, real_model_or_skip
+from minibpd import KVCache, greedy_decode, window_start
 from models.llama import Llama, LlamaConfig
 from models.smollm import EarlyExit
 from models import attention, blocks, llama
@@ -45,6 +45,7 @@ kernels = blocks     # (test arguments named `blocks` shadow the module)
 from runtime import checkpoint, kvcache, loop, tree
 from decoders.neural import CachedNeuralDrafter
 from decoders import viterbi
+from runtime.loop import lab_decode
 
 HERE = ROOT  # the repository
 
@@ -125,7 +126,7 @@ def test_bpd_equals_greedy_equals_naive(m, mode, plen, n, form):
     prompt = random_prompt(m[0], m[1], plen)
     greedy = greedy_decode(model, prompt, n)
     assert greedy == naive_greedy(model, prompt, n)        # the cache does not change the maths
-    out, stats = bpd_decode(model, prompt, n)
+    out, stats = lab_decode(model, prompt, n)
     assert out == greedy
     assert 1.0 <= stats["block_efficiency"] <= model.config.n_bpd_heads
 
@@ -136,8 +137,8 @@ def test_tree_verification_equals_batch(m, mode, plen, n, form):
     """Tree verification where it is allowed: models without batch invariance (float64 here)."""
     model = tiny_llama(*m, batch_invariant=False, rows=mode[1], key_block=mode[2], head_form=form)
     prompt = random_prompt(m[0], m[1], plen)
-    tree, tree_stats = bpd_decode(model, prompt, n, TopTwoDrafter(), verify="tree")
-    batch, batch_stats = bpd_decode(model, prompt, n, TopTwoDrafter(), verify="batch")
+    tree, tree_stats = lab_decode(model, prompt, n, TopTwoDrafter(), verify="tree")
+    batch, batch_stats = lab_decode(model, prompt, n, TopTwoDrafter(), verify="batch")
     assert tree == batch == greedy_decode(model, prompt, n)
     assert tree_stats["accepted"] == batch_stats["accepted"]
 
@@ -185,8 +186,8 @@ def test_reference_switch_runs_the_heads_one_by_one(monkeypatch):
         torch.testing.assert_close(ref.head_logits(z), model.head_logits(z))
         for seed in range(3):
             prompt = random_prompt(seed, 40, 10)
-            fast, fast_stats = bpd_decode(model, prompt, 20)
-            slow, slow_stats = bpd_decode(ref, prompt, 20)
+            fast, fast_stats = lab_decode(model, prompt, 20)
+            slow, slow_stats = lab_decode(ref, prompt, 20)
             assert fast == slow == greedy_decode(model, prompt, 20)
             assert fast_stats["steps"] == slow_stats["steps"]
 
@@ -241,7 +242,7 @@ def test_chained_drafts_do_not_depend_on_the_batch(dtype):
             assert torch.equal(model.head_logits(z[s]), together[s])
     for seed in range(4):
         prompt = random_prompt(seed, 40, 12)
-        out, stats = bpd_decode(model, prompt, 20)
+        out, stats = lab_decode(model, prompt, 20)
         assert out == greedy_decode(model, prompt, 20)
         assert all(t in model.draft_vocab.tolist() for s in stats["steps"] for t in s["drafts"][0][1:])
 
@@ -257,7 +258,7 @@ def test_chained_heads_sample_the_base_model_exactly(drafter):
     make = {"argmax": lambda: None, "sampled": decoders.HeadSampler}[drafter]
     gen, counts, tried = torch.Generator().manual_seed(0), {}, 0
     for _ in range(N):
-        out, stats = bpd_decode(model, prompt, n, make(), T, gen)
+        out, stats = lab_decode(model, prompt, n, make(), T, gen)
         counts[tuple(out)] = counts.get(tuple(out), 0) + 1
         tried += sum(len(step["tries"]) for step in stats["steps"])
     assert tried > N / 2                                 # the drafts were verified
@@ -402,8 +403,8 @@ def test_bpd_equals_greedy_in_low_precision(dtype, m, plen, n, wide, form):
     model = invariant_llama(m, dtype, wide, form)
     prompt = random_prompt(m[0], m[1], plen)
     greedy = greedy_decode(model, prompt, n)
-    assert bpd_decode(model, prompt, n)[0] == greedy
-    assert bpd_decode(model, prompt, n, TopTwoDrafter())[0] == greedy    # auto: as a batch
+    assert lab_decode(model, prompt, n)[0] == greedy
+    assert lab_decode(model, prompt, n, TopTwoDrafter())[0] == greedy    # auto: as a batch
 
 
 def tree_states(model, prefix, proposed):
@@ -480,8 +481,8 @@ def test_tree_verification_equals_greedy_under_batch_invariance(dtype, m, plen, 
     same accepted counts as verifying the drafts as rows."""
     model = invariant_llama(m, dtype, wide, form)
     prompt = random_prompt(m[0], m[1], plen)
-    tree, tree_stats = bpd_decode(model, prompt, n, TopTwoDrafter(), verify="tree")
-    rows, rows_stats = bpd_decode(model, prompt, n, TopTwoDrafter(), verify="batch")
+    tree, tree_stats = lab_decode(model, prompt, n, TopTwoDrafter(), verify="tree")
+    rows, rows_stats = lab_decode(model, prompt, n, TopTwoDrafter(), verify="batch")
     assert tree == rows == greedy_decode(model, prompt, n)
     assert tree_stats["accepted"] == rows_stats["accepted"]
 
@@ -538,7 +539,7 @@ def test_greedy_prefills_its_prompt_in_plain_widened_products(monkeypatch):
     prompt = random_prompt(2, 30, 10)
     greedy = greedy_decode(model, prompt, 5)
     assert seen and set(seen) == {9}                      # 4 products a layer, 2 layers
-    assert len(seen) == 8 and bpd_decode(model, prompt, 5)[0] == greedy
+    assert len(seen) == 8 and lab_decode(model, prompt, 5)[0] == greedy
 
 
 def greedy_states(model, prompt, n):
@@ -674,7 +675,7 @@ def test_draft_vocabulary_changes_drafts_only(dtype):
     assert (part[:, 1:, rest] == llama.DRAFT_FILL).all()
     for seed in range(4):
         prompt = random_prompt(seed, 40, 12)
-        out, stats = bpd_decode(model, prompt, 20)
+        out, stats = lab_decode(model, prompt, 20)
         assert out == greedy_decode(model, prompt, 20)
         assert all(t in model.draft_vocab.tolist() for s in stats["steps"] for t in s["drafts"][0][1:])
 
@@ -721,8 +722,8 @@ def test_neural_rescoring_with_an_early_exit_is_exact(m, mode, plen, n, k, alpha
     model = tiny_llama(*m, batch_invariant=mode[0], rows=mode[1], key_block=mode[2])
     small = random_exit(model, 1, m[0])
     prompt = random_prompt(m[0], m[1], plen)
-    fast, fast_stats = bpd_decode(model, prompt, n, CachedNeuralDrafter(small, k, alpha))
-    slow, slow_stats = bpd_decode(model, prompt, n,
+    fast, fast_stats = lab_decode(model, prompt, n, CachedNeuralDrafter(small, k, alpha))
+    slow, slow_stats = lab_decode(model, prompt, n,
                                   CachedNeuralDrafter(small, k, alpha, reference=True))
     assert fast == slow == greedy_decode(model, prompt, n)
     assert [s["drafts"] for s in fast_stats["steps"]] == [s["drafts"] for s in slow_stats["steps"]]
@@ -1017,9 +1018,9 @@ def test_real_greedy_and_bpd(real):
     for dtype in (torch.float32, torch.bfloat16):
         greedy = greedy_decode(real[dtype], prompt, 12)
         assert "Paris" in vocab.decode(greedy)
-        assert bpd_decode(real[dtype], prompt, 12)[0] == greedy
+        assert lab_decode(real[dtype], prompt, 12)[0] == greedy
     code = vocab.encode(PYTHON)
-    assert bpd_decode(real[torch.bfloat16], code, 12)[0] == greedy_decode(real[torch.bfloat16], code, 12)
+    assert lab_decode(real[torch.bfloat16], code, 12)[0] == greedy_decode(real[torch.bfloat16], code, 12)
 
 
 def test_heads_checkpoint_round_trip(real, tmp_path):
@@ -1122,7 +1123,7 @@ def test_every_decoder_equals_greedy_on_the_real_model(shipped):
             drafter = decoders.make(name, res, chosen[name], prompt + greedy)
             both = contract.max_drafts(drafter) > 1 and n == 48      # the demo prompt: rows too
             for verify in ("batch", "auto") if both else ("auto",):     # auto: a tree if several
-                out, stats = bpd_decode(model, prompt, n, drafter, verify=verify)
+                out, stats = lab_decode(model, prompt, n, drafter, verify=verify)
                 assert out == greedy, (name, verify)
                 assert stats["block_efficiency"] >= 1.0
 
@@ -1137,7 +1138,7 @@ def test_reference_on_the_real_model(shipped, monkeypatch):
     assert ref.reference and not model.reference
     prompt = bench.make_prompts(ck["splits"]["test"], ck["vocab"], 16)[3]
     greedy = greedy_decode(model, prompt, 16)
-    fast_out = bpd_decode(model, prompt, 16)[0]
+    fast_out = lab_decode(model, prompt, 16)[0]
     with torch.no_grad():
         z = model(torch.tensor([prompt + greedy]))[0]
         fast = model.head_logits(z)
@@ -1145,7 +1146,7 @@ def test_reference_on_the_real_model(shipped, monkeypatch):
     def stacked(*_):
         raise AssertionError("the stacked path ran")
     monkeypatch.setattr(llama, "head_states", stacked)
-    assert bpd_decode(ref, prompt, 16)[0] == fast_out == greedy
+    assert lab_decode(ref, prompt, 16)[0] == fast_out == greedy
     with torch.no_grad():
         slow = ref.head_logits(z)
     assert torch.equal(slow[:, 0], fast[:, 0])
@@ -1166,7 +1167,7 @@ def test_float32_is_exact_and_bf16_leaves_it_at_near_ties():
     assert m32.tok_emb.weight.dtype == torch.float32 and m32.heads[0].fc.weight.dtype == torch.float32
     prompt = smollm.demo_prompts(ck32["vocab"])[1][1]
     g32, g16 = greedy_decode(m32, prompt, 16), greedy_decode(model16, prompt, 16)
-    assert bpd_decode(m32, prompt, 16)[0] == g32
+    assert lab_decode(m32, prompt, 16)[0] == g32
     parted = [i for i, (a, b) in enumerate(zip(g32, g16)) if a != b]
     print(f"bf16 leaves float32 at token {parted[:1] or 'none'}")
     if parted:
@@ -1273,7 +1274,7 @@ def test_one_batch_invariant_llama_is_safe_across_threads(fast_switching):
 
         def work(i):
             try:
-                got[i] = [bpd_decode(model, prompts[i], 30)[0] for _ in range(3)]
+                got[i] = [lab_decode(model, prompts[i], 30)[0] for _ in range(3)]
             except Exception as e:
                 errors.append(f"{type(e).__name__}: {e}")
         threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]

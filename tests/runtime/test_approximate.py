@@ -12,10 +12,11 @@ import lattice
 import minibpd
 from conftest import model_and_prompt, on_random_models, tiny_model
 from decoders import Method
-from minibpd import GPT, bpd_decode, greedy_decode
+from minibpd import GPT, greedy_decode
 from decoders.lookup import PromptLookupDrafter
 from runtime import loop
 from runtime.approximate import Relaxed
+from runtime.loop import lab_decode
 
 pytestmark = pytest.mark.assignment8   # docs/coursework.md
 
@@ -59,8 +60,8 @@ def spy(mp, specs):
                   drafter=st.sampled_from(sorted(DRAFTERS)), verify=st.sampled_from(["batch", "tree"]))
 def test_top1_and_min1_are_exact_bpd(device, m, plen, n, spec, drafter, verify):
     model, prompt = model_and_prompt(m, plen, device)
-    exact, stats = bpd_decode(model, prompt, n, DRAFTERS[drafter](), verify=verify)
-    out, relaxed = bpd_decode(model, prompt, n, DRAFTERS[drafter](), verify=verify, accept=spec)
+    exact, stats = lab_decode(model, prompt, n, DRAFTERS[drafter](), verify=verify)
+    out, relaxed = lab_decode(model, prompt, n, DRAFTERS[drafter](), verify=verify, accept=spec)
     assert out == exact == greedy_decode(model, prompt, n)
     assert relaxed["steps"] == stats["steps"] and relaxed["accepted"] == stats["accepted"]
 
@@ -70,7 +71,7 @@ def test_topk_accepts_at_least_top1_each_step(device, m, plen, n, k, drafter, mo
     model, prompt = model_and_prompt(m, plen, device)
     with monkeypatch.context() as mp:
         seen = spy(mp, ["exact", f"top{k}", f"top{k + 1}"])
-        out, stats = bpd_decode(model, prompt, n, DRAFTERS[drafter](), accept=f"top{k}")
+        out, stats = lab_decode(model, prompt, n, DRAFTERS[drafter](), accept=f"top{k}")
     assert len(seen) == stats["calls"] - 1 and len(out) == n
     for logits, drafts, got in seen:
         exact, topk, wider = got["exact"], got[f"top{k}"], got[f"top{k + 1}"]
@@ -86,7 +87,7 @@ def test_min_block_gains_at_least_b_tokens_a_step(device, m, plen, n, b, k, monk
     model, prompt = model_and_prompt(m, plen, device)
     with monkeypatch.context() as mp:
         seen = spy(mp, [Relaxed(k, b)])
-        out, stats = bpd_decode(model, prompt, n, accept=Relaxed(k, b))
+        out, stats = lab_decode(model, prompt, n, accept=Relaxed(k, b))
     assert len(out) == n
     for step in stats["steps"]:                   # a draft of m drafted tokens has m + 1 tokens
         assert step["accepted"] >= min(b, len(step["drafts"][0]))
@@ -99,7 +100,7 @@ def test_names_and_specs():
         ["top2", "min3", "top2+min3", "top1"]
     model = tiny_model(0, 11, 1, 4, 16)
     for spec in ("exact", None):
-        assert bpd_decode(model, [1, 2], 20, accept=spec) == bpd_decode(model, [1, 2], 20)
+        assert lab_decode(model, [1, 2], 20, accept=spec) == lab_decode(model, [1, 2], 20)
 
 
 @pytest.mark.parametrize("spec", ["top1", "top2", "min3", Relaxed(2, 2)])
@@ -107,7 +108,7 @@ def test_approximate_rules_refused_when_sampling(spec, monkeypatch):
     model = tiny_model(0, 11, 1, 4, 16)
     monkeypatch.setattr(GPT, "forward", lambda *a, **kw: pytest.fail("the model was called"))
     with pytest.raises(ValueError, match="is approximate .* for greedy decoding only"):
-        bpd_decode(model, [1, 2], 5, temperature=0.8, accept=spec)
+        lab_decode(model, [1, 2], 5, temperature=0.8, accept=spec)
 
 
 @pytest.mark.parametrize("spec", ["top0", "min0", "top", "top-1", "TOP2", "top2 ", "exactly", 2,
@@ -116,7 +117,7 @@ def test_bad_specs_refused(spec, monkeypatch):
     model = tiny_model(0, 11, 1, 4, 16)
     monkeypatch.setattr(GPT, "forward", lambda *a, **kw: pytest.fail("the model was called"))
     with pytest.raises(ValueError, match="the acceptance rule must be 'exact' or an approximate"):
-        bpd_decode(model, [1, 2], 5, accept=spec)
+        lab_decode(model, [1, 2], 5, accept=spec)
 
 
 @pytest.mark.parametrize("k, b", [(0, 1), (1, 0), (1.5, 1), (True, 1), ("2", 1)])

@@ -4,8 +4,9 @@ import pytest
 import torch
 
 from conftest import model_and_prompt, on_random_models, random_prompt, tiny_model
-from minibpd import bpd_decode, greedy_decode
+from minibpd import greedy_decode
 from runtime.fast_heads import FastGPT
+from runtime.loop import lab_decode
 
 
 def readable(model, z):
@@ -37,10 +38,10 @@ def test_forward_is_bit_identical_in_float32():
 @on_random_models()
 def test_fast_twin_decodes_like_the_paper(device, m, plen, n):
     model, prompt = model_and_prompt(m, plen, device, cls=FastGPT)
-    out, stats = bpd_decode(model, prompt, n)
+    out, stats = lab_decode(model, prompt, n)
     assert out == greedy_decode(model, prompt, n)
     model.reference = True
-    assert bpd_decode(model, prompt, n)[1]["accepted"] == stats["accepted"]
+    assert lab_decode(model, prompt, n)[1]["accepted"] == stats["accepted"]
 
 
 @pytest.mark.assignment2
@@ -50,11 +51,11 @@ def test_first_heads_is_bpd_with_fewer_heads():
     greedy = greedy_decode(model, prompt, 40)
     for j in range(1, 7):
         view = model.first_heads(j)
-        out, stats = bpd_decode(view, prompt, 40)
+        out, stats = lab_decode(view, prompt, 40)
         assert out == greedy and max(stats["accepted"]) <= j
         assert view.config.n_bpd_heads == j and len(view.heads) == j - 1
     assert model.config.n_bpd_heads == 6 and len(model.heads) == 5     # the original is intact
-    assert bpd_decode(model.first_heads(1), prompt, 40)[1]["calls"] == 40
+    assert lab_decode(model.first_heads(1), prompt, 40)[1]["calls"] == 40
     for bad in (0, 7, 2.5):
         with pytest.raises(ValueError, match="heads must be"):
             model.first_heads(bad)

@@ -3,8 +3,9 @@ import pytest
 import torch
 
 from conftest import on_random_models, model_and_prompt, tiny_model
-from minibpd import KVCache, bpd_decode, greedy_decode
+from minibpd import KVCache, greedy_decode
 from runtime import kvcache
+from runtime.loop import lab_decode
 
 
 def test_kv_cache_budget():
@@ -58,7 +59,7 @@ def test_one_head_runs_exactly_what_greedy_runs(device, m, plen, n):
     from lab import analysis
     from runtime.fast_heads import FastGPT
     model, prompt = model_and_prompt(m, plen, device, cls=FastGPT)
-    out, stats = bpd_decode(model.first_heads(1), prompt, n)
+    out, stats = lab_decode(model.first_heads(1), prompt, n)
     assert out == greedy_decode(model, prompt, n) and stats["calls"] == n
     assert stats["verified"] == 0
     assert stats["processed"] == analysis.greedy_processed(plen, n, model.config.block_size)

@@ -28,9 +28,11 @@ from conftest import (DEVICES, bound, exact, l1, model_and_prompt, on_random_mod
                       random_prompt, tiny_model)
 import minibpd
 from decoders import HeadSampler
-from minibpd import bpd_decode, greedy_decode, sample_decode
+from minibpd import greedy_decode, sample_decode
 from runtime.sampling import target_probs
 from ngram import NgramLM
+from test_minibpd import LongDrafts
+from runtime.loop import lab_decode
 
 # (model: seed, vocabulary, layers, heads, window), prompt length, new tokens, temperature
 CASES = [((11, 3, 1, 3, 4), 3, 3, 1.0), ((12, 2, 2, 4, 6), 1, 3, 1.0), ((13, 3, 1, 3, 4), 1, 2, 0.6)]
@@ -56,7 +58,7 @@ def empirical(model, prompt, n, T, make, N, seed=0, verify="auto"):
     """Counts of N decoded continuations; asserts that drafts were verified (the rule was used)."""
     gen, counts, tried = torch.Generator().manual_seed(seed), Counter(), 0
     for _ in range(N):
-        out, stats = bpd_decode(model, prompt, n, make(), T, gen, verify)
+        out, stats = lab_decode(model, prompt, n, make(), T, gen, verify)
         counts[tuple(out)] += 1
         tried += sum(len(step["tries"]) for step in stats["steps"])
     assert tried > N / 2, "the drafts were rarely verified: this case would test nothing"
@@ -139,7 +141,7 @@ def test_temperature_zero_is_greedy(device, m, plen, n):
     model, prompt = model_and_prompt(m, plen, device)
     greedy = greedy_decode(model, prompt, n)
     assert sample_decode(model, prompt, n, 0.0) == greedy
-    assert bpd_decode(model, prompt, n, None, 0.0)[0] == greedy
+    assert lab_decode(model, prompt, n, None, 0.0)[0] == greedy
 
 
 @on_random_models()
@@ -152,8 +154,8 @@ def test_sampling_is_reproducible_and_in_bounds(device, m, plen, n):
     full = prompt + greedy_decode(model, prompt, n)
     for name in decoders.DECODERS:
         make = make_for(name, res, full)
-        a, stats = bpd_decode(model, prompt, n, make(), 0.8, torch.Generator().manual_seed(seed))
-        b, _ = bpd_decode(model, prompt, n, make(), 0.8, torch.Generator().manual_seed(seed))
+        a, stats = lab_decode(model, prompt, n, make(), 0.8, torch.Generator().manual_seed(seed))
+        b, _ = lab_decode(model, prompt, n, make(), 0.8, torch.Generator().manual_seed(seed))
         assert a == b and len(a) == n and all(0 <= t < V for t in a), name
         assert 1.0 <= stats["block_efficiency"] <= model.config.n_bpd_heads, name
 
@@ -165,7 +167,7 @@ def test_target_probs():
     assert torch.allclose(p, torch.softmax(logits / 2, -1)) and abs(float(p.sum()) - 1) < 1e-12
     for bad in (-0.1, float("nan"), float("inf"), "1", None):
         with pytest.raises(ValueError, match="temperature"):
-            bpd_decode(tiny_model(0, 5, 1, 2, 8), [1], 3, None, bad)
+            lab_decode(tiny_model(0, 5, 1, 2, 8), [1], 3, None, bad)
 
 
 def test_residual_and_acceptance():
@@ -207,7 +209,7 @@ def reseeded(model, prompt, n, T, N):
     counts = Counter()
     for i in range(N):
         torch.manual_seed(i)
-        counts[tuple(bpd_decode(model, prompt, n, Reseeder(), T)[0])] += 1
+        counts[tuple(lab_decode(model, prompt, n, Reseeder(), T)[0])] += 1
     return counts
 
 
@@ -312,8 +314,8 @@ def test_a_declared_q_is_checked_before_use(how):
     it can bias verification (q(x) = 0 would accept every draft token)."""
     model = tiny_model(3, 5, 1, 4, 16)
     with pytest.raises(ValueError, match=r"drafter badq broke the drafter contract \(declared q\)"):
-        bpd_decode(model, [1, 2], 12, BadQ(how), 1.0, torch.Generator().manual_seed(0))
-    assert len(bpd_decode(model, [1, 2], 12, HeadSampler(), 1.0)[0]) == 12    # the good one runs
+        lab_decode(model, [1, 2], 12, BadQ(how), 1.0, torch.Generator().manual_seed(0))
+    assert len(lab_decode(model, [1, 2], 12, HeadSampler(), 1.0)[0]) == 12    # the good one runs
 
 
 def test_tiny_temperatures_are_refused_up_front(monkeypatch):
@@ -321,6 +323,44 @@ def test_tiny_temperatures_are_refused_up_front(monkeypatch):
     monkeypatch.setattr(type(model), "forward", lambda *a, **k: pytest.fail("model called"))
     for T in (1e-300, 1e-320, 1e-7):
         with pytest.raises(ValueError, match="temperature must be 0 .greedy. or at least"):
-            bpd_decode(model, [1], 3, None, T)
+            lab_decode(model, [1], 3, None, T)
         with pytest.raises(ValueError, match="temperature must be 0 .greedy. or at least"):
             sample_decode(model, [1], 3, T)
+
+
+# ----------------------------------------------------------------------------- drafts past the heads, your drafter
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_drafts_past_the_heads_sample_exactly(device):
+    """At T = 0.6, random drafts of several lengths, past the heads' reach, in one call: exactly
+    the base model's distribution (600 draws against the enumerated probabilities, the L1
+    distance under the bound a correct sampler exceeds with probability 1e-6: conftest)."""
+    seed, V, T, plen, n, N = 13, 3, 0.6, 2, 3, 600
+    model = tiny_model(seed, V, 1, 2, 4, device=device)
+    prompt, gen, counts = random_prompt(seed, V, plen), torch.Generator().manual_seed(0), {}
+    for i in range(N):
+        out = tuple(lab_decode(model, prompt, n, LongDrafts(3, i), T, gen)[0])
+        counts[out] = counts.get(out, 0) + 1
+    probs = exact(model, prompt, n, T)
+    assert l1(counts, probs, N) < bound(len(probs), N)
+
+
+
+@pytest.mark.assignment1
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", [((11, 3, 1, 3, 4), 3, 3, 1.0), ((13, 3, 1, 3, 4), 1, 2, 0.6)],
+                         ids=["T=1", "T=0.6"])
+def test_your_drafter_samples_exactly(device, case, drafter_factory):
+    """At temperature T > 0 the decode loop with your drafter samples exactly the base model's
+    distribution: 600 continuations from a fixed seed against their enumerated probabilities,
+    the L1 distance under the bound a correct sampler exceeds with probability 1e-6 (conftest).
+    A drafter that declares q (sample()) is held to the q it declares."""
+    (seed, V, layers, h, B), plen, n, T = case
+    model = tiny_model(seed, V, layers, h, B, device=device)
+    prompt, N = random_prompt(seed, V, plen), 600
+    gen, counts = torch.Generator().manual_seed(0), {}
+    for _ in range(N):
+        out = tuple(lab_decode(model, prompt, n, drafter_factory(model), T, gen)[0])
+        counts[out] = counts.get(out, 0) + 1
+    probs = exact(model, prompt, n, T)
+    assert l1(counts, probs, N) < bound(len(probs), N)

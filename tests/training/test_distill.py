@@ -14,6 +14,7 @@ from conftest import examples, tiny_model
 from test_train_heads import CODE, TINY, fails, files_under
 from training import finetune, teacher
 from runtime import checkpoint, loop
+from runtime.loop import lab_decode
 
 DISTIL = ["--steps", "4", "--batch-size", "4", "--log-every", "1000", "--threads", "1",
           "--gen-rows", "6", "--regen-every", "2"]
@@ -64,7 +65,7 @@ def test_joint_saves_a_checkpoint_whose_bpd_is_its_greedy(teacher, base, tmp_pat
                                                         for w in ck1["model"].values())
     for p in prompts_of(ck1):
         greedy = minibpd.greedy_decode(m1, p, 40)    # 40 > block 16: the window moves too
-        assert minibpd.bpd_decode(m1, p, 40)[0] == greedy
+        assert lab_decode(m1, p, 40)[0] == greedy
 
 
 def test_batched_greedy_matches_greedy_decode(base):
@@ -204,7 +205,7 @@ def test_joint_with_anchor_records_it(base, tmp_path):
     model, ck = minibpd.load_checkpoint(out)
     assert ck["distill"]["anchor"] == 1.0
     for p in prompts_of(ck):
-        assert minibpd.bpd_decode(model, p, 40)[0] == minibpd.greedy_decode(model, p, 40)
+        assert lab_decode(model, p, 40)[0] == minibpd.greedy_decode(model, p, 40)
 
 
 @pytest.mark.parametrize("bad, named", [

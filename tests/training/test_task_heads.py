@@ -11,7 +11,7 @@ import torch
 import minibpd
 from lab import tasks
 from conftest import ROOT
-from tests.plugin import heads_or_skip, real_model_or_skip
+from tests.helpers import heads_or_skip, real_model_or_skip
 from training import generate, task_heads
 
 HEADS = os.path.join(ROOT, "checkpoints", "smollm2-heads.pt")

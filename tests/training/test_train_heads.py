@@ -16,6 +16,7 @@ from runtime import threads
 from runtime.fast_heads import FastGPT
 from training import cli
 from runtime import checkpoint
+from tests.helpers import tiny_ckpt  # noqa: F401 (a fixture)
 
 HERE = ROOT  # the repository
 TINY_AUTO = ["--steps", "3", "--n-layer", "1", "--n-embd", "16", "--n-head", "2", "--block-size",
