@@ -44,8 +44,8 @@ def spy(mp, specs):
     same z and drafts): a list of (z's logits, drafts, {spec: (row, a, token)}) per call."""
     seen, real = [], loop.acceptance_rule
 
-    def spied(model, T, gen, spec="exact"):
-        rule, others = real(model, T, gen, spec), {s: real(model, T, gen, s) for s in specs}
+    def spied(model, T, gen, spec="exact", drafter=None):
+        rule, others = real(model, T, gen, spec, drafter), {s: real(model, T, gen, s) for s in specs}
 
         def both(z, drafts):
             got = rule(z, drafts)

@@ -295,7 +295,7 @@ def test_bool_tensors_are_no_token_ids(prompt):
     """Issue 40, 11: a torch (or numpy) bool tensor prompt was read as ids 1 and 0."""
     model = tiny_model(0, 5, 1, 2, 8)
     for decode in (greedy_decode, lambda *a: lab_decode(*a)):
-        with pytest.raises(ValueError, match=r"integer token ids \(not bools\)"):
+        with pytest.raises(ValueError, match=r"integer token ids"):
             decode(model, prompt, 3)
     assert greedy_decode(model, torch.tensor([1, 2]), 3) == greedy_decode(model, [1, 2], 3)
 
