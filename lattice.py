@@ -27,6 +27,7 @@ LM with its own KV cache); `--reference` runs these instead.
 import argparse
 import math
 import random
+import sys
 import statistics
 import time
 from operator import index
@@ -293,20 +294,24 @@ def demo_args(argv):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1)   # one decode's small products: 1 is fastest
     args, rest = p.parse_known_args(argv)
-    return args if args.demo and not rest else None
+    return args if (args.demo or not argv) and not rest else None   # no flags: the demo
 
 
 def demo(argv):
     """-> the exit code (0: every decoder's output is greedy's), or None when argv is not this
     demo: a lab flag, or a checkpoint of another model family (SmolLM2's: the lab's demo)."""
     args, t0 = demo_args(argv), time.perf_counter()
-    if args is None or read_checkpoint(args.checkpoint).get("kind") is not None:
-        return None
-    if not 1 <= args.max_new_tokens <= 160 or args.threads < 1:
-        raise SystemExit("--max-new-tokens takes 1 to 160 (the demo fits a terminal; --prompt "
-                         "takes more), --threads at least 1")
+    try:
+        if args is None or read_checkpoint(args.checkpoint).get("kind") is not None:
+            return None
+        if not 1 <= args.max_new_tokens <= 160 or args.threads < 1:
+            raise ValueError("--max-new-tokens takes 1 to 160 (the demo fits a terminal; "
+                             "--prompt takes more), --threads at least 1")
+        model, ck = load_checkpoint(args.checkpoint)
+    except ValueError as e:               # CheckpointError too: one line, exit status 2
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     torch.set_num_threads(args.threads)
-    model, ck = load_checkpoint(args.checkpoint)
     vocab, n = ck["vocab"], args.max_new_tokens
     prompt = chars_to_ids(demo_prompt(ck["splits"]["test"], args.seed), vocab)
     greedy = greedy_decode(model, prompt, n)

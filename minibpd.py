@@ -5,8 +5,7 @@ Stern, Shazeer, Uszkoreit, "Blockwise Parallel Decoding for Deep Autoregressive 
 one call (verify), the longest prefix equal to its greedy choices is kept (accept). "Kim §N": Kim
 et al., arXiv 2404.09221v2. Top to bottom: the model (Stern §6), the KV cache, the reference
 decoder, the drafter contract, predict, verify, accept and the one loop, bpd_decode (Stern §3-4),
-then reading a checkpoint. It imports nothing of the folders: sampling, token trees, fast twins
-and other models live there, built on this, and reach the loop as objects it is handed.
+then reading a checkpoint. The lab (the folders) builds on this file, never the reverse.
 
 Exact: bpd_decode returns greedy_decode's tokens. The verification call and greedy's one-token
 calls sum in different orders: in float64 (~1e-16) that flips no argmax, but in float32 (~1e-7)
@@ -133,9 +132,8 @@ class GPT(nn.Module):
 
 def window_start(t, block_size):
     """The first position seen when predicting position t (ours: neither paper discusses decoding
-    past the model's window):
-    0 while t fits, then half a window at a time. Every decoder predicts t from exactly
-    seq[window_start(t):t], so outputs past the window agree."""
+    past the model's window): 0 while t fits, then half a window at a time. Every decoder
+    predicts t from exactly seq[window_start(t):t], so outputs past the window agree."""
     shift, over = max(1, block_size // 2), t - block_size
     return 0 if over <= 0 else -(-over // shift) * shift     # over, rounded up to a shift
 
@@ -150,7 +148,7 @@ class KVCache:
         self.block_size, self.rows, self.start, self.length = model.config.block_size, rows, 0, 0
         shape = (rows, heads, self.block_size + spare, head_dim)
         if 2 * layers * math.prod(shape) * dtype.itemsize > 2 ** 30:    # before allocating it
-            raise ValueError(f"a KV cache of {rows} rows would pass 1 GiB: verify fewer drafts")
+            raise ValueError(f"a KV cache of {rows} row(s) of this model would pass 1 GiB")
         self.kv = [[torch.zeros(shape, dtype=dtype, device=device) for _ in "kv"]
                    for _ in range(layers)]
 
@@ -190,7 +188,8 @@ def check_request(model, prompt, max_new_tokens, temperature=0.0, generator=None
                          f"{model.config.vocab_size}) (encode text first)")
     if not is_token(max_new_tokens) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
-    if not is_real(temperature) or not 0 <= float(temperature) < float("inf"):
+    if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or \
+            not 0 <= float(temperature) < float("inf"):                   # True is no temperature
         raise ValueError(f"temperature must be a number >= 0 (finite), got {temperature!r}")
     if temperature > 0 and not isinstance(generator, (torch.Generator, type(None))):
         raise ValueError("generator must be None or a torch.Generator().manual_seed(seed)")
@@ -199,10 +198,6 @@ def check_request(model, prompt, max_new_tokens, temperature=0.0, generator=None
 
 def is_token(t):              # an integer, not a bool (True is no token id)
     return isinstance(t, numbers.Integral) and not isinstance(t, bool)
-
-
-def is_real(x):               # a real number, not a bool (True is no temperature)
-    return isinstance(x, numbers.Real) and not isinstance(x, bool)
 
 
 def next_token(model, z, temperature=0.0, generator=None):
@@ -249,7 +244,7 @@ class ArgmaxDrafter:
                   (default h - 1); declared, drafts may hold r to max_draft_tokens + 1 tokens,
                   of lengths that differ (a copy from the context: decoders/lookup.py)
     Both arguments are the drafter's own copies. One drafter object serves one sequence at a
-    time (it may keep state: a small LM's cache). A sampling drafter: runtime/sampling.py."""
+    time (it may keep state: a small LM's cache)."""
     name, max_drafts = "bpd", 1
 
     def __call__(self, logprobs, context):
@@ -271,8 +266,7 @@ def declared(drafter, h):
 def check_drafts(drafts, drafter, rows, first, V, most=None):
     """The drafter contract as code: whatever a drafter hands back is checked before it is used,
     so a broken one stops the decode with one ValueError naming the rule, never a wrong token.
-    `most`: the max_drafts it declared first (the cache has that many rows). -> the drafts as
-    new lists of ints (r tokens each; up to max_draft_tokens + 1 where it declares that)."""
+    `most`: the max_drafts it declared first (the cache's rows). -> the drafts, new int lists."""
     name, now, reach = declared(drafter, rows)
     most = now if most is None else most
     longest = max(rows, reach + 1) if hasattr(drafter, "max_draft_tokens") else rows
@@ -383,10 +377,9 @@ def bpd_decode(model, prompt, max_new_tokens, drafter=None, temperature=0.0, gen
     """Blockwise parallel decoding: Stern §3's predict, verify, accept, merged (Stern §4) so that
     each step is ONE call: the call verifying a block runs the heads at every position, and those
     at the last accepted one draft the next. -> (new tokens, stats: calls, accepted per call,
-    steps with drafts, processed, verified, block_efficiency = new tokens / calls). The defaults
-    are the papers' (ArgmaxDrafter, a batch Verifier, GreedyRule); `verify` and `accept` may be
-    objects of their shapes, which the lab builds (LAB_CALL: sampling at temperature > 0, token
-    trees, Stern §5's approximate rules)."""
+    steps with drafts, processed, verified, block_efficiency = new tokens / calls). Defaults: the
+    papers' ArgmaxDrafter, batch Verifier and GreedyRule; the lab hands in objects of their shapes
+    (runtime.loop.lab_decode: sampling at temperature > 0, token trees, Stern §5's rules)."""
     seq = check_request(model, prompt, max_new_tokens, temperature, generator)
     drafter = ArgmaxDrafter() if drafter is None else drafter
     _, most, reach = declared(drafter, model.config.n_bpd_heads)
@@ -432,8 +425,9 @@ def read_checkpoint(path=None):
     try:
         ck = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:      # missing, truncated, not a torch file, an unsafe pickle, ...
-        raise CheckpointError(f"cannot read checkpoint {path} ({type(e).__name__}: {e}); `python "
-                              f"train_heads.py --out {path}` trains one") from None
+        why = "not found" if isinstance(e, FileNotFoundError) else f"unreadable ({type(e).__name__}: {e})"
+        raise CheckpointError(f"checkpoint {path} {why}; `python train_heads.py --out {path}` "
+                              "trains one") from None
     if not isinstance(ck, dict) or ck.get("format_version") != 1 or "config" not in ck:
         raise CheckpointError(f"checkpoint {path} is not a minibpd checkpoint of format 1")
     return {**ck, "path": path}
@@ -444,7 +438,7 @@ def build_gpt(config, state, where, dtype=torch.float32, device="cpu"):
     compared on the meta device first: a config asking for more than its weights allocates nothing."""
     try:
         cfg = GPTConfig(**config)
-        if cfg.n_layer + cfg.n_bpd_heads > len(state):           # a module per weight, at most
+        if cfg.n_layer + cfg.n_bpd_heads > len(state):     # a module per weight at least: no huge build
             raise ValueError(f"{cfg.n_layer} layers and {cfg.n_bpd_heads} heads, {len(state)} tensors")
         with torch.device("meta"):
             want = {k: v.shape for k, v in GPT(cfg).state_dict().items()}
@@ -465,10 +459,9 @@ def load_checkpoint(path=None, device="cpu", dtype=None):
     ck["model"], ck["vocab"] its characters. Other model families (ck["kind"]: SmolLM2's heads)
     are the lab's: runtime.checkpoint.load(path) builds them."""
     ck = read_checkpoint(path)
-    if ck.get("kind") is not None:
-        raise CheckpointError(f"checkpoint {ck['path']} holds a {ck['kind']!r} model: the lab's "
-                              "runtime.checkpoint.load(path) builds it")
     where = f"checkpoint {ck['path']}"
+    if ck.get("kind") is not None:
+        raise CheckpointError(f"{where} holds a {ck['kind']!r} model: runtime.checkpoint.load builds it")
     model = build_gpt(ck["config"], ck.get("model", {}), where, dtype or torch.float32, device)
     vocab = ck.get("vocab")
     if not isinstance(vocab, str) or not len(set(vocab)) == len(vocab) == model.config.vocab_size:
@@ -482,5 +475,8 @@ if __name__ == "__main__":    # `--demo` is the papers' (lattice.demo); other co
     import lattice            # built on this file: only the command line imports it here
     code = lattice.demo(sys.argv[1:])         # None: the lab's (another flag, another model)
     if code is None:
-        from lab.cli import main              # the lab's command line: lab/cli.py
+        try:
+            from lab.cli import main          # the lab's command line: lab/cli.py
+        except ModuleNotFoundError as e:      # the paper files alone run only the demo
+            sys.exit(f"error: {' '.join(sys.argv[1:])}: the lab's (lab/ ...), not here ({e})")
     raise SystemExit(main() if code is None else code)

@@ -35,8 +35,8 @@ from lab.run import Run
 from decoders import Resources, baseline_name, split_text
 from runtime.checkpoint import (DTYPES, CheckpointError, decode, encode, file_sha256, read,
                                 train_kind)
-from minibpd import greedy_decode, load_checkpoint
-from runtime.checkpoint import build_model, family_module
+from minibpd import greedy_decode
+from runtime.checkpoint import build_model, family_module, load as load_fast
 from runtime.contract import DrafterError
 from runtime.loop import VERIFY_MODES
 from runtime.threads import set_threads
@@ -238,8 +238,8 @@ def add_run_flags(p):
 def load(args, used=None):
     """(model, checkpoint, {decoder: settings}, Resources), the settings of the decoders `used`
     (default: all) checked against the model's budgets; no model call yet."""
-    model, ck = load_checkpoint(args.checkpoint, resolve_device(args.device),
-                                DTYPES.get(args.dtype))
+    # the lab's loader: FastGPT (minibpd.GPT's heads in one product) or another model family
+    model, ck = load_fast(args.checkpoint, resolve_device(args.device), DTYPES.get(args.dtype))
     if args.heads is not None:
         model = model.first_heads(args.heads)
     else:                             # for speed in --prompt and --demo; the bench runs every head

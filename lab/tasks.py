@@ -40,7 +40,7 @@ import textwrap
 from runtime import checkpoint
 from lab import tasks_more
 from lab.stdlib import first_line, functions, signature, source_lines
-from runtime.checkpoint import chunk_size, chunk_split, clean_text
+from train_heads import chunk_size, chunk_split, clean_text
 
 SPLITS = ("train", "tune", "test")
 PROMPT_MAX = 380       # characters of prompt (the fine-tuning window is WINDOW characters)
@@ -150,7 +150,7 @@ LM_TARGET, LM_STRIDE, LM_MIN_PROMPT, LM_MIN_HEAD = 128, 64, 64, 24
 
 @functools.lru_cache(maxsize=1)
 def topics_text():
-    """(text, topic starts): the base model's corpus exactly (fit.load_corpus: the
+    """(text, topic starts): the base model's corpus exactly (train_heads.load_corpus: the
     cleaned topics in sorted order, joined by a blank line) and [(offset, topic name)]."""
     import pydoc_data.topics
     names = sorted(pydoc_data.topics.topics)

@@ -10,7 +10,6 @@ missing, corrupt or mismatched becomes one CheckpointError with a way out.
 """
 import hashlib
 import os
-import re
 import shlex
 import string
 import unicodedata
@@ -20,13 +19,13 @@ import importlib
 import torch
 
 from minibpd import GPTConfig
+from train_heads import FORMAT_VERSION
 from runtime.fast_heads import FastGPT
 from runtime.kvcache import KVSpec, is_int
 
 # The shipped checkpoints, found in the repository whatever the working directory.
 CHECKPOINTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "checkpoints")
 CHECKPOINT = os.path.join(CHECKPOINTS, "minibpd.pt")
-FORMAT_VERSION = 1
 
 
 class CheckpointError(Exception):
@@ -281,22 +280,6 @@ def state_mismatch(want, got):
     return "; ".join(parts + [f"shapes {', '.join(shapes[:3])}"] * bool(shapes))
 
 
-def writable(path):
-    """Whether a file can be written at `path`, tried for real: os.access says yes to root even
-    where no file can be created (/proc). A probe file it creates is removed again: the file a
-    symbolic link names, never the link (a dangling link stays one, its target not created)."""
-    path = os.path.realpath(path)
-    existed = os.path.exists(path)
-    try:
-        with open(path, "ab"):
-            pass
-    except OSError:
-        return False
-    if not existed:
-        os.remove(path)
-    return True
-
-
 def file_sha256(path):
     with open(path, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()
@@ -349,39 +332,6 @@ def known_characters(vocab):
 
 
 # ----------------------------------------------------------------------------- the text
-
-RULE = re.compile(r"^[\s*=\-+|~^#.:`'\"_]*$")   # reST underlines, table borders, blank-ish lines
-
-
-def clean_text(text):
-    """Collapse runs of spaces, drop reST underline/table-border lines and repeated blank lines."""
-    lines = []
-    for line in text.splitlines():
-        line = re.sub(r"[ \t]+", " ", line).strip()
-        if RULE.match(line) and line:
-            continue                              # '*****', '+----+----+', '====' ...
-        if line or (lines and lines[-1]):
-            lines.append(line)
-    return "\n".join(lines).strip() + "\n"
-
-
-def chunk_size(text):
-    """The split's chunk: 2,000 characters, smaller for texts under 80,000 (at least 40 chunks)."""
-    return max(1, min(2000, len(text) // 40))
-
-
-def chunk_split(j):
-    """The split of chunk j: tune if j % 20 == 18, test if j % 20 == 19, else train (90 / 5 / 5)."""
-    return {18: "tune", 19: "test"}.get(j % 20, "train")
-
-
-def split_corpus(text):
-    """Fixed split by chunks (chunk_size, chunk_split): deterministic, every split spans the text."""
-    chunk, parts = chunk_size(text), {"train": [], "tune": [], "test": []}
-    for j in range(0, len(text), chunk):
-        parts[chunk_split(j // chunk)].append(text[j:j + chunk])
-    return {k: "".join(v) for k, v in parts.items()}
-
 
 # Characters outside a vocabulary become ONE known character (a tab a space, a backquote a quote,
 # an accented letter its base letter, typographic quotes and dashes ASCII ones) or are dropped.

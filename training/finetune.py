@@ -18,13 +18,13 @@ import torch.nn.functional as F
 
 from lab import stdlib, tasks
 from lab.analysis import replay
-from runtime.checkpoint import CHECKPOINT, CheckpointError, file_sha256, train_kind
-from minibpd import load_checkpoint
+from runtime.checkpoint import (CHECKPOINT, CheckpointError, build_model, file_sha256, load,
+                                train_kind)
 from runtime.fast_heads import FastGPT
-from runtime.checkpoint import build_model
 from runtime.loop import decode_rows
 from train_heads import batches, evaluate, fit, half, head_losses, train
-from training.fit import anchor_kl, as_tensors, git_revision
+from train_heads import as_tensors, git_revision
+from training.fit import anchor_kl
 from models import llama
 from training.generate import EXIT_LAYERS, GEN_TOKENS, smollm_data
 from training.teacher import TEACHER_WINDOW, draft_vocabulary, in_vocab, teacher_forced
@@ -106,7 +106,7 @@ def distill_loss(model, splits, cfg, gen, teacher, base=None):
 def distill(cfg, log=print):
     """Distil --base into a checkpoint dict (written by main)."""
     try:
-        model, ck = load_checkpoint(cfg.base)
+        model, ck = load(cfg.base)      # the lab's FastGPT: trains as shipped
     except CheckpointError as e:
         raise ValueError(f"--base: {e}") from None
     if model.config.n_bpd_heads < 2 or "splits" not in ck:
@@ -189,7 +189,7 @@ def finetune_tasks(cfg, log=print):
     widened model, the examples it is tuned and evaluated on (ck["tasks"]: tasks.build_all's
     tune and test splits) and the in-domain control rescorer (ck["rescorer_tasks"])."""
     try:
-        base, ck = load_checkpoint(cfg.base)
+        base, ck = load(cfg.base)      # the lab's FastGPT: trains as shipped
     except CheckpointError as e:
         raise ValueError(f"--base: {e}") from None
     data = tasks.build_all(ck["vocab"])
@@ -274,7 +274,7 @@ def smollm_corpus():
     (checkpoint.split_corpus); stdlib functions and the tasks' prompts split by their key's hash
     (tasks.split_of, the tasks' own split), so no function's text is in two splits. Each source
     is capped (SMOLLM_TEXT: train, tune/test characters), pieces joined by blank lines."""
-    from runtime.checkpoint import split_corpus
+    from train_heads import split_corpus
     topics = split_corpus(tasks.topics_text()[0])
     funcs = split_functions()
     prompts = {s: [p for name in tasks.CHAR_TASKS if name != "lm" for p, _ in tasks.build(name, s)]

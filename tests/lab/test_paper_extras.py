@@ -10,7 +10,7 @@ import torch
 import decoders
 from lab import analysis, cli
 from lab.run import Run
-from minibpd import load_checkpoint
+from runtime.checkpoint import load as load_fast
 from runtime.checkpoint import encode
 from runtime.loop import lab_decode
 from tests.helpers import tiny_ckpt  # noqa: F401 (a fixture)
@@ -91,7 +91,7 @@ def test_by_heads_is_refused_when_sampling(tiny_ckpt, capsys):
 
 def test_be_by_heads_equals_decoding_with_the_first_heads(tiny_ckpt):
     """Kim Table 1 by replay (analysis.be_by_heads) is what bpd_decode gives on first_heads(j)."""
-    model, ck = load_checkpoint(tiny_ckpt)
+    model, ck = load_fast(tiny_ckpt)
     prompts = [encode(t, ck["vocab"]) for t in ("The ", "It is a")]
     run = Run(decoders.Resources(model, ck), decoders.settings(), prompts, 10)
     by_heads = analysis.be_by_heads(run)

@@ -22,7 +22,7 @@ from runtime import checkpoint
 from runtime.checkpoint import CHECKPOINT
 from conftest import ROOT
 from conftest import examples
-from training import fit
+import train_heads
 
 pytestmark = pytest.mark.assignment7   # docs/coursework.md
 
@@ -208,11 +208,11 @@ def test_each_function_text_once():
 
 def test_lm_split_is_the_base_models_and_does_not_leak(ck):
     text, _ = tasks.topics_text()
-    assert text == fit.load_corpus()[0]
+    assert text == train_heads.load_corpus()[0]
     of = tasks.base_split(text)[0]
-    assert tasks.base_train_text(text) == checkpoint.split_corpus(text)["train"]
+    assert tasks.base_train_text(text) == train_heads.split_corpus(text)["train"]
     assert "".join(c for j, c in enumerate(text) if of(j) == "test") == \
-        checkpoint.split_corpus(text)["test"]
+        train_heads.split_corpus(text)["test"]
     same = hashlib.sha256(text.encode()).hexdigest() == ck["corpus"]["sha256"]   # this Python's
     if same:                                                                    # topics as ck's
         assert "".join(c for j, c in enumerate(text) if of(j) == "test") == ck["splits"]["test"]

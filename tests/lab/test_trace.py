@@ -200,7 +200,7 @@ def test_the_demo_names_its_trace(tmp_path, capsys):
 def no_model_load(monkeypatch):
     def load(*a, **kw):
         raise AssertionError("a model was loaded before the error")
-    monkeypatch.setattr(cli, "load_checkpoint", load)
+    monkeypatch.setattr(cli, "load_fast", load)
 
 
 @pytest.mark.parametrize("argv, message", [

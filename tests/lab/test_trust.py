@@ -240,7 +240,7 @@ def test_drafter_option_calls_factories_as_they_ask(tmp_path, signature):
               f"class Mine(ArgmaxDrafter):\n    def __init__({signature}):\n"
               "        assert 'model' not in locals() or hasattr(model, 'config')\n")
     r = student_run(tmp_path, source, "student_factory:Mine")
-    assert r.returncode == 0 and "4 passed" in r.stdout, r.stdout[-1500:] + r.stderr[-1500:]
+    assert r.returncode == 0 and "2 passed" in r.stdout, r.stdout[-1500:] + r.stderr[-1500:]
 
 
 def test_drafter_option_with_a_missing_module_fails_the_run(tmp_path):
@@ -329,7 +329,7 @@ def test_small_refusals():
         lab_decode(model, [1, 2], 5, BoolDraft())
     big = types.SimpleNamespace(config=minibpd.GPTConfig(7, 2 ** 22, 1, 2, 128, 3),  # not built:
                                 kv_spec=lambda: kvcache.KVSpec(1, 2, 64, torch.float64, "cpu"))
-    with pytest.raises(ValueError, match="even one KV cache row would need"):   # 4 GiB a row
+    with pytest.raises(ValueError, match=r"a KV cache of 1 row\(s\) of this model would pass 1 GiB"):   # 4 GiB a row
         greedy_decode(big, [1, 2], 3)
     with pytest.raises(ValueError, match="neural: k must be an integer >= 1"):
         decoders.check("neural", {"k": 0, "alpha": 0.5})

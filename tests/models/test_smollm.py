@@ -30,8 +30,6 @@ from lab import bench
 from lab.run import Run
 import decoders
 from decoders import fastlattice
-import lattice
-import minibpd
 from runtime import contract
 from models import smollm
 from conftest import ROOT
@@ -877,7 +875,7 @@ def test_nonfinite_heads_checkpoint_is_refused_before_the_gguf(tmp_path, monkeyp
         path = tmp_path / f"bad{i}.pt"
         torch.save(bad, path)
         with pytest.raises(checkpoint.CheckpointError) as e:
-            minibpd.load_checkpoint(str(path))
+            checkpoint.load(str(path))
         assert str(e.value).startswith(f"checkpoint {path}: tensor {name} holds NaN or inf; "
                                        "retrain it with `python train_heads.py --smollm"), e.value
     with pytest.raises(ValueError, match="rescorer: its weights are not a dict of tensors"):
@@ -1075,7 +1073,7 @@ def test_a_heads_checkpoint_of_another_form_is_refused(real, tmp_path):
 def shipped():
     """The shipped heads checkpoint, loaded once in the dtype chosen for this CPU, with its
     Resources."""
-    model, ck = minibpd.load_checkpoint(heads_or_skip())
+    model, ck = checkpoint.load(heads_or_skip())
     return model, ck, decoders.Resources(model, ck)
 
 
@@ -1162,8 +1160,8 @@ def test_float32_is_exact_and_bf16_leaves_it_at_near_ties():
     make a tie. The demo's second prompt, whose texts part at token 12 here (other CPUs may
     round otherwise: then nothing to check but exactness)."""
     assert "float32" in checkpoint.DTYPES
-    model16, _ = minibpd.load_checkpoint(heads_or_skip(), dtype=torch.bfloat16)
-    m32, ck32 = minibpd.load_checkpoint(HEADS, dtype=torch.float32)
+    model16, _ = checkpoint.load(heads_or_skip(), dtype=torch.bfloat16)
+    m32, ck32 = checkpoint.load(HEADS, dtype=torch.float32)
     assert m32.tok_emb.weight.dtype == torch.float32 and m32.heads[0].fc.weight.dtype == torch.float32
     prompt = smollm.demo_prompts(ck32["vocab"])[1][1]
     g32, g16 = greedy_decode(m32, prompt, 16), greedy_decode(model16, prompt, 16)
@@ -1207,7 +1205,7 @@ def test_prompt_that_is_not_unicode_is_one_error_line(shipped, monkeypatch, caps
     one line naming the problem and exit status 2, no traceback (the model loaded once, here)."""
     from lab import cli
     model, ck, _ = shipped
-    monkeypatch.setattr(cli, "load_checkpoint", lambda *args: (model, ck))
+    monkeypatch.setattr(cli, "load_fast", lambda *args: (model, ck))
     argv = ["--checkpoint", HEADS, "--prompt", b"caf\xe9".decode("utf-8", "surrogateescape")]
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
@@ -1309,6 +1307,6 @@ def test_a_heads_config_is_checked_before_any_weight_is_read(tmp_path, monkeypat
     monkeypatch.setattr(smollm, "trunk_state", read)
     monkeypatch.setattr(smollm, "fresh_heads", read)
     with pytest.raises(checkpoint.CheckpointError) as e:
-        minibpd.load_checkpoint(str(path))
+        checkpoint.load(str(path))
     held = len({k.split(".")[0] for k in ck["heads"]})
     assert message.replace("4 heads", f"{held} heads") in str(e.value), e.value

@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 
-import minibpd
+from runtime import checkpoint
 from lab import tasks
 from conftest import ROOT
 from tests.helpers import heads_or_skip, real_model_or_skip
@@ -59,7 +59,7 @@ def test_length_batches_keep_each_prompts_end():
 def test_finetune_on_moves_only_the_heads_and_the_exit_adapter():
     heads_or_skip()
     torch.set_num_threads(1)
-    model, ck = minibpd.load_checkpoint(HEADS)
+    model, ck = checkpoint.load(HEADS)
     trunk = {k: v.clone() for k, v in model.state_dict().items() if not k.startswith("heads.")}
     heads = {k: v.clone() for k, v in model.heads.state_dict().items()}
     exit_head = task_heads.exit_adapter(model, ck)
