@@ -1,8 +1,8 @@
-"""Kim §7.1's rescorer-size ablation at our scale (issue 42; docs/results/paper-extras.md): the
-`neural` decoder (local rescoring with a small LM) with rescorers of several sizes, each timed
-beside greedy and plain BPD in one interleaved run (lab.bench.timed_methods: every output
-checked identical to greedy, block efficiency from the real decode, wall-clock the median of
-the repetitions after a warm-up).
+"""Kim §7.1's rescorer-size ablation at our scale, measured on both models
+(docs/results/paper-extras.md): the `neural` decoder (local rescoring with a small LM) with
+rescorers of several sizes, each timed beside greedy and plain BPD in one interleaved run
+(lab.bench.timed_methods: every output checked identical to greedy, block efficiency from the
+real decode, wall-clock the median of the repetitions after a warm-up).
 
 The character model: small GPT rescorers of three sizes trained here with the training code of
 the shipped one (train_heads.train, the same loss, optimiser and seed; fewer steps), written

@@ -10,7 +10,7 @@ the whole model, heads included, per task).
 Prompts of different lengths: sorted by token length and cut into batches of GEN_ROWS, each
 prompt of a batch cut to the batch's shortest by dropping its start (the end, where the
 continuation begins, is kept whole); at most MAX_PROMPT tokens (GEN_WINDOW - GEN_TOKENS).
-tools/task_heads.py is the measurement; docs/tasks.md "Per-task heads on SmolLM2" the result.
+tools/task_heads.py (removed; in commit c2dce35) was the measurement; docs/tasks.md "Per-task heads on SmolLM2" the result.
 """
 import time
 

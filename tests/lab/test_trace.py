@@ -4,10 +4,11 @@ decoder, T = 0 and T > 0, a plug-in without explain()), bad input is refused in 
 any model loads, and in a real headless Chromium the page loads from a file with no console error
 and no network request, shows one step per call after the prompt's, moves with its buttons and
 arrow keys, and draws a lattice of k x positions cells with the winning path marked. The browser
-tests skip, naming the install command, without Chromium or Selenium (tools/trace_shot.py).
+tests skip, naming the install command, without Chromium or Selenium.
 """
 import json
 import os
+import shutil
 import tempfile
 
 import pytest
@@ -20,7 +21,6 @@ from lab import cli, trace
 from minibpd import greedy_decode, load_checkpoint
 from runtime.checkpoint import decode, encode
 from tests.helpers import heads_or_skip
-from tools import trace_shot
 
 SHIPPED = os.path.join(ROOT, "checkpoints", "minibpd.pt")
 PROMPT = "The import statement"
@@ -241,16 +241,48 @@ def test_force_and_our_own_file(tmp_path, capsys):
 
 # ----------------------------------------------------------------------------- in a browser
 
+INSTALL = "apt-get install -y chromium chromium-driver && pip install selenium"
+# As root (CI) Chromium needs --no-sandbox; the rest keep it from calling home or updating.
+FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--disable-dev-shm-usage", "--hide-scrollbars")
+
+
+def browser_paths():
+    """(Chromium, chromedriver) -> paths, or a FileNotFoundError naming INSTALL."""
+    binary = next((p for p in ("/usr/lib/chromium/chromium", *map(shutil.which, (
+        "chromium", "chromium-browser", "google-chrome"))) if p and os.path.isfile(p)), None)
+    driver = shutil.which("chromedriver")
+    if binary is None or driver is None:
+        raise FileNotFoundError(f"Chromium or chromedriver not found: {INSTALL}")
+    return binary, driver
+
+
+def chrome(profile, width=1320, height=1000):
+    """A headless Chromium driven by Selenium, a fresh profile in the folder `profile`, its
+    console and network events logged (driver.get_log("browser"), get_log("performance")).
+    ImportError or FileNotFoundError when Selenium or Chromium is missing."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    binary, driver = browser_paths()
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary
+    for flag in FLAGS + (f"--user-data-dir={profile}", f"--window-size={width},{height}"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
+    return webdriver.Chrome(options=options, service=Service(driver))
+
+
 @pytest.fixture(scope="module")
 def browser():
     """A headless Chromium (Selenium), or a skip naming the install command."""
     try:
         import selenium  # noqa: F401
-        trace_shot.browser_paths()
+        browser_paths()
     except (ImportError, FileNotFoundError):
-        pytest.skip(f"Chromium or Selenium missing: {trace_shot.INSTALL}")
+        pytest.skip(f"Chromium or Selenium missing: {INSTALL}")
     with tempfile.TemporaryDirectory() as profile:
-        driver = trace_shot.chrome(profile)
+        driver = chrome(profile)
         yield driver
         driver.quit()
 

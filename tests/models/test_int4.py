@@ -231,7 +231,8 @@ def test_every_decoder_equals_its_greedy_on_the_real_model_in_int4(shipped_int4)
 
 def test_int4_perplexity_is_float32s_within_a_percent(shipped_int4):
     """The guard on int4's quality: perplexity on 256 test-split tokens within 1% of float32's
-    (measured: 20.64 vs 20.63 over 2,048 tokens, tools/smollm_precision.py --precision int4)."""
+    (measured: 20.64 vs 20.63 over 2,048 tokens, tools/smollm_precision.py --precision int4,
+    removed; in commit 1f2d995)."""
     model, ck, _ = shipped_int4
     m32, _ = checkpoint.load(HEADS, dtype=torch.float32)
     ids = ck["vocab"].encode(ck["splits"]["test"][:2000])[:256]

@@ -1,4 +1,4 @@
-"""Tests for training/task_heads.py (per-task heads on SmolLM2, tools/task_heads.py): the task
+"""Tests for training/task_heads.py (per-task heads on SmolLM2; tools/task_heads.py, removed, in commit c2dce35): the task
 prompt builder (even over tasks, seeded, the chat template for instruction tasks only), the
 length batches (sorted, each prompt's start dropped to the batch's shortest), and, with SmolLM2
 and its shipped heads installed (else skipped, naming the pip command), that finetune_on moves
