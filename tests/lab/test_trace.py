@@ -17,7 +17,7 @@ import decoders
 from conftest import ROOT
 from decoders import Resources
 from lab import cli, trace
-from minibpd import greedy_decode, load_checkpoint
+from minibpd import ArgmaxDrafter, greedy_decode, load_checkpoint
 from runtime.checkpoint import decode, encode
 from tests.helpers import heads_or_skip
 from tools import trace_shot
@@ -372,3 +372,33 @@ def test_smollm2_lookup_in_a_browser(browser, tmp_path, capsys):
         browser.find_element(By.ID, "next").click()
     assert browser.find_elements(By.CSS_SELECTOR, "#step .tok.match")
     assert browser.find_elements(By.CSS_SELECTOR, "#step .tok.copied")
+
+
+class Falsy:
+    """A drafter whose truth value is false (a sized object with no items) that drafts unlike
+    ArgmaxDrafter: `drafter or ArgmaxDrafter()` would run plain BPD in its place."""
+    name = "falsy"
+
+    def __len__(self):
+        return 0
+
+    def __call__(self, logprobs, context):
+        r, V = logprobs.shape
+        return [[context[-1]] + [(context[-1] + 1) % V] * (r - 1)]
+
+
+@pytest.mark.parametrize("traced", [False, True])
+def test_a_falsy_drafter_is_the_one_run(shipped, traced):
+    """Traced or not, a falsy drafter's drafts are verified, not plain BPD's: its block
+    efficiency is its own, and the same in both paths."""
+    model, ck, _, _ = shipped
+    prompt, n = encode(PROMPT, ck["vocab"]), 24
+    plain = decoders.Method("bpd", ArgmaxDrafter()).decode(model, prompt, n)[1]
+    m = decoders.Method("falsy", Falsy())
+    if traced:
+        m.drafter = trace.Recorder(m.drafter)
+    out, stats = m.decode(model, prompt, n)
+    assert out == greedy_decode(model, prompt, n)
+    assert stats["block_efficiency"] < plain["block_efficiency"]
+    V = model.config.vocab_size
+    assert all(set(s["drafts"][0][1:]) == {(s["drafts"][0][0] + 1) % V} for s in stats["steps"])
