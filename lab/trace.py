@@ -236,19 +236,39 @@ def check_path(path, force=False):
     folder = os.path.dirname(path) or "."
     if not os.path.isdir(folder):
         raise ValueError(f"--trace {path}: there is no folder {folder}")
-    if os.path.exists(path) and not force and not is_trace(path):
-        raise ValueError(f"--trace {path} exists and is not a trace minibpd wrote: pass --force "
-                         "to overwrite it, or name another file")
+    if os.path.exists(path):
+        check_existing(path, force)
+    if suffix != ".json":
+        template()
     if not writable(path):
         raise ValueError(f"--trace {path}: not writable (tried: the file cannot be opened for "
                          "writing there)")
 
 
+def check_existing(path, force):
+    """--trace naming a file that exists: a regular file (opening a FIFO would wait forever),
+    never the page template (every later trace would show this run), and one of our traces
+    unless --force."""
+    if not os.path.isfile(path):
+        raise ValueError(f"--trace {path} is not a regular file (a FIFO, socket or device): name "
+                         "a file to write the trace to")
+    if os.path.samefile(path, TEMPLATE):
+        raise ValueError(f"--trace {path} is the page template every trace is written from "
+                         f"({shown_path(TEMPLATE)}): name another file")
+    if not force and not is_trace(path):
+        raise ValueError(f"--trace {path} exists and is not a trace minibpd wrote: pass --force "
+                         "to overwrite it, or name another file")
+
+
 def is_trace(path):
-    """Whether the file at path is a trace we wrote: MARKER in its first 4 KB."""
+    """Whether the file at path is a trace we wrote: MARKER in its first 4 KB, and no SLOT (a
+    copy of the template holds one: its data were never written in)."""
     try:
         with open(path, "rb") as f:
-            return MARKER.encode() in f.read(4096)
+            if MARKER.encode() not in f.read(4096):
+                return False
+            f.seek(0)
+            return not any(SLOT.encode() in chunk for chunk in iter(lambda: f.read(1 << 20), b""))
     except OSError:
         return False
 
@@ -258,11 +278,20 @@ def write(path, data):
     of the run can end the script that holds it)."""
     text = json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     if not path.lower().endswith(".json"):
-        with open(TEMPLATE, encoding="utf-8") as f:
-            page = f.read()
-        text = page.replace(SLOT, text.replace("<", "\\u003c"))
+        text = template().replace(SLOT, text.replace("<", "\\u003c"))
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
+
+
+def template():
+    """The page (lab/trace.html), with its data slot: one that lost it (overwritten by a run)
+    would give every page that run's data."""
+    with open(TEMPLATE, encoding="utf-8") as f:
+        page = f.read()
+    if SLOT not in page:
+        raise ValueError(f"the page template {TEMPLATE} has no data slot ({SLOT}): it was "
+                         "overwritten; restore it (git checkout lab/trace.html)")
+    return page
 
 
 def read(path):

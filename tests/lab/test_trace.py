@@ -228,6 +228,42 @@ def test_refusals_of_modes_and_files(tmp_path, capsys, no_model_load):
     assert other.read_text() == "<html>my notes</html>"
 
 
+def test_the_template_is_never_a_trace(tmp_path, capsys, no_model_load):
+    """lab/trace.html (the page every trace is written from) and copies of it are no traces: not
+    overwritten, and the template not even with --force."""
+    copy = tmp_path / "copy.html"
+    with open(trace.TEMPLATE, encoding="utf-8") as f:
+        template = f.read()
+    copy.write_text(template)
+    for argv, message in [([trace.TEMPLATE], "the page template"),
+                          ([trace.TEMPLATE, "--force"], "the page template"),
+                          ([str(copy)], "not a trace minibpd wrote")]:
+        code, _, err = run_cli(capsys, "--prompt", PROMPT, "--trace", *argv)
+        assert code == 2 and err.count("\n") == 1 and message in err, err
+    with open(trace.TEMPLATE, encoding="utf-8") as f:
+        assert f.read() == template
+
+
+def test_a_template_without_its_slot_is_refused(tmp_path, monkeypatch):
+    """A template that lost its data slot (overwritten) would write an old run's page: refused."""
+    old = tmp_path / "old.html"
+    old.write_text("<html><meta content=minibpd-trace></html>")
+    monkeypatch.setattr(trace, "TEMPLATE", str(old))
+    with pytest.raises(ValueError, match="no data slot"):
+        trace.write(str(tmp_path / "t.html"), {"format": trace.FORMAT})
+    assert not (tmp_path / "t.html").exists()
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_a_fifo_is_refused(tmp_path, capsys, no_model_load, force):
+    """A FIFO (or any file that is not a regular one) is refused at once: opening it to read or
+    write would wait forever for the other end."""
+    fifo = tmp_path / "t.html"
+    os.mkfifo(fifo)
+    code, _, err = run_cli(capsys, "--prompt", PROMPT, "--trace", str(fifo), *["--force"] * force)
+    assert code == 2 and err.count("\n") == 1 and "not a regular file" in err, err
+
+
 def test_force_and_our_own_file(tmp_path, capsys):
     """An old trace of ours is overwritten; another file only with --force."""
     page, other = str(tmp_path / "t.html"), tmp_path / "other.json"
