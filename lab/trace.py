@@ -21,6 +21,7 @@ import torch
 import lattice
 from decoders import DECODERS, method
 from decoders.fastlattice import explained_lattice
+from lab import approximate
 from minibpd import greedy_decode
 from runtime.checkpoint import decode, family_module, writable
 
@@ -143,8 +144,8 @@ def past_end(step):
 
 def check_of(out, greedy, temperature, accept, seed):
     """The check the header shows: identical to greedy (T = 0), approximate, or what exactness
-    means when sampling."""
-    if accept != "exact":
+    means when sampling. top1 and min1 are the exact rule by another name: checked as it."""
+    if approximate.labelled(accept):
         return {"kind": "approximate", "ok": None, "text": f"APPROXIMATE acceptance {accept} "
                 "(Stern §5): this output is not greedy decoding's, by design"}
     if temperature == 0:

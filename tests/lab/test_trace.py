@@ -173,6 +173,18 @@ def test_what_explain_says_is_checked():
     assert not hasattr(recorder, "sample") and not hasattr(recorder, "max_draft_tokens")
 
 
+@pytest.mark.parametrize("accept", ["top1", "min1"])
+def test_exact_rules_by_another_name_say_identical(tmp_path, capsys, accept):
+    """--accept top1 and min1 are the exact rule: the page agrees with the command's verdict."""
+    page = str(tmp_path / "t.html")
+    code, _, err = run_cli(capsys, "--prompt", PROMPT, "--max-new-tokens", "16", "--accept",
+                           accept, "--trace", page)
+    assert code == 0 and "identical to greedy: yes" in err, err
+    check = trace.read(page)["check"]
+    assert check["kind"] == "greedy" and check["ok"] is True
+    assert trace.check_of([1], [1], 0.0, "top2", 0)["kind"] == "approximate"
+
+
 def test_a_run_too_long_is_cut(tmp_path, capsys, monkeypatch):
     """Past MAX_STEPS steps the page shows the first ones and says so; warned before the run."""
     monkeypatch.setattr(trace, "MAX_STEPS", 3)
