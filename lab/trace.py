@@ -214,7 +214,14 @@ def describe(model, ck, checkpoint, name, settings, args):
             "checkpoint": shown_path(checkpoint), "decoder": name, "settings": dict(settings),
             "about": DECODERS[name].about if name in DECODERS else "",
             "temperature": args.temperature, "seed": args.seed, "verify": args.verify,
-            "accept": args.accept, "dtype": str(next(model.parameters()).dtype).replace("torch.", "")}
+            "accept": args.accept, "dtype": precision(model, family)}
+
+
+def precision(model, family):
+    """The precision the run computed in: its family's precision_of where it has one (SmolLM2's
+    int4 keeps float32 tensors around its 4-bit products), else its weights' dtype."""
+    named = getattr(family, "precision_of", None)
+    return named(model) if named is not None else str(next(model.parameters()).dtype).split(".")[1]
 
 
 def shown_path(path):

@@ -9,6 +9,7 @@ tests skip, naming the install command, without Chromium or Selenium (tools/trac
 import json
 import os
 import tempfile
+import types
 
 import pytest
 import torch
@@ -183,6 +184,26 @@ def test_exact_rules_by_another_name_say_identical(tmp_path, capsys, accept):
     check = trace.read(page)["check"]
     assert check["kind"] == "greedy" and check["ok"] is True
     assert trace.check_of([1], [1], 0.0, "top2", 0)["kind"] == "approximate"
+
+
+class FakeInt4:
+    """What the page reads of SmolLM2 in int4: 4-bit trunk products (qkv.bits) on float32 tensors."""
+    config = types.SimpleNamespace(n_bpd_heads=5)
+    blocks = [types.SimpleNamespace(qkv=types.SimpleNamespace(bits=4))]
+    tok_emb = types.SimpleNamespace(weight=torch.zeros(2, 2))
+
+    def parameters(self):
+        return iter([self.tok_emb.weight])
+
+
+def test_the_page_names_the_precision_that_ran(shipped):
+    """int4 (4-bit trunk weights in float32 tensors) is said as int4, not float32; the
+    character GPT's dtype as it is."""
+    args = types.SimpleNamespace(temperature=0.0, seed=0, verify="auto", accept="exact")
+    run = trace.describe(FakeInt4(), {"kind": "smollm2-heads"}, SHIPPED, "bpd", {}, args)
+    assert run["dtype"] == "int4"
+    model, ck, _, _ = shipped
+    assert trace.describe(model, ck, SHIPPED, "bpd", {}, args)["dtype"] == "float32"
 
 
 def test_a_run_too_long_is_cut(tmp_path, capsys, monkeypatch):
