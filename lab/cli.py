@@ -35,8 +35,8 @@ from lab.run import Run
 from decoders import Resources, baseline_name, split_text
 from runtime.checkpoint import (DTYPES, CheckpointError, decode, encode, file_sha256, read,
                                 train_kind)
-from minibpd import greedy_decode, load_checkpoint
-from runtime.checkpoint import build_model, family_module
+from minibpd import greedy_decode
+from runtime.checkpoint import build_model, family_module, load as load_checkpoint
 from runtime.contract import DrafterError
 from runtime.loop import VERIFY_MODES
 from runtime.threads import set_threads

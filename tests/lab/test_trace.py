@@ -206,6 +206,15 @@ def test_the_page_names_the_precision_that_ran(shipped):
     assert trace.describe(model, ck, SHIPPED, "bpd", {}, args)["dtype"] == "float32"
 
 
+def test_an_int4_run_says_int4(tmp_path, capsys):
+    """SmolLM2 on --dtype int4, from the command line: the page says int4."""
+    page = str(tmp_path / "t.html")
+    code, _, err = run_cli(capsys, "--checkpoint", heads_or_skip(), "--dtype", "int4", "--prompt",
+                           "What is Python?", "--max-new-tokens", "6", "--trace", page)
+    assert code == 0, err
+    assert trace.read(page)["dtype"] == "int4"
+
+
 def test_a_run_too_long_is_cut(tmp_path, capsys, monkeypatch):
     """Past MAX_STEPS steps the page shows the first ones and says so; warned before the run."""
     monkeypatch.setattr(trace, "MAX_STEPS", 3)
