@@ -21,7 +21,7 @@ import torch
 import lattice
 from decoders import DECODERS, method
 from decoders.fastlattice import explained_lattice
-from lab import approximate
+from lab import approximate, drawable
 from minibpd import greedy_decode
 from runtime.checkpoint import decode, family_module, writable
 
@@ -85,8 +85,8 @@ def record(drafter, on):
 def explain(drafter, logprobs, context, drafts):
     """What a drafter says about the call just made: its explain(), or for lattice.OracleDrafter
     (in the paper layer, no explain) its lattice computed here; None for a drafter with neither.
-    An explain() that fails or returns what JSON cannot hold becomes an error note: it never stops
-    the decode."""
+    An explain() that fails, returns what JSON cannot hold or what the page cannot draw
+    (drawable.check) becomes an error note: it never stops the decode nor blanks the page."""
     try:
         if callable(getattr(drafter, "explain", None)):
             said = drafter.explain()
@@ -98,7 +98,11 @@ def explain(drafter, logprobs, context, drafts):
         if size > MAX_EXPLAIN_BYTES:
             return {"kind": "error", "error": f"explain() returned {size:,} bytes of JSON; a step "
                     f"keeps at most {MAX_EXPLAIN_BYTES:,}"}
+        drawable.check(said)
         return said
+    except drawable.Undrawable as e:
+        return {"kind": "error", "error": f"explain() returned a {said['kind']} the page cannot "
+                f"draw: {e}"}
     except Exception as e:
         return {"kind": "error", "error": f"explain() failed: {type(e).__name__}: {e}"}
 

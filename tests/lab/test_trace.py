@@ -186,6 +186,35 @@ def test_exact_rules_by_another_name_say_identical(tmp_path, capsys, accept):
     assert trace.check_of([1], [1], 0.0, "top2", 0)["kind"] == "approximate"
 
 
+LATTICE = {"kind": "lattice", "k": 2, "positions": 2, "alpha": 0.0, "order": None,
+           "cells": [[[4, 0.0, None, 0.0]], [[1, -0.1, None, -0.1], [2, -2.0, None, -2.0]]],
+           "paths": [{"score": -0.1, "tokens": [4, 1]}]}
+
+
+@pytest.mark.parametrize("bad, field", [
+    ({"cells": "x"}, "cells"), ({"cells": [[[4, 0.0, None, 0.0]]]}, "cells"),
+    ({"cells": [[["a", 0, 0, 0]], []]}, "cells"), ({"k": 10 ** 9}, "k"), ({"k": "2"}, "k"),
+    ({"positions": None}, "positions"), ({"paths": None}, "paths"),
+    ({"paths": [{"score": 0.0}]}, "paths.tokens"), ({"paths": [{"tokens": [4, 1, 1]}]}, "paths.tokens"),
+    ({"order": "3"}, "order"), ({"alpha": "x"}, "alpha"),
+    ({"kind": "neural", "k": 2, "alpha": 0.5, "positions": [{"chosen": 1}]}, "positions.candidates"),
+    ({"kind": "lookup", "ngram": 2, "matched": 0, "copy": None}, "copy"),
+    ({"kind": "lookup", "ngram": 2, "matched": 1, "copy": [3], "match_start": 0, "copy_start": 1,
+      "base": {"kind": "lattice"}}, "base.positions"),
+    ({"kind": "error", "error": ["no"]}, "error")])
+def test_an_explanation_the_page_cannot_draw_is_refused(bad, field):
+    """explain() of a kind the page draws, with a field it cannot draw (which stopped the page's
+    script: a blank page): an error note naming the field, the drafts unchanged."""
+    recorder = trace.Recorder(Explains({**LATTICE, **bad}))
+    assert recorder(torch.zeros(2, 5), [4]) == [[4, 0]]
+    note = recorder.explained[0]
+    assert note["kind"] == "error" and "the page cannot draw" in note["error"], note
+    assert f"field {field!r} must be" in note["error"], note
+    good = trace.Recorder(Explains(LATTICE))
+    good(torch.zeros(2, 5), [4])
+    assert good.explained == [LATTICE]
+
+
 class FakeInt4:
     """What the page reads of SmolLM2 in int4: 4-bit trunk products (qkv.bits) on float32 tensors."""
     config = types.SimpleNamespace(n_bpd_heads=5)
