@@ -317,13 +317,20 @@ def read(path):
 
 
 def save(path, run, vocab, prompt, out, stats, recorder, check, where=""):
-    """Build the data, write them; -> the line saying what was written."""
+    """Build the data, write them; -> the line saying what was written (and a warning naming the
+    first error note, where the drafter's explain() gave any: the page shows them per step)."""
     data = build(run, vocab, prompt, out, stats, recorder.explained, check)
     write(path, data)
     shown, total = len(data["steps"]), data["steps_total"]
     what = f"all {total} steps" if shown == total else f"the first {shown} of {total} steps"
     page = "open it in a browser" if not path.lower().endswith(".json") else "JSON"
-    return f"trace: wrote {path}, {what} of {run['decoder']}'s run{where} ({page})"
+    line = f"trace: wrote {path}, {what} of {run['decoder']}'s run{where} ({page})"
+    notes = [s["explain"]["error"] for s in data["steps"]
+             if isinstance(s["explain"], dict) and s["explain"].get("kind") == "error"]
+    if notes:
+        line += f"\nwarning: {len(notes)} of its steps show an error note, not what the drafter " \
+                f"says; the first: {notes[0]}"
+    return line
 
 
 def finish(args, model, ck, name, settings, prompt, out, stats, recorder, greedy, where=""):

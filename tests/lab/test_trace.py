@@ -215,6 +215,25 @@ def test_an_explanation_the_page_cannot_draw_is_refused(bad, field):
     assert good.explained == [LATTICE]
 
 
+def test_a_plugin_whose_lattice_the_page_cannot_draw(tmp_path, capsys):
+    """From the command line: the run and the page go on, each step shows the error note, and
+    the command warns, naming the field."""
+    path = tmp_path / "bad_lattice.py"
+    path.write_text("import decoders\nfrom minibpd import ArgmaxDrafter\n"
+                    "class Bad(ArgmaxDrafter):\n    name = 'bad_lattice'\n"
+                    "    def explain(self):\n        return {'kind': 'lattice', 'cells': 'x'}\n"
+                    "decoders.register('bad_lattice', lambda res, s, answer: Bad())\n")
+    page = str(tmp_path / "t.html")
+    try:
+        code, _, err = run_cli(capsys, "--plugin", str(path), "--prompt", PROMPT, "--decoder",
+                               "bad_lattice", "--max-new-tokens", "12", "--trace", page)
+    finally:
+        decoders.DECODERS.pop("bad_lattice", None)
+    assert code == 0 and "warning: " in err and "field 'positions' must be" in err, err
+    steps = [s for s in trace.read(page)["steps"] if not s.get("edge")]
+    assert steps and all(s["explain"]["kind"] == "error" for s in steps)
+
+
 class FakeInt4:
     """What the page reads of SmolLM2 in int4: 4-bit trunk products (qkv.bits) on float32 tensors."""
     config = types.SimpleNamespace(n_bpd_heads=5)
