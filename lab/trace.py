@@ -264,7 +264,7 @@ def check_existing(path, force):
     if not os.path.isfile(path):
         raise ValueError(f"--trace {path} is not a regular file (a FIFO, socket or device): name "
                          "a file to write the trace to")
-    if os.path.samefile(path, TEMPLATE):
+    if os.path.isfile(TEMPLATE) and os.path.samefile(path, TEMPLATE):     # links to it too
         raise ValueError(f"--trace {path} is the page template every trace is written from "
                          f"({shown_path(TEMPLATE)}): name another file")
     if not force and not is_trace(path):
@@ -298,8 +298,12 @@ def write(path, data):
 def template():
     """The page (lab/trace.html), with its data slot: one that lost it (overwritten by a run)
     would give every page that run's data."""
-    with open(TEMPLATE, encoding="utf-8") as f:
-        page = f.read()
+    try:
+        with open(TEMPLATE, encoding="utf-8") as f:
+            page = f.read()
+    except OSError as e:
+        raise ValueError(f"the page template {TEMPLATE} cannot be read ({e.strerror}): restore "
+                         "it (git checkout lab/trace.html)") from None
     if SLOT not in page:
         raise ValueError(f"the page template {TEMPLATE} has no data slot ({SLOT}): it was "
                          "overwritten; restore it (git checkout lab/trace.html)")

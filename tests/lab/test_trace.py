@@ -325,8 +325,10 @@ def test_the_template_is_never_a_trace(tmp_path, capsys, no_model_load):
     with open(trace.TEMPLATE, encoding="utf-8") as f:
         template = f.read()
     copy.write_text(template)
+    os.symlink(trace.TEMPLATE, tmp_path / "link.html")
     for argv, message in [([trace.TEMPLATE], "the page template"),
                           ([trace.TEMPLATE, "--force"], "the page template"),
+                          ([str(tmp_path / "link.html"), "--force"], "the page template"),
                           ([str(copy)], "not a trace minibpd wrote")]:
         code, _, err = run_cli(capsys, "--prompt", PROMPT, "--trace", *argv)
         assert code == 2 and err.count("\n") == 1 and message in err, err
