@@ -407,8 +407,8 @@ def run_base(args):
     corpus, vocab, texts, splits = corpus_splits(args)
     cfg = GPTConfig(len(vocab), args.block_size, args.n_layer, args.n_head, args.n_embd,
                     args.heads, args.dropout)
-    # FastGPT, not minibpd.GPT: the same forward pass bit for bit, but its stacked heads sum
-    # their gradients in another order, and training amplifies the last bits. The shipped
+    # FastGPT, not minibpd.GPT: the same forward pass to rounding, but its stacked heads sum
+    # in another order, and training amplifies the last bits. The shipped
     # checkpoint was trained with the stacked heads: FastGPT keeps its training bit-identical.
     ckpt, threads = with_threads(args, lambda: train_heads.train_both(
         TrainConfig.from_args(args), cfg, vocab, splits, gen, args.rescorer_layers,
