@@ -358,7 +358,9 @@ def load_tuned(path, checkpoint, heads=None, all_heads=None, required=False):
         return ignore("it was tuned for another checkpoint (checkpoint_sha256 differs)") or {}
     tuned_heads = data.get("heads", all_heads)
     if heads is not None and tuned_heads is not None and tuned_heads != heads:
-        return ignore(f"it was tuned with {tuned_heads} heads, this run uses {heads}") or {}
+        return ignore(f"it was tuned with {tuned_heads} heads, this run uses {heads} (settings for "
+                      f"{heads}: `python minibpd.py --tune --heads {heads} --tuned FILE`, then "
+                      "--tuned FILE)") or {}
     return settings
 
 

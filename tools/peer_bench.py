@@ -137,7 +137,7 @@ def llama_cpp_methods(threads):
             LlamaCppMethod("llamacpp_prompt_lookup", path, threads, lookup=True)]
 
 
-def parse():
+def parse(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
     p.add_argument("--checkpoint", default=os.path.join(HERE, "checkpoints", "smollm2-heads.pt"))
     p.add_argument("--tuned", default=None, help="settings file (default: the checkpoint's .tuned.json)")
@@ -160,18 +160,43 @@ def parse():
                    "the fastest here, as the demo: decoders.fastest_view)")
     p.add_argument("--unpacked", action="store_true",
                    help="minibpd's products by F.linear, not on packed weights (models/blocks.py)")
-    args = p.parse_args()
-    if args.prompts < 1 or args.new_tokens < 1 or args.rounds < 1:
-        p.error("--prompts, --new-tokens and --rounds must be at least 1")
+    args = p.parse_args(argv)
+    if min(args.prompts, args.new_tokens, args.rounds, args.threads) < 1:
+        p.error("--prompts, --new-tokens, --rounds and --threads must be at least 1")
     runnable = [n for n, d in decoders.DECODERS.items() if not d.peeks]
     args.decoders = runnable if args.decoders is None else args.decoders.split(",")
     bad = [n for n in args.decoders if n not in runnable]
     if bad:
         p.error(f"--decoders: {', '.join(bad)} not among {', '.join(runnable)}")
+    twice = sorted({n for n in args.decoders if args.decoders.count(n) > 1})
+    if twice:                      # one method timed twice a round would skew every ratio
+        p.error(f"--decoders: {', '.join(twice)} given more than once")
+    problem = checkpoint_problem(args.checkpoint)
+    if problem:
+        p.error(f"--checkpoint: {problem}")
+    if args.tuned is not None and not os.path.isfile(args.tuned):
+        p.error(f"--tuned: {args.tuned} not found (run `python minibpd.py --tune --checkpoint "
+                f"{args.checkpoint} --tuned {args.tuned}` to write it)")
     asked = len(questions.benchmark_questions(smollm.DEMO_QUESTIONS)) if args.chat else args.prompts
     if args.prompts > asked:
         p.error(f"--prompts: at most {asked} with --chat (lab/questions.py), got {args.prompts}")
     return args
+
+
+def checkpoint_problem(path):
+    """Why `path` is not a SmolLM2 heads checkpoint the bench can load, or None. Read before
+    transformers or the GGUF load (mmap: its tensors stay on disk)."""
+    if not os.path.isfile(path):
+        return f"{path} not found"
+    try:
+        ck = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as e:  # truncated zip, not a torch file, unsafe pickle, ...
+        return f"{path} is not a checkpoint torch can read ({type(e).__name__})"
+    kind = ck.get("kind") if isinstance(ck, dict) else None
+    if kind != smollm.KIND:
+        return (f"{path} is not a SmolLM2 heads checkpoint (kind {kind!r}); the peer bench runs "
+                "SmolLM2 only: checkpoints/smollm2-heads.pt, or `python train_heads.py --smollm`")
+    return None
 
 
 def prompts_of(ck, args):
@@ -286,7 +311,7 @@ def main():
         (precision, weights), hf_dtype = ours_dtype(model), DTYPES["float32" if dtype in
                                                                    (None, INT4) else args.dtype]
         hf = peer.transformers_model(hf_dtype)
-    except ImportError as e:
+    except (ImportError, ValueError) as e:       # a missing package, a GGUF of other weights
         raise SystemExit(f"error: {e}")
     info.update(machine=model.machine, packed=blocks.PACKED and blocks.packs(weights))
     print(f"load average {info['load_average_before']}, {n_threads} thread(s), torch "
@@ -294,7 +319,10 @@ def main():
           f"minibpd's products {'on packed weights' if info['packed'] else 'by F.linear'}\n"
           f"minibpd on this CPU: {model.machine}", file=sys.stderr)
     tuned_path = args.tuned or decoders.tuned_path(args.checkpoint)
-    tuned = decoders.load_tuned(tuned_path, args.checkpoint, required=args.tuned is not None)
+    try:
+        tuned = decoders.load_tuned(tuned_path, args.checkpoint, required=args.tuned is not None)
+    except ValueError as e:                  # not JSON, or settings out of range
+        raise SystemExit(f"error: {e}") from None
     try:                                     # as --demo and --prompt (decoders.fastest_view)
         model = model.first_heads(args.heads) if args.heads else decoders.fastest_view(
             model, decoders.tuned_be_by_heads(tuned_path, args.checkpoint))

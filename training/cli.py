@@ -305,7 +305,7 @@ def run(args):
 
 def run_base(args):
     """train_heads.run_base with the stacked heads (runtime.fast_heads.FastGPT): the same forward
-    pass, but their gradients sum in another order, and training amplifies the last bits. The
+    pass to rounding, but their gradients sum in another order, and training amplifies the last bits. The
     shipped checkpoint was trained this way: `python -m training.cli --force --threads 2`
     repeats it bit for bit."""
     train_heads.run_base(args, cls=FastGPT)

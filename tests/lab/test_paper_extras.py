@@ -5,6 +5,7 @@ the bench (--by-heads) and Kim Table 1's replay (be_by_heads) against real decod
 import json
 import math
 
+import pytest
 import torch
 
 import decoders
@@ -47,6 +48,19 @@ def test_introduces_repeat_is_pairwise_against_bpd():
 def test_win_tie_loss_from_the_same_rows():
     out = analysis.win_tie_loss(None, None, compared={"neural": ROWS})["neural"]
     assert out["counts"] == {"steps": 6, "win": 1, "tie": 1, "loss": 4, "wins_replacing_repeat": 1}
+
+
+@pytest.mark.assignment3
+def test_drafts_longer_or_shorter_than_bpds_are_counted_not_an_index_error():
+    """Prompt lookup's copy (copy=10) runs past BPD's draft and can gain more tokens than BPD's
+    draft has (BPD missed nothing: no repeat replaced); a drafter's shorter draft can lose
+    with its first miss past its own end (no repeat there)."""
+    rows = [([5, 1, 2], [5, 1, 2, 3, 4, 6], 3, 5),       # win past BPD's end
+            ([5, 1, 1, 3], [5, 1], 4, 2)]                 # loss past the draft's end
+    wtl = analysis.win_tie_loss(None, None, compared={"lookup": rows})["lookup"]
+    assert wtl["counts"] == {"steps": 2, "win": 1, "tie": 0, "loss": 1, "wins_replacing_repeat": 0}
+    losses = analysis.loss_repeats({"lookup": rows})["lookup"]
+    assert losses["counts"] == {"steps": 2, "loss": 1, "introduced_repeat": 0, "lost_on_repeat": 0}
 
 
 def test_entropy_quantiles_of_known_distributions():
