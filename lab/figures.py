@@ -82,9 +82,9 @@ def paper_tables(r):
 
 
 def print_losses(losses):
-    """Kim Table 5's other side (analysis.loss_repeats): counts beside the shares."""
-    print("\n  steps lost to BPD whose refined draft added a repeat BPD's draft lacked (ours;\n"
-          "  Kim Table 5 counts the wins that repaired one): anywhere / at its first miss")
+    """Kim Table 5's losing side (analysis.loss_repeats): counts beside the shares."""
+    print("\n  steps lost to BPD whose refined draft added a repeat BPD's draft lacked (Kim\n"
+          "  Table 5's losing side; 'at its first miss' is ours): anywhere / at its first miss")
     wide = decoders.label_width(losses) - 1
     for name, v in losses.items():
         c = v["counts"]
