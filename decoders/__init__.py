@@ -386,7 +386,7 @@ def tuned_be_by_heads(path, checkpoint):
 def speed_heads(be, call_ms):
     """The number of heads k whose plain BPD is fastest here by the measure at hand: block
     efficiency with k heads (be, the tuned file's) over the cost of a k-row decode call on this
-    machine (call_ms[k - 1], models/machine.call_costs): tokens per ms. Ours (Stern §7.3, Fig. 4:
+    machine (call_ms[k - 1], models/machine.call_costs): tokens per ms. Ours (Stern §7.3, Table 4:
     speedup rises with the block size k, then falls). None where either is missing; ties go to
     more heads."""
     if not be or not call_ms:
