@@ -12,7 +12,7 @@ token verification has just chosen (Stern's merged step), certain, so it holds o
 a lattice has k^(h-1) paths, where Kim §6.3 takes one of k tokens from each of the h heads
 (k^h). A path scores
     sum_i interpolate(head_logprob_i, lm.logprob(token_i, history + path[:i]), alpha)
-(alpha = 0 or no LM: heads only, the "0-gram" control, ours: it isolates what the LM adds). An
+(alpha = 0 or no LM: heads only, Kim's "0-gram" row as we read it, which isolates the LM). An
 order-n LM sees only the last n - 1 tokens, so a dynamic program over (position, last n - 1
 tokens) finds the p best paths exactly
 (Kim et al. compose finite-state machines with OpenFST; the DP is exact for this score). Ties
@@ -175,7 +175,7 @@ def head_lattice(logprobs, context, k):
 class PBestDrafter:
     """Global rescoring (Kim §7.2): the p best lattice paths under interpolate(head log-prob,
     n-gram log-prob, alpha), all verified in one call (max_drafts = p). p = 1 is the `ngram`
-    decoder; lm=None is the "0-gram" control `pbest0` (ours): the p best paths by head scores."""
+    decoder; lm=None is `pbest0`, Kim's "0-gram" row as we read it: the p best by head scores."""
 
     def __init__(self, k, p, alpha=0.0, lm=None, name="pbest"):
         self.k, self.p, self.alpha, self.lm, self.name, self.max_drafts = k, p, alpha, lm, name, p

@@ -335,8 +335,8 @@ def matched(drafted, choices):
 
 
 def accept_longest(drafts, choices):
-    """Stern §3, accept, for P drafts (ours: the first of those accepted furthest; Stern has one
-    draft): choices[j] is the base model's token after each prefix of draft j. -> (row, kept)."""
+    """Accept among P drafts (Kim §7.2; Stern §3 has one): the first accepted furthest, our reading
+    of Kim's "verified in parallel". choices[j]: greedy's tokens along draft j. -> (row, kept)"""
     kept = [matched(d[1:], c) for d, c in zip(drafts, choices)]
     row = kept.index(max(kept))
     return row, kept[row]

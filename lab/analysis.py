@@ -234,8 +234,9 @@ def introduces_repeat(base, draft):
 
 
 def loss_repeats(compared):
-    """Kim Table 5's other side (ours: the paper counts the wins that repaired a repetition):
-    of the steps each refined drafter lost to BPD (compared_steps' rows whose gain is below
+    """Kim Table 5's losing side (Kim's: v2 §7.3's Table 5 gives the shares of wins and of
+    losses attributed to repetition; the position-by-position rule and the first-miss count are
+    ours): of the steps each refined drafter lost to BPD (compared_steps' rows whose gain is below
     BPD's), the share where its draft introduced a consecutive repetition BPD's draft did not
     have (introduces_repeat, anywhere in the draft), and the share where that repetition is
     its first miss m (d_m == d_{m-1}: the repeat cost the step; BPD's token there is greedy's,

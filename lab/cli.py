@@ -223,7 +223,7 @@ def add_run_flags(p):
                    "to open in a browser; FILE.json: the same data as JSON (docs/trace.md)")
     p.add_argument("--sweep", action="store_true", help="--bench: sweep k, p, alpha, heads (tune split)")
     p.add_argument("--by-heads", action="store_true", help="--bench: time plain BPD on heads 1..k, "
-                   "k = 1..h, beside greedy in one run (Stern §7.3, Fig. 4; JSON: speedup_by_heads)")
+                   "k = 1..h, beside greedy in one run (Stern §7.3, Fig. 4, Table 4; JSON: speedup_by_heads)")
     p.add_argument("--approximate", action="store_true", help="--bench: also run the APPROXIMATE "
                    f"acceptance rules {', '.join(approximate.RULES)} (Stern §5) on plain BPD's "
                    "drafts, in their own section (JSON: approximate) and never in "

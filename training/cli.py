@@ -94,7 +94,7 @@ def add_smollm_args(p, arg):
         "Stern's)", metavar="WHICH")
     arg("--teacher-steps", "--smollm: optimizer steps on the teacher-forced positions "
         f"(default: {SMOLLM_DEFAULTS['teacher_steps']} with --smollm)", type=int)
-    arg("--head-form", "--smollm: heads 2..h in Stern §6's form ('stern': each reads the final "
+    arg("--head-form", "--smollm: heads 2..h like Stern §6's ('stern': each reads the final "
         "hidden state alone) or 'chained' (each also reads the token the head before it drafted; "
         "ours, after Hydra; models/llama.py ChainedHead) (default: "
         f"{SMOLLM_DEFAULTS['head_form']} with --smollm)", metavar="FORM")

@@ -223,7 +223,7 @@ def finetune_tasks(cfg, log=print):
 
 # ----------------------------------------------------------------------------- SmolLM2's heads
 # Medusa-1 on a frozen pretrained LM (smollm.py): heads 2..h, chained (--head-form chained, the
-# default: each reads the token the head before it drafted, llama.ChainedHead) or in Stern §6's
+# default: each reads the token the head before it drafted, llama.ChainedHead) or like Stern §6's
 # form, learn the frozen base's own greedy future (self-distillation: the base, hence greedy
 # output, never changes).
 #   1. corpus   text that ships offline: pydoc_data.topics, stdlib function sources (code and

@@ -1,6 +1,6 @@
-"""The analyses of issue 42 (docs/results/paper-extras.md): on hand-built inputs, Kim Table 5's
+"""The paper extras (docs/results/paper-extras.md): on hand-built inputs, Kim Table 5's
 losses (lab.analysis.loss_repeats), the wins and ties from the same rows (win_tie_loss) and Kim
-Fig. 3a's entropy quantiles (entropy_quantiles); on a tiny trained model, Stern Fig. 4 through
+Fig. 3a's entropy quantiles (entropy_quantiles); on a tiny trained model, Stern §7.3 through
 the bench (--by-heads) and Kim Table 1's replay (be_by_heads) against real decoding."""
 import json
 import math
@@ -78,7 +78,7 @@ def test_entropy_quantiles_of_known_distributions():
 
 
 def test_bench_by_heads_and_the_new_keys(tiny_ckpt, capsys):
-    """--bench --by-heads --json: Stern Fig. 4's rows (greedy, then k = 1..h), each identical to
+    """--bench --by-heads --json: Stern §7.3's rows (greedy, then k = 1..h), each identical to
     greedy; Kim Fig. 3a's quantiles beside the mean head_entropy; the losses counted on the
     same steps as win_tie_loss's."""
     code = cli.main(["--bench", "--json", "--by-heads", "--checkpoint", tiny_ckpt, "--prompts",
@@ -113,3 +113,20 @@ def test_be_by_heads_equals_decoding_with_the_first_heads(tiny_ckpt):
     for j, be in by_heads.items():
         decoded = [lab_decode(model.first_heads(int(j)), p, 10)[1] for p in prompts]
         assert abs(be - analysis.block_eff(decoded)) < 1e-12, j
+
+
+def test_stern_fig4_panel_plots_speedup_against_block_efficiency():
+    """Stern Fig. 4's axis is the mean accepted block size, not k: heads_speed's left panel puts
+    each k's block efficiency on x and its speedup on y; the right panel (Table 4's view) is by k."""
+    pytest.importorskip("matplotlib")
+    from lab import figures
+    plt = figures.pyplot()
+    s = {"threads": 1, "methods": {"greedy": {"block_efficiency": 1.0, "speedup": 1.0},
+                                   "1": {"block_efficiency": 1.0, "speedup": 0.98},
+                                   "2": {"block_efficiency": 1.6, "speedup": 1.2}}}
+    fig = figures.heads_speed(plt, s, "m.pt")
+    left, right = fig.axes
+    assert list(left.lines[0].get_xdata()) == [1.0, 1.6]
+    assert list(left.lines[0].get_ydata()) == [0.98, 1.2]
+    assert list(right.lines[0].get_xdata()) == [1, 2] and "Table 4" in right.get_title()
+    plt.close(fig)
