@@ -22,7 +22,7 @@ of the rounds' own ratios. Block efficiency: new tokens / serial model calls, pr
 transformers' float32 greedy tokens (a float32 transformers model is loaded for them under
 --dtype bfloat16; bf16 texts leave float32's at near-ties, docs/real-model.md "Precision").
 Prompts: the bench's test-split prompts (make_prompts on the checkpoint's test text, every
-16/--prompts-th as tools/smollm_parts.py), or with --chat chat-template prompts: the demo's two
+16/--prompts-th), or with --chat chat-template prompts: the demo's two
 questions, then the test split's questions about the standard library (lab/questions.py; none of
 them, nor their functions, among the heads' training questions), --prompts of them in all.
 "identical to minibpd greedy": each minibpd decoder's tokens against minibpd's own greedy's in
@@ -49,7 +49,7 @@ import torch  # noqa: E402
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, HERE)
 import decoders  # noqa: E402
-import minibpd  # noqa: E402
+from runtime.checkpoint import load  # noqa: E402 (the lab's loader: FastGPT, SmolLM2)
 from lab import bench, questions  # noqa: E402
 from models import blocks, peer, smollm  # noqa: E402
 from runtime import threads  # noqa: E402
@@ -302,12 +302,12 @@ def main():
         raise SystemExit(f"error: the peer bench needs transformers: {peer.PEER_INSTALL}")
     n_threads, dtype = threads.set_threads(args.threads), DTYPES.get(args.dtype)
     blocks.PACKED = not args.unpacked
-    load = lambda: " ".join(f"{x:.2f}" for x in os.getloadavg())
-    info = {"load_average_before": load(), "threads": n_threads, "torch": torch.__version__,
+    loadavg = lambda: " ".join(f"{x:.2f}" for x in os.getloadavg())
+    info = {"load_average_before": loadavg(), "threads": n_threads, "torch": torch.__version__,
             "transformers": transformers.__version__, "new_tokens": args.new_tokens,
             "rounds": args.rounds, "cpu_capability": torch.backends.cpu.get_cpu_capability()}
     try:
-        model, ck = minibpd.load_checkpoint(args.checkpoint, "cpu", dtype)
+        model, ck = load(args.checkpoint, "cpu", dtype)
         (precision, weights), hf_dtype = ours_dtype(model), DTYPES["float32" if dtype in
                                                                    (None, INT4) else args.dtype]
         hf = peer.transformers_model(hf_dtype)
@@ -340,7 +340,7 @@ def main():
     got = interleaved(methods, prompts, n, args.rounds)
     rows = rows_of(got, ref or got["hf_greedy"]["tokens"], prompts, n, precision,
                    str(hf_dtype)[6:])
-    info["load_average_after"] = load()
+    info["load_average_after"] = loadavg()
     print(f"{len(prompts)} prompts x {n} tokens, {args.rounds} rounds, load average after "
           f"{info['load_average_after']}", file=sys.stderr)
     table(rows, len(prompts))

@@ -31,7 +31,8 @@ import decoders  # noqa: E402
 import train_heads  # noqa: E402
 from lab import bench, figures  # noqa: E402
 from lab.run import Run  # noqa: E402
-from minibpd import GPTConfig, load_checkpoint  # noqa: E402
+from minibpd import GPTConfig  # noqa: E402
+from runtime.checkpoint import load  # noqa: E402 (the lab's loader: FastGPT, SmolLM2)
 from runtime.checkpoint import build_model, family_module  # noqa: E402
 from runtime.fast_heads import FastGPT  # noqa: E402
 from train_heads import as_tensors  # noqa: E402
@@ -79,7 +80,7 @@ def train_one(ck, layers, embd, steps, seed, out):
 
 
 def train(args):
-    _, ck = load_checkpoint("checkpoints/minibpd.pt")
+    _, ck = load("checkpoints/minibpd.pt")
     os.makedirs(args.out, exist_ok=True)
     for layers, embd in SIZES:
         print("wrote", train_one(ck, layers, embd, args.steps, args.seed, args.out), flush=True)
@@ -120,7 +121,7 @@ def size_of(lm):
 
 def bench_sizes(args):
     """neural with each rescorer, beside greedy and plain BPD, in one timed run."""
-    model, ck = load_checkpoint(args.checkpoint)
+    model, ck = load(args.checkpoint)
     smol = family_module(ck) is not None
     lms = exit_rescorers(model, ck, [int(d) for d in args.exits.split(",")]) if smol else \
         char_rescorers(model, ck, args.rescorers)

@@ -28,7 +28,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import decoders  # noqa: E402
 from lab import analysis, bench, figures  # noqa: E402
 from lab.run import Run  # noqa: E402
-from minibpd import ArgmaxDrafter, load_checkpoint  # noqa: E402
+from minibpd import ArgmaxDrafter  # noqa: E402
+from runtime.checkpoint import load  # noqa: E402 (the lab's loader: FastGPT, SmolLM2)
 
 PARTS = ("fig4", "entropy", "losses", "tasks")
 REFINED = ["neural", "ngram", "pbest"]
@@ -106,7 +107,7 @@ def main(argv=None):
     args = parse_args(argv)
     torch.set_num_threads(1)
     t0 = time.time()
-    model, ck = load_checkpoint(args.checkpoint)
+    model, ck = load(args.checkpoint)
     settings = decoders.settings(decoders.load_tuned(decoders.tuned_path(args.checkpoint),
                                                      args.checkpoint))
     res = decoders.Resources(model, ck)
