@@ -72,10 +72,9 @@ class Block(nn.Module):
 
 
 class BPDHead(nn.Module):
-    """Proposal head i >= 2 (Stern §6, Fig. 3): one hidden layer with a residual on the final
-    hidden state, z + W2 gelu(W1 z); GPT.head_logits reapplies the output projection. Ours: h - 1
-    separate heads of width n_embd, head 1 the identity (Stern's footnote 1), closer to Kim §4's
-    h distinct layers than to Stern §6's one layer of hidden size k x d_hidden for all k."""
+    """Proposal head i >= 2 (Stern §6, Fig. 3): z + W2 gelu(W1 z) on the final hidden state; the
+    output projection follows. Ours: h - 1 separate heads of width n_embd, head 1 the identity
+    (Stern's footnote 1), nearer Kim §4's h layers than Stern §6's one layer of k x d_hidden."""
     def __init__(self, n_embd):
         super().__init__()
         self.fc, self.proj = nn.Linear(n_embd, n_embd), nn.Linear(n_embd, n_embd)
@@ -118,9 +117,8 @@ class GPT(nn.Module):
         return self.ln_f(x)
 
     def head_logits(self, z, last=None):
-        """z [..., C] -> the logits of all h heads [..., h, V] (Stern §6): head 1 projects z,
-        head i projects BPDHead_i(z), i - 1 tokens further ahead. `last`, the token chosen at z,
-        is for heads that read it (models/llama.py). runtime/fast_heads.py: two matmuls."""
+        """z [..., C] -> all h heads' logits [..., h, V] (Stern §6): head i, i - 1 tokens further
+        ahead. `last` (the token chosen at z) is for heads that read it (models/llama.py)."""
         return self.lm_head(torch.stack([z] + [head(z) for head in self.heads], dim=-2))
 
     def kv_spec(self):      # a KVCache's shape: layers, heads, head dim, dtype, device
@@ -229,22 +227,15 @@ def greedy_decode(model, prompt, max_new_tokens):    # what every BPD path must 
 # ----------------------------------------------------------------------------- the drafter contract
 
 class ArgmaxDrafter:
-    """Plain BPD's drafter (Stern §3, predict): each head's most likely token.
-
-    The drafter contract (check_drafts checks it at every step and names the rule broken):
-      drafter(logprobs, context) -> drafts
-        logprobs  [r, V]: the log-probs of heads 1..r at the last accepted position
-        context   the tokens so far, prompt included; context[-1] was just chosen
-        drafts    a list of 1 to max_drafts drafts, each a list of r token ids in [0, V) whose
-                  first is context[-1] (head 1's token is certain: the base model chose it)
-      max_drafts  attribute: the most drafts a call returns (default 1); all are verified in
-                  one call and the one accepted furthest is kept (our reading of Kim §7.2's
-                  "verified in parallel")
-      max_draft_tokens  attribute (ours): the most tokens a draft holds after context[-1]
-                  (default h - 1); declared, drafts may hold r to max_draft_tokens + 1 tokens,
-                  of lengths that differ (a copy from the context: decoders/lookup.py)
-    Both arguments are the drafter's own copies. One drafter object serves one sequence at a
-    time (it may keep state: a small LM's cache)."""
+    """Plain BPD's drafter (Stern §3, predict): each head's most likely token. The drafter
+    contract, checked at every step by check_drafts: drafter(logprobs, context) -> drafts, where
+    logprobs [r, V] are heads 1..r's at the last accepted position, context the tokens so far
+    (its last just chosen), drafts 1 to `max_drafts` lists of r token ids in [0, V), each starting
+    with context[-1]. All drafts are verified in one call and the one accepted furthest is kept
+    (our reading of Kim §7.2's "verified in parallel"). Ours: a drafter declaring
+    `max_draft_tokens` may draft up to that many tokens past context[-1], of differing lengths
+    (a copy from the context: decoders/lookup.py). It gets its own copies of both arguments and
+    serves one sequence at a time (it may keep state: a small LM's cache)."""
     name, max_drafts = "bpd", 1
 
     def __call__(self, logprobs, context):
@@ -375,11 +366,9 @@ def verifier_and_rule(model, most, temperature, verify, accept):
 def bpd_decode(model, prompt, max_new_tokens, drafter=None, temperature=0.0, generator=None,
                verify="batch", accept="exact"):
     """Blockwise parallel decoding: Stern §3's predict, verify, accept, merged (Stern §4) so that
-    each step is ONE call: the call verifying a block runs the heads at every position, and those
-    at the last accepted one draft the next. -> (new tokens, stats: calls, accepted per call,
-    steps with drafts, processed, verified, block_efficiency = new tokens / calls). Defaults: the
-    papers' ArgmaxDrafter, batch Verifier and GreedyRule; the lab hands in objects of their shapes
-    (runtime.loop.lab_decode: sampling at temperature > 0, token trees, Stern §5's rules)."""
+    each step is ONE call, whose heads at the last accepted position draft the next block.
+    -> (new tokens, stats: calls, accepted, steps, processed, verified, block_efficiency = new
+    tokens / calls). verify/accept: the lab's objects of the Verifier's and GreedyRule's shapes."""
     seq = check_request(model, prompt, max_new_tokens, temperature, generator)
     drafter = ArgmaxDrafter() if drafter is None else drafter
     _, most, reach = declared(drafter, model.config.n_bpd_heads)

@@ -19,8 +19,8 @@ import sys
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ("runtime", "decoders", "models", "lab", "training")
-# minibpd.py's budget is 450; it holds 481 (the request, drafter and checkpoint checks): to trim.
-PAPER = {"minibpd.py": 481, "lattice.py": 450, "ngram.py": 450, "train_heads.py": 450,
+# minibpd.py's budget is 450; it holds 471 (the request, drafter and checkpoint checks): to trim.
+PAPER = {"minibpd.py": 471, "lattice.py": 450, "ngram.py": 450, "train_heads.py": 450,
          "test_minibpd.py": 450}
 # Modules still over MAX_LINES, each capped at its size today: they may only shrink.
 OVER = {"lab/cli.py": 600, "lab/bench.py": 561, "decoders/__init__.py": 546, "lab/tasks.py": 586,
@@ -205,7 +205,7 @@ def main():
                      if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
                      and f.end_lineno - f.lineno + 1 > MAX_FUNCTION]
         problems += [f"{rel}: re-exports {r}" for r in reexports(trees[m], names)]
-    extra = sorted(set(os.listdir(HERE)) - TOP - {".venv-ci", ".hypothesis", ".pytest_cache"}
+    extra = sorted(set(os.listdir(HERE)) - TOP - {".venv-ci", ".hypothesis", ".pytest_cache", ".benchmarks"}
                    - {f for f in os.listdir(HERE) if f.endswith(".egg-info") or f.startswith(".venv")
                       or f == "__pycache__"})
     problems += [f"top level: {', '.join(extra)} is neither the paper, packaging nor a folder"] * bool(extra)

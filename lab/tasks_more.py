@@ -1,4 +1,4 @@
-"""tasks_more: the examples of the tasks added for the real model (issue 24: tasks of another
+"""tasks_more: the examples of the tasks added for the real model (tasks of another
 character than the five the character model was fine-tuned on), one function at a time; tasks.py
 keys, splits, deduplicates and caches them (tasks.POOLS), as for the five.
 

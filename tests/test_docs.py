@@ -1,4 +1,4 @@
-"""The docs hold together (issue 46): every relative markdown link in README.md and docs/ resolves,
+"""The docs hold together: every relative markdown link in README.md and docs/ resolves,
 to a file and, where the link names one, a heading of it (GitHub's anchors); README.md stays a
 one-sitting read (<= 150 lines) and docs/real-model.md an explanation (<= 250 lines)."""
 import os

@@ -1,4 +1,4 @@
-"""task_heads: SmolLM2's heads fine-tuned on a set of tasks' train prompts (issue 24; Kim et al.
+"""task_heads: SmolLM2's heads fine-tuned on a set of tasks' train prompts (Kim et al.
 fine-tune per task). From the shipped heads (checkpoints/smollm2-heads.pt) as the common start,
 heads 2..h and the early-exit adapter of 'neural' train further, self-distilled as
 finetune.smollm_heads trains them (generate.py's data, its smollm_trainee, smollm_loss, fit),

@@ -136,7 +136,7 @@ def test_heads_say_whether_the_tuned_settings_apply(tiny_ckpt, tmp_path, capsys,
 
 
 def test_unused_flag_is_refused(tiny_ckpt, capsys, no_model_calls):
-    """A settings flag the decoder does not read is refused before any load (issue 40: a warning
+    """A settings flag the decoder does not read is refused before any load (a warning
     after SmolLM2's load), as every flag a mode ignores."""
     code, out, err = run_cli(capsys, "--prompt", "The if", "--max-new-tokens", "10", "--k", "3",
                              "--checkpoint", tiny_ckpt)

@@ -1,4 +1,4 @@
-"""The real model's precision and blocks chosen per CPU (models/machine.py, issue 45): the probe
+"""The real model's precision and blocks chosen per CPU (models/machine.py): the probe
 of row-invariant kernels, the products that run on their own rows, the cached choice, and BPD
 equal to greedy in that mode. The kernels differ by CPU: tests that need a row-invariant kernel
 skip where there is none, and test_capped_cpu_runs_them reruns this file with the kernels capped

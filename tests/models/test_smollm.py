@@ -1106,7 +1106,7 @@ def test_heads_checkpoint_loads_and_round_trips(shipped, tmp_path):
 def test_every_decoder_equals_greedy_on_the_real_model(shipped):
     """The product on the real model, bf16: every decoder of the registry at its tuned settings
     returns greedy's tokens, on three of the bench's test prompts (32 tokens each) and on the
-    demo's first question as the demo asked it before issue 22, without the system turn
+    demo's first question as the demo asked it before, without the system turn
     (smollm.chat; 48 tokens: where tree verification, before llama.tree_attention, broke pbest0
     at token 34; there the drafters of several drafts are verified as rows too). The demo's
     own prompts (the model's chat template) are test_demo_on_the_real_model's."""
@@ -1216,7 +1216,7 @@ def test_prompt_that_is_not_unicode_is_one_error_line(shipped, monkeypatch, caps
 def test_demo_on_the_real_model(shipped, capsys):
     """`python minibpd.py --demo --checkpoint checkpoints/smollm2-heads.pt`, short: both chat
     prompts, every decoder but smollm.DEMO_SKIP identical to greedy on the first, BPD and
-    smollm.DEMO_LATER on the second (the 45 s budget of issue 45), each saying which it left out (exit 0)."""
+    smollm.DEMO_LATER on the second, each saying which it left out (exit 0)."""
     from lab import cli
     assert cli.main(["--demo", "--checkpoint", HEADS, "--max-new-tokens", "8"]) == 0
     out = capsys.readouterr().out
@@ -1228,7 +1228,7 @@ def test_demo_on_the_real_model(shipped, capsys):
 
 
 def test_tasks_on_the_real_model(shipped):
-    """Issue 24: --tasks' per-task run on SmolLM2 (two tasks, one example each, two decoders):
+    """--tasks' per-task run on SmolLM2 (two tasks, one example each, two decoders):
     every decoder identical to greedy, an instruction task in the chat template, a quality
     measured on greedy's text up to its end token."""
     model, ck, res = shipped
@@ -1247,7 +1247,7 @@ def test_tasks_on_the_real_model(shipped):
     assert set(r.correlation) >= {"hmax_vs_bpd_be", "gain_vs_bpd_be"}
 
 
-# ----------------------------------------------------------------------------- threads (issue 40)
+# ----------------------------------------------------------------------------- threads
 
 @pytest.fixture
 def fast_switching():
@@ -1259,7 +1259,7 @@ def fast_switching():
 
 
 def test_one_batch_invariant_llama_is_safe_across_threads(fast_switching):
-    """Issue 40, 5: TiedHead.memo was read three times and replaced by another thread in
+    """TiedHead.memo was read three times and replaced by another thread in
     between: two threads sharing one tiny batch-invariant Llama raised IndexError (in 10 of 20
     runs of this loop here, before the fix). It is read once now (blocks.derived's cache and the stacked heads alike): every
     output is greedy's."""
@@ -1291,7 +1291,7 @@ def test_one_batch_invariant_llama_is_safe_across_threads(fast_switching):
 ])
 def test_a_heads_config_is_checked_before_any_weight_is_read(tmp_path, monkeypatch, key, value,
                                                              message):
-    """Issue 40, 2: a heads checkpoint whose config asks for 2,000,000 heads built them before
+    """A heads checkpoint whose config asks for 2,000,000 heads built them before
     any check; its architecture was compared with the GGUF's only after the whole load. Both
     come first now: the heads from the checkpoint alone, the architecture from the GGUF's
     header, before its weights are dequantized."""

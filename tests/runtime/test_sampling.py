@@ -215,7 +215,7 @@ def reseeded(model, prompt, n, T, N):
 
 @pytest.mark.parametrize("case", range(len(CASES)))
 def test_without_a_generator_a_drafter_reseeding_torch_cannot_bias_the_output(case):
-    """Issue 22: with generator=None, verification drew from torch's global generator, which this
+    """With generator=None, verification drew from torch's global generator, which this
     drafter reseeds at every step, so every acceptance draw after it was the same number (L1 1.90
     against a bound of 0.47). bpd_decode now seeds a generator of its own once, from torch's,
     before any drafter runs (sampling.own_generator): the exact-enumeration check passes, with

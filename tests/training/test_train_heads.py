@@ -241,11 +241,11 @@ def test_base_run_trains_the_fast_twin(paths, monkeypatch):
         "git_revision", "train", "corpus", "splits"}
 
 
-# ----------------------------------------------------------------------------- issue 40
+# ----------------------------------------------------------------------------- regressions
 
 def test_out_advice_names_force_only_for_a_checkpoint_of_its_kind(paths, tiny_ckpt, tmp_path,
                                                                  no_training, capsys):
-    """Issue 40, 1: `--out F already exists; pass --force` was said of any file: README.md, a
+    """`--out F already exists; pass --force` was said of any file: README.md, a
     shipped checkpoint (the default --out), a checkpoint another mode writes."""
     data, _ = paths
     shipped = checkpoint.CHECKPOINT
@@ -263,7 +263,7 @@ def test_out_advice_names_force_only_for_a_checkpoint_of_its_kind(paths, tiny_ck
 
 
 def test_out_through_a_dangling_link_writes_its_target(paths, tmp_path, capsys, monkeypatch):
-    """Issue 40, 11: the check that --out can be written opened the link's target (creating it),
+    """The check that --out can be written opened the link's target (creating it),
     then removed the link: an empty file was left at the target and the checkpoint written where
     the link was. The link is written through now, and stays a link."""
     data, _ = paths
@@ -281,7 +281,7 @@ def test_out_through_a_dangling_link_writes_its_target(paths, tmp_path, capsys, 
 
 
 def test_data_has_a_size_cap(paths, tmp_path, no_training, capsys, monkeypatch):
-    """Issue 40, 11: --data had no cap (training holds the text as tensors). At most 16 MiB, said in
+    """--data had no cap (training holds the text as tensors). At most 16 MiB, said in
     --help and checked before the file is read (the cap is made small here)."""
     assert train_heads.MAX_DATA_BYTES == 16 * 2 ** 20
     with pytest.raises(SystemExit):
