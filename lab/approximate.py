@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 import decoders
-from decoders import Method
+from decoders.method import Method
 import runtime.approximate
 from lab import analysis
 from lab import bench

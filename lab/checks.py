@@ -9,7 +9,7 @@ import sys
 import torch
 
 import decoders
-from decoders import split_text
+from decoders.resources import split_text
 from lab import approximate, bench, trace
 from decoders.lookup import check_copy
 from decoders.budgets import check_settings

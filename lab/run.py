@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 import decoders
-from decoders import Resources
+from decoders.resources import Resources
 from lab import analysis
 from minibpd import greedy_decode
 

@@ -25,7 +25,7 @@ from lab import analysis  # noqa: E402
 import decoders  # noqa: E402
 from lab.bench import make_prompts  # noqa: E402
 from lab.run import Run  # noqa: E402
-from decoders import split_text  # noqa: E402
+from decoders.resources import split_text  # noqa: E402
 from minibpd import bpd_decode  # noqa: E402
 from runtime.checkpoint import load  # noqa: E402 (the lab's loader: FastGPT, SmolLM2)
 from runtime.checkpoint import CHECKPOINT  # noqa: E402

@@ -174,7 +174,7 @@ def test_bench_decoders_runs_only_those_and_bpd(tiny_ckpt, capsys):
     res = json.loads(out)
     assert code == 0 and set(res["block_efficiency"]) == {"greedy", "bpd", "lookup", "pbest"}
     assert set(res["identical_to_greedy"]) == set(res["block_efficiency"])
-    assert all(res["identical_to_greedy"].values()) and decoders.ACTIVE is None   # restored
+    assert all(res["identical_to_greedy"].values()) and decoders.registry.ACTIVE is None   # restored
 
 
 @pytest.mark.parametrize("argv, message", [

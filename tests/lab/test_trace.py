@@ -17,7 +17,7 @@ import torch
 
 import decoders
 from conftest import ROOT
-from decoders import Resources
+from decoders.resources import Resources
 from lab import cli, trace
 from minibpd import ArgmaxDrafter, greedy_decode, load_checkpoint
 from runtime.checkpoint import decode, encode
