@@ -11,6 +11,7 @@ import torch
 import decoders
 from decoders.resources import split_text
 from lab import approximate, bench, trace
+from lab import task_runs
 from decoders.lookup import check_copy
 from decoders.budgets import check_settings
 from runtime.checkpoint import (CHECKPOINT, CHECKPOINTS, DTYPES, check_unicode, dtype_of, encode,
@@ -246,12 +247,12 @@ def check_against_checkpoint(args, ck):
     if args.tasks and kind is not None:                # a subword model: tasks built here
         args.prompts = args.prompts if args.prompts_given else SUBWORD_TASK_EXAMPLES
         args.decoders = SUBWORD_TASK_DECODERS if args.decoders is None else args.decoders
-        bench.check_built_counts(args.prompts)          # seconds, before a load of 30-70 s
+        task_runs.check_built_counts(args.prompts)      # seconds, before a load of 30-70 s
     elif args.tasks:
         if "tasks" not in ck or "rescorer_tasks" not in ck:
             raise ValueError(f"checkpoint {path} holds no tasks: use {TASKS_CHECKPOINT} or "
                              "fine-tune one with `python train_heads.py --tasks`")
-        bench.stored_tasks(ck, args.prompts)
+        task_runs.stored_tasks(ck, args.prompts)
     if args.bench or args.scale or args.tune:
         args.prompt_text = prompt_text(args, ck)
     heads = args.heads or cfg.get("n_bpd_heads")

@@ -20,7 +20,7 @@ import torch
 
 from lab import analysis
 from lab import approximate
-from lab import bench
+from lab import bench, task_runs, timing
 from lab.checks import (DEMO_TOKENS, MAX_NEW_TOKENS, MAX_TEXT_BYTES, PROMPT_TOKENS, TASK_EXAMPLES,
                         SUBWORD_TASK_DECODERS, SUBWORD_TASK_EXAMPLES,
                         check_against_checkpoint, check_args, overrides, resolve_device)
@@ -342,7 +342,7 @@ def show_demo(args, model, ck, chosen, res, family, t0, skip):
     base, prompt = baseline_name(T), prompts[0][1]
     methods = [decoders.Method(base), decoders.method(decoders.PLAIN, res, {})]
     once = Run(res, chosen, [prompt], n, T, verify=args.verify, generator=gen)
-    tps = bench.tokens_per_s(bench.timings(once, methods, 3, warm_up=False), n)
+    tps = timing.tokens_per_s(timing.timings(once, methods, 3, warm_up=False), n)
     print(f"\nwall-clock on this machine (median of 3{', first prompt' if len(prompts) > 1 else ''}): "
           f"{base} {tps[base]:.0f} tok/s, BPD {tps[decoders.PLAIN]:.0f} tok/s: "
           f"{tps[decoders.PLAIN] / tps[base]:.2f}x (`--bench` times every decoder)"
@@ -490,7 +490,7 @@ def tune_command(args):
 
 
 def tasks_command(args):
-    """`python minibpd.py --tasks`: Kim's per-task findings (bench.run_tasks) with the
+    """`python minibpd.py --tasks`: Kim's per-task findings (task_runs.run_tasks) with the
     task-independent rescorers (the checkpoint's own) and an in-domain control (an n-gram LM
     fitted on the tasks' train examples, built by the running Python; the character model's small
     LM fine-tuned on them, stored). The character model runs the five tasks stored in its
@@ -500,9 +500,9 @@ def tasks_command(args):
     examples, python, text, small = subword_tasks(args, ck) if subword else char_tasks(args, ck, model)
     res_in = Resources(model, ck, small=small, reference=args.reference, text=text)
     log = (lambda *a: print(*a, file=sys.stderr)) if args.json else print
-    r = bench.run_tasks(Run(res, chosen, verify=args.verify), examples, res_in, log,
-                        bench.SUBWORD_TOKENS if subword else None, python,
-                        ("neural",) if subword else ())     # its small LM: the base's early exit
+    r = task_runs.run_tasks(Run(res, chosen, verify=args.verify), examples, res_in, log,
+                            task_runs.SUBWORD_TOKENS if subword else None, python,
+                            ("neural",) if subword else ())     # its small LM: the base's early exit
     r.checkpoint = args.checkpoint
     if args.json:
         print(json.dumps(r.to_json(), indent=1))
@@ -524,16 +524,16 @@ def char_tasks(args, ck, model):
     small = build_model(ck["rescorer_config"], ck["rescorer_tasks"], model.lm_head.weight.device,
                         model.lm_head.weight.dtype, "its in-domain rescorer", args.checkpoint,
                         train_kind(ck))
-    return bench.task_examples(ck, args.prompts), ck["tasks"].get("python"), text, small
+    return task_runs.task_examples(ck, args.prompts), ck["tasks"].get("python"), text, small
 
 
 def subword_tasks(args, ck):
-    """A subword model's tasks: every task built by the running Python (bench.built_tasks), the
+    """A subword model's tasks: every task built by the running Python (task_runs.built_tasks), the
     in-domain text (the tasks' train examples, as the model reads them); its own small LM."""
     vocab = ck["vocab"]
-    text = "".join(bench.as_prompt(name, p, vocab) + t + "\n\n" for name in tasks.TASKS
+    text = "".join(task_runs.as_prompt(name, p, vocab) + t + "\n\n" for name in tasks.TASKS
                    for p, t in tasks.build(name, "train"))
-    return bench.built_tasks(vocab, args.prompts), sys.version, text, None
+    return task_runs.built_tasks(vocab, args.prompts), sys.version, text, None
 
 
 def scale_command(args):

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings, strategies as st
 
 from lab import bench
+from lab import task_runs
 from lab.run import Run
 import decoders
 from decoders import fastlattice
@@ -1233,13 +1234,13 @@ def test_tasks_on_the_real_model(shipped):
     measured on greedy's text up to its end token."""
     model, ck, res = shipped
     vocab = ck["vocab"]
-    examples = bench.built_tasks(vocab, 1, ["qa", "code"])
+    examples = task_runs.built_tasks(vocab, 1, ["qa", "code"])
     assert vocab.decode(examples["qa"][0][0]).startswith("<|im_start|>system")   # chat template
     assert not vocab.decode(examples["code"][0][0]).startswith("<|im_start|>")   # raw text
     chosen = decoders.settings(decoders.load_tuned(HEADS + ".tuned.json", HEADS))
     with decoders.select(["lookup"]):
-        r = bench.run_tasks(Run(res, chosen), examples, res, log=lambda *a: None,
-                            tokens=(8, 12))
+        r = task_runs.run_tasks(Run(res, chosen), examples, res, log=lambda *a: None,
+                                tokens=(8, 12))
     for name, t in r.tasks.items():
         assert set(t.block_efficiency) == {"greedy", "bpd", "lookup"}, name
         assert all(t.identical_to_greedy.values()) and 8 <= t.lengths[0] <= t.lengths[1] <= 12
