@@ -23,7 +23,7 @@ PACKAGES = ("runtime", "decoders", "models", "lab", "training")
 PAPER = {"minibpd.py": 481, "lattice.py": 450, "ngram.py": 450, "train_heads.py": 450,
          "test_minibpd.py": 450}
 # Modules still over MAX_LINES, each capped at its size today: they may only shrink.
-OVER = {"lab/cli.py": 600, "lab/tasks.py": 586,
+OVER = {"lab/tasks.py": 586,
         "lab/figures.py": 580, "models/smollm.py": 548, "models/llama.py": 532,
         "training/finetune.py": 543, "lab/scale.py": 493}
 TOP = {*PAPER, "README.md", "conftest.py", "pyproject.toml", "requirements.txt", ".gitignore",

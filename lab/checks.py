@@ -281,7 +281,7 @@ def check_budgets(args, ck):
     """The settings of every decoder the run builds (the tuned file's, then the flags) against
     the model's budgets (decoders.check: its KV cache, the p-best DP, lookup's token tree), on
     the model the header's config describes (runtime.checkpoint.outline), before any model is
-    loaded; lab/cli.load checks them again on the model."""
+    loaded; lab/loading.load checks them again on the model."""
     try:
         model = outline(ck, DTYPES[args.dtype] if args.dtype else dtype_of(ck, args.checkpoint))
     except (TypeError, ValueError, KeyError, AttributeError):

@@ -19,7 +19,7 @@ the drafting, and block efficiency counts in full. The map measures where that h
   4. `ms_per_token` combines them. At the model's own size the projection is checked against
      the bench's measured tokens/s (`validation`); `crossover_params` reads the map.
 
-Nothing imports this module except cli.py. Measurements go to the report, never to this file.
+Nothing imports this module except modes.py. Measurements go to the report, never to this file.
 """
 import dataclasses
 import itertools

@@ -1204,9 +1204,9 @@ def test_token_ngram_is_normalised(shipped):
 def test_prompt_that_is_not_unicode_is_one_error_line(shipped, monkeypatch, capsys):
     """`--prompt` with bytes that are not UTF-8 on the command line (a lone surrogate in argv):
     one line naming the problem and exit status 2, no traceback (the model loaded once, here)."""
-    from lab import cli
+    from lab import cli, loading
     model, ck, _ = shipped
-    monkeypatch.setattr(cli, "load_fast", lambda *args: (model, ck))
+    monkeypatch.setattr(loading, "load_fast", lambda *args: (model, ck))
     argv = ["--checkpoint", HEADS, "--prompt", b"caf\xe9".decode("utf-8", "surrogateescape")]
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
