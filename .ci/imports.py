@@ -23,7 +23,7 @@ PACKAGES = ("runtime", "decoders", "models", "lab", "training")
 PAPER = {"minibpd.py": 471, "lattice.py": 450, "ngram.py": 450, "train_heads.py": 450,
          "test_minibpd.py": 450}
 # Modules still over MAX_LINES, each capped at its size today: they may only shrink.
-OVER = {"lab/cli.py": 600, "lab/bench.py": 561, "decoders/__init__.py": 546, "lab/tasks.py": 586,
+OVER = {"lab/tasks.py": 586,
         "lab/figures.py": 580, "models/smollm.py": 548, "models/llama.py": 532,
         "training/finetune.py": 543, "lab/scale.py": 493}
 TOP = {*PAPER, "README.md", "conftest.py", "pyproject.toml", "requirements.txt", ".gitignore",
@@ -88,8 +88,16 @@ def imports(tree, this, names):
     return found
 
 
-def reexports(tree, names):
-    """Project names imported at the top of a module and never used in it: re-exports."""
+def declared_all(tree):
+    """The names a module's top-level `__all__ = [...]` lists."""
+    return {e.value for node in tree.body if isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets)
+            for e in getattr(node.value, "elts", []) if isinstance(e, ast.Constant)}
+
+
+def reexports(tree, names, package=False):
+    """Project names imported at the top of a module and never used in it: re-exports. A
+    package's __init__ may import the names its `__all__` lists: that is the package's API."""
     imported_names = {}
     for node in tree.body:
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and \
@@ -99,6 +107,7 @@ def reexports(tree, names):
     used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
     used |= {n.value.id for n in ast.walk(tree) if isinstance(n, ast.Attribute)
              and isinstance(n.value, ast.Name)}
+    used |= declared_all(tree) if package else set()
     return sorted(full for alias, full in imported_names.items() if alias not in used)
 
 
@@ -204,7 +213,7 @@ def main():
                      f"{MAX_FUNCTION})" for f in ast.walk(trees[m])
                      if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
                      and f.end_lineno - f.lineno + 1 > MAX_FUNCTION]
-        problems += [f"{rel}: re-exports {r}" for r in reexports(trees[m], names)]
+        problems += [f"{rel}: re-exports {r}" for r in reexports(trees[m], names, rel.endswith("__init__.py"))]
     extra = sorted(set(os.listdir(HERE)) - TOP - {".venv-ci", ".hypothesis", ".pytest_cache", ".benchmarks"}
                    - {f for f in os.listdir(HERE) if f.endswith(".egg-info") or f.startswith(".venv")
                       or f == "__pycache__"})

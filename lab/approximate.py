@@ -15,10 +15,10 @@ import torch
 import torch.nn.functional as F
 
 import decoders
-from decoders import Method
+from decoders.method import Method
 import runtime.approximate
 from lab import analysis
-from lab import bench
+from lab import timing
 from runtime.loop import lab_decode
 
 RULES = ("top2", "top3", "top5", "min2", "min3")    # what --bench --approximate runs
@@ -80,14 +80,14 @@ def section(run, rules=RULES):
     """Each APPROXIMATE rule on plain BPD's drafts, on the prompts of a lab.run.Run at
     temperature 0 (run.n new tokens each, verifying as run.verify; greedy's continuations, the
     reference, are the run's), for real and timed beside exact BPD (one interleaved run,
-    bench.timings). -> {rule: {block_efficiency, tokens_per_s, speedup_vs_bpd,
+    timing.timings). -> {rule: {block_efficiency, tokens_per_s, speedup_vs_bpd,
     differs_from_greedy, first_difference, quality: {perplexity, greedy_perplexity,
     phrase_repeat, greedy_phrase_repeat}}}"""
     model, prompts, n, verify = run.model, run.prompts, run.n, run.verify
     greedy = run.continuations()
     drafter = lambda: decoders.make(decoders.PLAIN, run.res, {})       # plain BPD's, fresh
     methods = [Method(decoders.PLAIN, drafter())] + [Method(r, drafter(), accept=r) for r in rules]
-    tps = bench.tokens_per_s(bench.timings(run, methods), len(prompts) * n)
+    tps = timing.tokens_per_s(timing.timings(run, methods), len(prompts) * n)
     base = {"greedy_perplexity": perplexity(model, prompts, greedy),
             "greedy_phrase_repeat": analysis.phrase_repetition_all(greedy)}
     out = {}

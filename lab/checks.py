@@ -9,8 +9,9 @@ import sys
 import torch
 
 import decoders
-from decoders import split_text
+from decoders.resources import split_text
 from lab import approximate, bench, trace
+from lab import task_runs
 from decoders.lookup import check_copy
 from decoders.budgets import check_settings
 from runtime.checkpoint import (CHECKPOINT, CHECKPOINTS, DTYPES, check_unicode, dtype_of, encode,
@@ -246,12 +247,12 @@ def check_against_checkpoint(args, ck):
     if args.tasks and kind is not None:                # a subword model: tasks built here
         args.prompts = args.prompts if args.prompts_given else SUBWORD_TASK_EXAMPLES
         args.decoders = SUBWORD_TASK_DECODERS if args.decoders is None else args.decoders
-        bench.check_built_counts(args.prompts)          # seconds, before a load of 30-70 s
+        task_runs.check_built_counts(args.prompts)      # seconds, before a load of 30-70 s
     elif args.tasks:
         if "tasks" not in ck or "rescorer_tasks" not in ck:
             raise ValueError(f"checkpoint {path} holds no tasks: use {TASKS_CHECKPOINT} or "
                              "fine-tune one with `python train_heads.py --tasks`")
-        bench.stored_tasks(ck, args.prompts)
+        task_runs.stored_tasks(ck, args.prompts)
     if args.bench or args.scale or args.tune:
         args.prompt_text = prompt_text(args, ck)
     heads = args.heads or cfg.get("n_bpd_heads")
@@ -280,7 +281,7 @@ def check_budgets(args, ck):
     """The settings of every decoder the run builds (the tuned file's, then the flags) against
     the model's budgets (decoders.check: its KV cache, the p-best DP, lookup's token tree), on
     the model the header's config describes (runtime.checkpoint.outline), before any model is
-    loaded; lab/cli.load checks them again on the model."""
+    loaded; lab/loading.load checks them again on the model."""
     try:
         model = outline(ck, DTYPES[args.dtype] if args.dtype else dtype_of(ck, args.checkpoint))
     except (TypeError, ValueError, KeyError, AttributeError):

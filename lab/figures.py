@@ -93,7 +93,7 @@ def print_losses(losses):
 
 
 def print_by_heads(s):
-    """Stern §7.3 (bench.by_heads): a row per block size k, greedy first (Table 4's layout;
+    """Stern §7.3 (timing.by_heads): a row per block size k, greedy first (Table 4's layout;
     Fig. 4 plots the speedup against the block efficiency column)."""
     print(f"\n  speedup by block size k (Stern §7.3, Table 4; Fig. 4 against block eff.): "
           f"plain BPD on heads 1..k, one "
@@ -220,7 +220,7 @@ def entropy_boxes(plt, q, model):
 
 
 def heads_speed(plt, s, model):
-    """Stern §7.3 from bench.by_heads, plain BPD on heads 1..k. Left, Fig. 4's view: the
+    """Stern §7.3 from timing.by_heads, plain BPD on heads 1..k. Left, Fig. 4's view: the
     wall-clock speedup over greedy against the mean accepted block size (our block efficiency),
     one point per k. Right, Table 4's view: speedup and block efficiency by k. -> the figure."""
     ks = [k for k in s["methods"] if k.isdigit()]
@@ -353,7 +353,7 @@ def print_heads_by_task(by_task):
 
 def print_correlations(c):
     """The cross-task coefficients with n, the exact permutation p and the range with one task
-    left out (bench.correlations), one row each, within 80 columns."""
+    left out (task_runs.correlations), one row each, within 80 columns."""
     fmt = lambda v: "n/a" if v is None else f"{v:+.2f}"
     rows = [("h_max", "r", c["hmax_vs_bpd_be"]), ("mean head entropy", "r", c["entropy_vs_bpd_be"])]
     rows += [(f"gain of {k}", "rho", v) for k, v in c["gain_vs_bpd_be"].items()]

@@ -1,4 +1,4 @@
-"""run: what one measurement of the lab decodes, built once (lab/cli.py) and handed down to the
+"""run: what one measurement of the lab decodes, built once (lab/modes.py) and handed down to the
 bench, the tuner, the analyses, the tasks, the approximate section and the scale map.
 
 A Run holds the drafters' resources (and through them the one model every call runs: res.model,
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 import decoders
-from decoders import Resources
+from decoders.resources import Resources
 from lab import analysis
 from minibpd import greedy_decode
 

@@ -19,7 +19,7 @@ the drafting, and block efficiency counts in full. The map measures where that h
   4. `ms_per_token` combines them. At the model's own size the projection is checked against
      the bench's measured tokens/s (`validation`); `crossover_params` reads the map.
 
-Nothing imports this module except cli.py. Measurements go to the report, never to this file.
+Nothing imports this module except modes.py. Measurements go to the report, never to this file.
 """
 import dataclasses
 import itertools
@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from lab import analysis
-from lab import bench
+from lab import bench, timing
 import decoders
 from minibpd import GPTConfig, KVCache, window_start
 from runtime.fast_heads import FastGPT
@@ -212,9 +212,9 @@ class InSitu(decoders.Method):
 
     def medians(self, times, prompts):
         """-> medians over the repetitions of (drafter ms per draft step, forward ms per call, the
-        rest ms per call), given bench.timings' seconds per repetition. The rest is the decode
+        rest ms per call), given timing.timings' seconds per repetition. The rest is the decode
         minus its forward passes and drafter calls: each call's input and tree mask, the heads,
-        acceptance, the cache's bookkeeping and the loop. bench.timings decodes once to warm up,
+        acceptance, the cache's bookkeeping and the loop. timing.timings decodes once to warm up,
         then every prompt per repetition: the records are grouped so."""
         recs, parts = self.records[1:], ([], [], [])
         for r, seconds in enumerate(times):
@@ -308,17 +308,17 @@ def measure_decoders(run):
 
 
 def time_decoders(run, profiles):
-    """bench.timings of the run over every profiled method, each next to its InSitu twin
+    """timing.timings of the run over every profiled method, each next to its InSitu twin
     (interleaved, so that machine noise hits both alike); fills each Profile's in-situ costs.
     -> the bench's {tokens_per_s, timing_warnings} of the plain methods."""
     plain = [decoders.method(k, run.res, run.chosen.get(k, {})) for k in profiles]
     twins = [InSitu(decoders.method(k, run.res, run.chosen.get(k, {}))) for k in profiles]
-    times = bench.timings(run, [m for pair in zip(plain, twins) for m in pair])
+    times = timing.timings(run, [m for pair in zip(plain, twins) for m in pair])
     for (name, p), twin in zip(profiles.items(), twins):
         p.drafting_ms, p.forward_ms, p.rest_ms = twin.medians(times[twin.name], len(run.prompts))
     mine = {m.name: times[m.name] for m in plain}
-    return {"tokens_per_s": bench.tokens_per_s(mine, len(run.prompts) * run.n),
-            "timing_warnings": bench.timing_warnings(mine, GREEDY)}
+    return {"tokens_per_s": timing.tokens_per_s(mine, len(run.prompts) * run.n),
+            "timing_warnings": timing.timing_warnings(mine, GREEDY)}
 
 
 # ----------------------------------------------------------------------------- the projection

@@ -1,4 +1,4 @@
-"""stats: how much a handful of numbers can hold, in pure Python (bench.py's `--tasks` uses it).
+"""stats: how much a handful of numbers can hold, in pure Python (task_runs.py's `--tasks` uses it).
 
 With five tasks a correlation coefficient alone says little; these say how little:
 
@@ -6,16 +6,38 @@ With five tasks a correlation coefficient alone says little; these say how littl
     leave_one_out(xs, ys, pearson)            # (min, max) of the coefficient, each point dropped
     bootstrap_interval(per_example, stat)     # 95% percentile interval, examples resampled
 
-`statistic` is any function of (xs, ys) -> a number or None (undefined, e.g. a constant input);
+`statistic` is any function of (xs, ys) -> a number or None (undefined, e.g. a constant input),
+such as the coefficients defined first here, pearson and spearman;
 bootstrap_interval's is a function of a list of examples, e.g. block efficiency of
 [(tokens, calls), ...] as sum of tokens / sum of calls.
 """
 import itertools
+import math
 import random
 import statistics
 
 MAX_EXACT = 8           # 8! = 40,320 pairings: exact; more would take long in pure Python
 TIE = 1e-12             # a permuted coefficient this close to the observed one counts as as large
+
+
+def pearson(xs, ys):
+    if len(xs) < 2:
+        return None
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    sx = math.sqrt(sum((x - mx) ** 2 for x in xs))
+    sy = math.sqrt(sum((y - my) ** 2 for y in ys))
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / (sx * sy) if sx and sy else None
+
+
+def ranks(xs):
+    """Ranks from 0, tied values given their mean rank (Spearman's rho is Pearson's r on them)."""
+    order = sorted(xs)
+    return [sum(i for i, v in enumerate(order) if v == x) / order.count(x) for x in xs]
+
+
+def spearman(xs, ys):
+    """Spearman's rho: Pearson's r on the ranks."""
+    return pearson(ranks(xs), ranks(ys))
 
 
 def exact_permutation_p(xs, ys, statistic):
@@ -73,3 +95,4 @@ def summary(xs, ys, statistic, key):
     loo = leave_one_out(xs, ys, statistic) if value is not None else None
     p = exact_permutation_p(xs, ys, statistic) if value is not None else None
     return {key: value, "n": len(xs), "p": p, "loo": list(loo) if loo else None}
+

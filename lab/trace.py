@@ -19,7 +19,8 @@ import os
 import torch
 
 import lattice
-from decoders import DECODERS, method
+from decoders.registry import DECODERS
+from decoders.method import method
 from decoders.fastlattice import explained_lattice
 from lab import approximate, drawable
 from minibpd import greedy_decode

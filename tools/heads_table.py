@@ -18,7 +18,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from lab import analysis, bench, questions  # noqa: E402
-from decoders import split_text  # noqa: E402
+from decoders.resources import split_text  # noqa: E402
 from minibpd import ArgmaxDrafter, bpd_decode, greedy_decode  # noqa: E402
 from runtime.checkpoint import load  # noqa: E402 (the lab's loader: FastGPT, SmolLM2)
 from runtime.threads import set_threads  # noqa: E402

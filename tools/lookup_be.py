@@ -1,6 +1,6 @@
 """Block efficiency of bpd, lookup, lookup_pbest and pbest by offline replay (analysis.prepare,
 then analysis.be_of: the same accepted lengths as bpd_decode, test_refine.py) on the bench's test
-prompts (cli.bench_prompts: make_prompts over the checkpoint's test split), with each decoder's
+prompts (modes.bench_prompts: make_prompts over the checkpoint's test split), with each decoder's
 settings as the bench takes them (the tuned file, else the registry's defaults). docs/results/lookup.md.
 
     python tools/lookup_be.py                                          # 16 prompts x 128 tokens
@@ -25,7 +25,7 @@ from lab import analysis  # noqa: E402
 import decoders  # noqa: E402
 from lab.bench import make_prompts  # noqa: E402
 from lab.run import Run  # noqa: E402
-from decoders import split_text  # noqa: E402
+from decoders.resources import split_text  # noqa: E402
 from minibpd import bpd_decode  # noqa: E402
 from runtime.checkpoint import load  # noqa: E402 (the lab's loader: FastGPT, SmolLM2)
 from runtime.checkpoint import CHECKPOINT  # noqa: E402

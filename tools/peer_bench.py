@@ -85,7 +85,7 @@ class OursMethod:
 
     def __init__(self, name, model, res, chosen):
         self.name, self.model = name, model
-        self.method = decoders.method(name, res, chosen.get(name, {}))   # one drafter, as bench.timings
+        self.method = decoders.method(name, res, chosen.get(name, {}))   # one drafter, as timing.timings
 
     def decode(self, prompt, n):
         tokens, stats = self.method.decode(self.model, prompt, n)

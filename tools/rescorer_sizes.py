@@ -1,7 +1,7 @@
 """Kim §7.1's rescorer-size ablation at our scale, measured on both models
 (docs/results/paper-extras.md): the `neural` decoder (local rescoring with a small LM) with
 rescorers of several sizes, each timed beside greedy and plain BPD in one interleaved run
-(lab.bench.timed_methods: every output checked identical to greedy, block efficiency from the
+(lab.timing.timed_methods: every output checked identical to greedy, block efficiency from the
 real decode, wall-clock the median of the repetitions after a warm-up).
 
 The character model: small GPT rescorers of three sizes trained here with the training code of
@@ -30,6 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import decoders  # noqa: E402
 import train_heads  # noqa: E402
 from lab import bench, figures  # noqa: E402
+from lab import timing  # noqa: E402
 from lab.run import Run  # noqa: E402
 from minibpd import GPTConfig  # noqa: E402
 from runtime.checkpoint import load  # noqa: E402 (the lab's loader: FastGPT, SmolLM2)
@@ -135,7 +136,7 @@ def bench_sizes(args):
             "neural", decoders.Resources(model, ck, small=lm), settings["neural"]), True)
         for label, (lm, _) in lms.items()]
     t0 = time.time()
-    out = bench.timed_methods(run, methods, args.reps)
+    out = timing.timed_methods(run, methods, args.reps)
     wrong = [k for k, m in out["methods"].items() if not m["identical_to_greedy"]]
     assert not wrong, f"not identical to greedy: {wrong}"
     out.update(checkpoint=args.checkpoint, prompts=args.prompts, new_tokens=args.new_tokens,

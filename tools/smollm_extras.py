@@ -9,7 +9,7 @@ win_tie_loss; per task block_efficiency_by_heads).
   losses   Kim Table 5's losses for neural, ngram, pbest (lab.analysis.compared_steps,
            win_tie_loss, loss_repeats), by offline replay along greedy
   tasks    Kim Table 1: plain BPD's block efficiency by heads used on the seven tasks
-           (lab.bench.built_tasks, lab.analysis.be_by_heads), by offline replay: exact, no timing
+           (lab.task_runs.built_tasks, lab.analysis.be_by_heads), by offline replay: exact, no timing
 
     python tools/smollm_extras.py --parts fig4,entropy,losses --prompts 3 --new-tokens 64 --plot DIR --json  # 190 s
     python tools/smollm_extras.py --parts entropy,losses --prompts 16 --new-tokens 64 --plot DIR --json   # 92 s
@@ -27,6 +27,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import decoders  # noqa: E402
 from lab import analysis, bench, figures  # noqa: E402
+from lab import task_runs  # noqa: E402
+from lab import timing  # noqa: E402
 from lab.run import Run  # noqa: E402
 from minibpd import ArgmaxDrafter  # noqa: E402
 from runtime.checkpoint import load  # noqa: E402 (the lab's loader: FastGPT, SmolLM2)
@@ -60,7 +62,7 @@ def prompt_parts(args, res, settings):
     prompts = bench.make_prompts(decoders.split_text(ck, "test"), ck["vocab"], args.prompts)
     run = Run(res, settings, prompts, args.new_tokens)
     if "fig4" in args.parts:
-        out["speedup_by_heads"] = bench.by_heads(run, args.reps)
+        out["speedup_by_heads"] = timing.by_heads(run, args.reps)
     if "entropy" in args.parts:
         out["head_entropy_quantiles"] = analysis.entropy_quantiles(run.items)
     if "losses" in args.parts:           # BPD's steps by replay: the ones bpd_decode takes
@@ -73,10 +75,10 @@ def prompt_parts(args, res, settings):
 
 def task_part(args, res, settings):
     """Kim Table 1 on the seven tasks: {task: {block_efficiency_by_heads}}, each example decoded
-    for its target's length within bench.SUBWORD_TOKENS, as `--tasks` does."""
-    lo, hi = bench.SUBWORD_TOKENS
+    for its target's length within task_runs.SUBWORD_TOKENS, as `--tasks` does."""
+    lo, hi = task_runs.SUBWORD_TOKENS
     out = {}
-    for name, examples in bench.built_tasks(res.ck["vocab"], args.examples).items():
+    for name, examples in task_runs.built_tasks(res.ck["vocab"], args.examples).items():
         lengths = [max(lo, min(len(t), hi)) for _, t in examples]
         run = Run(res, settings, [p for p, _ in examples], lengths)
         out[name] = {"block_efficiency_by_heads": analysis.be_by_heads(run)}

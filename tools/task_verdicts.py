@@ -17,9 +17,9 @@ import sys
 from types import SimpleNamespace
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from lab import bench  # noqa: E402
+from lab import task_runs  # noqa: E402
 
-DEGENERATE_ROUGE = bench.DEGENERATE_ROUGE
+DEGENERATE_ROUGE = task_runs.DEGENERATE_ROUGE
 ALPHA, MIN_TASKS = 0.05, 5
 # the sign each claim expects: h_max up with block efficiency (Fig. 3b), head entropy down with
 # it, refinement gains and the oracle's headroom down with it
@@ -64,7 +64,7 @@ def main(path):
     real = {n: t for n, t in tasks.items() if n not in bad}
     print(f"degenerate (greedy ROUGE-L < {DEGENERATE_ROUGE}): {', '.join(bad) or 'none'}")
     for label, chosen in (("all tasks", tasks), ("without " + ", ".join(bad), real))[:2 if bad else 1]:
-        c = bench.correlations({n: SimpleNamespace(**t) for n, t in chosen.items()})
+        c = task_runs.correlations({n: SimpleNamespace(**t) for n, t in chosen.items()})
         print(f"\n{label} (n = {len(chosen)})")
         for name, key, e, sign in rows(c):
             loo = "n/a" if not e["loo"] else f"[{e['loo'][0]:+.2f}, {e['loo'][1]:+.2f}]"

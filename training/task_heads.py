@@ -2,7 +2,7 @@
 fine-tune per task). From the shipped heads (checkpoints/smollm2-heads.pt) as the common start,
 heads 2..h and the early-exit adapter of 'neural' train further, self-distilled as
 finetune.smollm_heads trains them (generate.py's data, its smollm_trainee, smollm_loss, fit),
-on greedy continuations of whole task prompts as the model reads them (lab.bench.as_prompt: the
+on greedy continuations of whole task prompts as the model reads them (lab.task_runs.as_prompt: the
 chat template for instruction tasks, raw text for lm and code). The trunk and head 1 stay frozen,
 so greedy output is unchanged; only the heads and the exit adapter move (ours: Kim fine-tunes
 the whole model, heads included, per task).
@@ -17,7 +17,7 @@ import time
 import torch
 
 from lab import tasks
-from lab.bench import as_prompt
+from lab.task_runs import as_prompt
 from models import llama
 from training.finetune import agreement, held_out, smollm_loss, smollm_trainee
 from training.generate import GEN_WINDOW, generate, length_batches, with_targets
@@ -33,7 +33,7 @@ LR, BATCH = 5e-4, 160                # a gentler peak than smollm_heads' 1e-3: a
 def task_prompts(vocab, names, n, seed, split="train"):
     """n prompts of `split` drawn evenly from the tasks `names` (n // len(names) each, one more
     for the first n % len(names)), each task's by a seeded permutation, as the model reads
-    them (bench.as_prompt). -> [(task, text)]"""
+    them (task_runs.as_prompt). -> [(task, text)]"""
     gen = torch.Generator().manual_seed(seed)
     out = []
     for i, name in enumerate(names):

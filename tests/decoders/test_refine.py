@@ -363,7 +363,7 @@ def test_one_resources_is_safe_across_threads(monkeypatch):
             fits.append(self)
             time.sleep(0.3 if len(fits) == 1 else 0.0)
             return super().fit(ids)
-    monkeypatch.setattr(decoders, "NgramLM", SlowFirst)
+    monkeypatch.setattr(decoders.resources, "NgramLM", SlowFirst)
     vocab = "abcdefghijklmnopqrst"
     text = "".join(vocab[(i * 7 + i // 3) % 20] for i in range(3000))
     model = tiny_model(0, 20, 1, 4, 16)

@@ -11,7 +11,7 @@ import types
 import pytest
 import torch
 
-from lab import cli
+from lab import cli, figures
 import decoders
 import minibpd
 from minibpd import GPT, greedy_decode
@@ -174,7 +174,7 @@ def test_bench_decoders_runs_only_those_and_bpd(tiny_ckpt, capsys):
     res = json.loads(out)
     assert code == 0 and set(res["block_efficiency"]) == {"greedy", "bpd", "lookup", "pbest"}
     assert set(res["identical_to_greedy"]) == set(res["block_efficiency"])
-    assert all(res["identical_to_greedy"].values()) and decoders.ACTIVE is None   # restored
+    assert all(res["identical_to_greedy"].values()) and decoders.registry.ACTIVE is None   # restored
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -205,7 +205,7 @@ def test_bench_text_drops_unknown_characters(tiny_ckpt, tmp_path, capsys):
 def test_bench_json_with_plot_keeps_stdout_json(tiny_ckpt, tmp_path, capsys, monkeypatch):
     """With --json, stdout holds exactly one JSON object, even with --plot (its line: stderr)."""
     monkeypatch.setitem(sys.modules, "matplotlib", types.ModuleType("matplotlib"))
-    monkeypatch.setattr(cli.figures, "plot", lambda r, folder: ["fake.png"])
+    monkeypatch.setattr(figures, "plot", lambda r, folder: ["fake.png"])
     code, out, err = run_cli(capsys, "--bench", "--json", "--checkpoint", tiny_ckpt, "--prompts",
                              "2", "--new-tokens", "8", "--plot", str(tmp_path / "plots"))
     assert code == 0 and json.loads(out)["prompts"] == 2 and "wrote fake.png" in err

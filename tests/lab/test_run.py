@@ -7,7 +7,7 @@ import json
 import pytest
 
 import decoders
-from decoders import Resources, split_text
+from decoders.resources import Resources, split_text
 from lab import analysis, cli
 from lab import run as run_module
 from lab.bench import make_prompts

@@ -16,7 +16,7 @@ from lab.bench import make_prompts
 from lab.run import Run
 from conftest import examples, on_random_models, random_prompt, tiny_model
 from minibpd import window_start
-from decoders import Resources, split_text
+from decoders.resources import Resources, split_text
 from minibpd import GPT, GPTConfig, ArgmaxDrafter, greedy_decode, load_checkpoint
 from runtime import kvcache
 from runtime.loop import lab_decode

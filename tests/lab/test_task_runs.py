@@ -6,7 +6,8 @@ import json
 import pytest
 import torch
 
-from lab import bench, cli
+from lab import cli
+from lab import task_runs
 import minibpd
 from lab import tasks
 from training import finetune
@@ -93,7 +94,7 @@ def assert_statistics(r):
                ("rho", c["headroom_vs_bpd_be"])] + [("rho", v) for v in c["gain_vs_bpd_be"].values()]
     kept = [t for name, t in r["tasks"].items() if name not in r["excluded"]]
     assert r["excluded"] == sorted(name for name, t in r["tasks"].items() if t["degenerate"])
-    assert all(t["degenerate"] == (t["quality"]["rouge_l"] < bench.DEGENERATE_ROUGE)
+    assert all(t["degenerate"] == (t["quality"]["rouge_l"] < task_runs.DEGENERATE_ROUGE)
                for t in r["tasks"].values())
     assert set(c["gain_vs_bpd_be"]) == (set(kept[0]["relative_gain"]) if kept else set())
     for key, e in entries:
@@ -124,13 +125,12 @@ def test_tasks_command_refuses_a_checkpoint_without_tasks(tiny_ckpt, capsys):
     assert cli.main(["--tasks", "--checkpoint", tiny_ckpt]) == 2
     assert "holds no tasks" in capsys.readouterr().err
     with pytest.raises(ValueError, match="smallest task holds"):
-        from lab import bench
-        bench.task_examples({"tasks": {"tasks": {"qa": {"test": [["a", "b"]]}}}}, 5)
+        task_runs.task_examples({"tasks": {"tasks": {"qa": {"test": [["a", "b"]]}}}}, 5)
 
 
 def test_pearson_and_spearman():
-    from lab import bench
-    assert bench.pearson([1, 2, 3], [2, 4, 6]) == pytest.approx(1.0)
-    assert bench.pearson([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
-    assert bench.pearson([1, 1, 1], [1, 2, 3]) is None
-    assert bench.ranks([10, 30, 20, 20]) == [0, 3, 1.5, 1.5]
+    from lab import stats
+    assert stats.pearson([1, 2, 3], [2, 4, 6]) == pytest.approx(1.0)
+    assert stats.pearson([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+    assert stats.pearson([1, 1, 1], [1, 2, 3]) is None
+    assert stats.ranks([10, 30, 20, 20]) == [0, 3, 1.5, 1.5]

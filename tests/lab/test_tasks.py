@@ -425,7 +425,7 @@ def test_errors_name_the_value(call, named):
 # ----------------------------------------------------------------------------- a subword model's tasks
 
 class CharVocab:
-    """A stand-in for a subword tokenizer (bench.built_tasks needs encode, decode, chat, stop_tokens)."""
+    """A stand-in for a subword tokenizer (task_runs.built_tasks needs encode, decode, chat, stop_tokens)."""
     stop_tokens = frozenset({0})
 
     def encode(self, text):
@@ -439,9 +439,9 @@ class CharVocab:
 
 
 def test_built_tasks_spread_examples_and_template_only_instructions():
-    from lab import bench
+    from lab import task_runs
     vocab, n = CharVocab(), 3
-    built = bench.built_tasks(vocab, n)
+    built = task_runs.built_tasks(vocab, n)
     assert list(built) == list(tasks.TASKS) and all(len(v) == n for v in built.values())
     for name, examples in built.items():
         pairs = tasks.build(name, "test")
@@ -454,14 +454,14 @@ def test_built_tasks_spread_examples_and_template_only_instructions():
             else:
                 assert text == f"<u>{tasks.instruction(name, raw_p)}<a>", name
     with pytest.raises(ValueError, match="fewer than --prompts"):
-        bench.built_tasks(vocab, 10 ** 6, ["qa"])
+        task_runs.built_tasks(vocab, 10 ** 6, ["qa"])
 
 
 def test_quality_reads_greedy_up_to_its_end_token():
-    from lab import bench
+    from lab import task_runs
     vocab = CharVocab()
-    assert bench.up_to_stop([5, 6, 0, 7], vocab) == [5, 6] and bench.up_to_stop([5], vocab) == [5]
+    assert task_runs.up_to_stop([5, 6, 0, 7], vocab) == [5, 6] and task_runs.up_to_stop([5], vocab) == [5]
     examples = [([1], vocab.encode("abc"))]
-    q = bench.quality_of([vocab.encode("abc") + [0] + vocab.encode("zzz")], examples, "exact_match", vocab)
+    q = task_runs.quality_of([vocab.encode("abc") + [0] + vocab.encode("zzz")], examples, "exact_match", vocab)
     assert list(q) == ["exact_match", "rouge_l", "phrase_repeat"] and q["exact_match"] == 1.0
-    assert bench.quality_of([vocab.encode("xyz")], examples, "rouge_l", vocab)["rouge_l"] == 0.0
+    assert task_runs.quality_of([vocab.encode("xyz")], examples, "rouge_l", vocab)["rouge_l"] == 0.0

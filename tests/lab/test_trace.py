@@ -17,8 +17,8 @@ import torch
 
 import decoders
 from conftest import ROOT
-from decoders import Resources
-from lab import cli, trace
+from decoders.resources import Resources
+from lab import cli, loading, trace
 from minibpd import ArgmaxDrafter, greedy_decode, load_checkpoint
 from runtime.checkpoint import decode, encode
 from tests.helpers import heads_or_skip
@@ -290,7 +290,7 @@ def test_the_demo_names_its_trace(tmp_path, capsys):
 def no_model_load(monkeypatch):
     def load(*a, **kw):
         raise AssertionError("a model was loaded before the error")
-    monkeypatch.setattr(cli, "load_fast", load)
+    monkeypatch.setattr(loading, "load_fast", load)
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -12,7 +12,7 @@ import types
 import pytest
 import torch
 
-from lab import cli
+from lab import bench, cli
 import decoders
 import minibpd
 import train_heads
@@ -505,7 +505,7 @@ def test_tune_writes_no_file_it_should_not(tiny_ckpt, tmp_path, capsys, no_model
     """--tune --tuned PATH overwrote whatever PATH held (a checkpoint) with JSON, and
     the shipped default too. Refused now, before the run: a file that is not a tuned file of
     this checkpoint, a shipped file without --force, a place that cannot be written."""
-    monkeypatch.setattr(cli.bench, "tune_timed", lambda *a, **k: pytest.fail("the tune ran"))
+    monkeypatch.setattr(bench, "tune_timed", lambda *a, **k: pytest.fail("the tune ran"))
     a_checkpoint = tmp_path / "copy.pt"
     a_checkpoint.write_bytes(open(tiny_ckpt, "rb").read())
     run = ["--tune", "--prompts", "2", "--new-tokens", "8", "--checkpoint", tiny_ckpt]

@@ -177,7 +177,7 @@ def test_fastest_view_switches_heads_for_the_demo_and_only_names_them_for_the_be
 def test_tuned_be_by_heads_reads_only_its_checkpoints_file(tmp_path):
     ck = tmp_path / "m.pt"
     ck.write_bytes(b"weights")
-    good = {"checkpoint_sha256": decoders.file_sha256(str(ck)),
+    good = {"checkpoint_sha256": checkpoint.file_sha256(str(ck)),
             "block_efficiency_by_heads": {"1": 1.0, "2": 1.5}}
     f = tmp_path / "t.json"
     for data, want in ((good, {1: 1.0, 2: 1.5}), ({**good, "checkpoint_sha256": "x"}, {}),

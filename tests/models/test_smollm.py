@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings, strategies as st
 
 from lab import bench
+from lab import task_runs
 from lab.run import Run
 import decoders
 from decoders import fastlattice
@@ -1203,9 +1204,9 @@ def test_token_ngram_is_normalised(shipped):
 def test_prompt_that_is_not_unicode_is_one_error_line(shipped, monkeypatch, capsys):
     """`--prompt` with bytes that are not UTF-8 on the command line (a lone surrogate in argv):
     one line naming the problem and exit status 2, no traceback (the model loaded once, here)."""
-    from lab import cli
+    from lab import cli, loading
     model, ck, _ = shipped
-    monkeypatch.setattr(cli, "load_fast", lambda *args: (model, ck))
+    monkeypatch.setattr(loading, "load_fast", lambda *args: (model, ck))
     argv = ["--checkpoint", HEADS, "--prompt", b"caf\xe9".decode("utf-8", "surrogateescape")]
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
@@ -1233,13 +1234,13 @@ def test_tasks_on_the_real_model(shipped):
     measured on greedy's text up to its end token."""
     model, ck, res = shipped
     vocab = ck["vocab"]
-    examples = bench.built_tasks(vocab, 1, ["qa", "code"])
+    examples = task_runs.built_tasks(vocab, 1, ["qa", "code"])
     assert vocab.decode(examples["qa"][0][0]).startswith("<|im_start|>system")   # chat template
     assert not vocab.decode(examples["code"][0][0]).startswith("<|im_start|>")   # raw text
     chosen = decoders.settings(decoders.load_tuned(HEADS + ".tuned.json", HEADS))
     with decoders.select(["lookup"]):
-        r = bench.run_tasks(Run(res, chosen), examples, res, log=lambda *a: None,
-                            tokens=(8, 12))
+        r = task_runs.run_tasks(Run(res, chosen), examples, res, log=lambda *a: None,
+                                tokens=(8, 12))
     for name, t in r.tasks.items():
         assert set(t.block_efficiency) == {"greedy", "bpd", "lookup"}, name
         assert all(t.identical_to_greedy.values()) and 8 <= t.lengths[0] <= t.lengths[1] <= 12

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 import lattice
 import minibpd
 from conftest import model_and_prompt, on_random_models, tiny_model
-from decoders import Method
+from decoders.method import Method
 from minibpd import GPT, greedy_decode
 from decoders.lookup import PromptLookupDrafter
 from runtime import loop

@@ -27,7 +27,7 @@ from runtime import contract, request, sampling
 from conftest import (DEVICES, bound, exact, l1, model_and_prompt, on_random_models,
                       random_prompt, tiny_model)
 import minibpd
-from decoders import HeadSampler
+from decoders.sampled import HeadSampler
 from minibpd import greedy_decode, sample_decode
 from runtime.sampling import target_probs
 from ngram import NgramLM
