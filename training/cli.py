@@ -258,10 +258,10 @@ def check_smollm_args(args):
     if args.draft_vocab == 1 or args.draft_vocab > 49152:
         fail(f"--draft-vocab must be 0 (all tokens) or 2..49152 (SmolLM2's vocabulary), got "
              f"{args.draft_vocab}")
-    from models import smollm
+    from models import smollm_gguf
     try:
-        smollm.optional_packages()
-        smollm.find_gguf()
+        smollm_gguf.optional_packages()
+        smollm_gguf.find_gguf()
     except ImportError as e:
         fail(str(e))
 

@@ -25,7 +25,7 @@ from runtime.checkpoint import build_model
 from runtime.loop import decode_rows
 from train_heads import batches, evaluate, fit, half, head_losses, train
 from training.fit import anchor_kl, as_tensors, git_revision
-from models import llama
+from models import llama_layers
 from training.generate import EXIT_LAYERS, GEN_TOKENS, smollm_data
 from training.teacher import TEACHER_WINDOW, draft_vocabulary, in_vocab, teacher_forced
 
@@ -448,7 +448,7 @@ def smollm_heads(cfg, log=print):
     torch.manual_seed(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
     model, vocab = smollm.load(dtype=torch.bfloat16, n_bpd_heads=cfg.heads, head_form=cfg.head_form)
-    exit_head = llama.exit_head(model.config)
+    exit_head = llama_layers.exit_head(model.config)
     texts, corpus = smollm_corpus()
     log(f"corpus: {corpus['name']}, characters train/tune/test " +
         " / ".join(f"{sum(corpus['chars'][s]):,}" for s in tasks.SPLITS))

@@ -18,7 +18,7 @@ import torch
 
 from lab import tasks
 from lab.bench import as_prompt
-from models import llama
+from models import llama_layers
 from training.finetune import agreement, held_out, smollm_loss, smollm_trainee
 from training.generate import GEN_WINDOW, generate, length_batches, with_targets
 from train_heads import fit
@@ -48,7 +48,7 @@ def task_prompts(vocab, names, n, seed, split="train"):
 
 def exit_adapter(model, ck):
     """The checkpoint's early-exit adapter (ck["rescorer"]) as a trainable fp32 head (llama.exit_head)."""
-    head = llama.exit_head(model.config)
+    head = llama_layers.exit_head(model.config)
     head.load_state_dict({k: v.float() for k, v in ck["rescorer"].items()})
     return head.float()
 
@@ -65,7 +65,7 @@ def finetune_on(model, vocab, prompts, steps, seed, log=print, exit_head=None):
     data = with_targets(generate(model, batches, GEN_TOKENS, log), model)
     gen_s, dtype = time.time() - t0, next(model.heads.parameters()).dtype
     trained_exit = exit_head is not None
-    exit_head = exit_head if trained_exit else llama.exit_head(model.config).float()
+    exit_head = exit_head if trained_exit else llama_layers.exit_head(model.config).float()
     trainee, weight = smollm_trainee(model, exit_head, trained_exit)
     cfg = TrainConfig(steps=steps, lr=LR, warmup=max(1, steps // 10), batch_size=BATCH,
                       seed=seed, log_every=max(1, steps // 4))
