@@ -337,7 +337,7 @@ def fresh_heads(cfg, state):
 class EarlyExit(Llama):
     """The small LM of local rescoring (Kim §7.1) as an early exit of the base (ours): its first
     `layers` blocks, the final norm, an exit head in BPDHead's form (z + W2 silu(W1 z), trained
-    to predict the base's greedy next token: finetune.py), the tied output projection. It shares
+    to predict the base's greedy next token: training/smollm_heads.py), the tied output projection. It shares
     every weight with the base but the exit head's, so it adds 0.66M parameters and no load
     time; a call costs layers / n_layer of the trunk plus one output projection. It keeps its own
     KV cache (NeuralDrafter), with `layers` layers."""

@@ -18,8 +18,9 @@ from runtime.checkpoint import (CHECKPOINT, FORMAT_VERSION, CheckpointError, rea
                                 split_corpus, train_kind, writable)
 from runtime.fast_heads import FastGPT
 from runtime.threads import choose_threads
-from training.finetune import (DISTILL_DEFAULTS, SMOLLM_DEFAULTS, TASKS_DEFAULTS, TEACHERS,
-                               VARIANTS, distill, finetune_tasks, smollm_heads)
+from training.finetune import (DISTILL_DEFAULTS, TASKS_DEFAULTS, TEACHERS, VARIANTS, distill,
+                               finetune_tasks)
+from training.smollm_heads import SMOLLM_DEFAULTS, smollm_heads
 from training.fit import (MAX_DATA_BYTES, TrainConfig, as_tensors, check_data_size, git_revision,
                           load_corpus)
 

@@ -1,7 +1,7 @@
 """task_heads: SmolLM2's heads fine-tuned on a set of tasks' train prompts (issue 24; Kim et al.
 fine-tune per task). From the shipped heads (checkpoints/smollm2-heads.pt) as the common start,
 heads 2..h and the early-exit adapter of 'neural' train further, self-distilled as
-finetune.smollm_heads trains them (generate.py's data, its smollm_trainee, smollm_loss, fit),
+smollm_heads.smollm_heads trains them (generate.py's data, its smollm_trainee, smollm_loss, fit),
 on greedy continuations of whole task prompts as the model reads them (lab.bench.as_prompt: the
 chat template for instruction tasks, raw text for lm and code). The trunk and head 1 stay frozen,
 so greedy output is unchanged; only the heads and the exit adapter move (ours: Kim fine-tunes
@@ -19,7 +19,7 @@ import torch
 from lab import tasks
 from lab.bench import as_prompt
 from models import llama_layers
-from training.finetune import agreement, held_out, smollm_loss, smollm_trainee
+from training.smollm_heads import agreement, held_out, smollm_loss, smollm_trainee
 from training.generate import GEN_WINDOW, generate, length_batches, with_targets
 from train_heads import fit
 from training.fit import TrainConfig
@@ -56,7 +56,7 @@ def exit_adapter(model, ck):
 def finetune_on(model, vocab, prompts, steps, seed, log=print, exit_head=None):
     """Fine-tune model.heads (heads 2..h), in place, and exit_head (exit_adapter's; None: only
     the heads train) on greedy continuations of `prompts` (texts as the model reads them),
-    self-distilled (finetune.smollm_loss); the heads return to their dtype. -> the record: sizes,
+    self-distilled (smollm_heads.smollm_loss); the heads return to their dtype. -> the record: sizes,
     seconds, each head's agreement with greedy on the training continuations."""
     t0 = time.time()
     torch.manual_seed(seed)

@@ -1,4 +1,4 @@
-"""teacher: the targets SmolLM2's heads train on (training/finetune.py, "SmolLM2's heads"): head
+"""teacher: the targets SmolLM2's heads train on (training/smollm_heads.py): head
 i's target at each state (head_targets), teacher forcing (the base's argmax at each position of
 offline text, one batched forward a window, no generation) with only the argmaxes that are
 greedy's own tokens kept (forced_targets) or, for chained heads, every argmax with the text's

@@ -224,7 +224,7 @@ def test_replay_heads_is_the_decode_loops_rule():
     """SmolLM2's training record replays BPD from the heads' argmaxes through lab.analysis.replay
     (the decode loop's draft_budget and accept); the same calls as the rule written out: with k
     tokens known, state k - 1's heads 2..n guess tokens k..; the matching prefix plus one."""
-    from training.finetune import replay_heads
+    from training.smollm_heads import replay_heads
     g = torch.Generator().manual_seed(0)
     tokens = torch.randint(5, (3, 17), generator=g)
     right = torch.stack([torch.cat([tokens, tokens.new_full((3, 4), -1)], 1)[:, i:i + 17]
