@@ -13,7 +13,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from lab import stdlib, tasks
+from lab import stdlib, task_lm, task_text, tasks
 from lab.analysis import replay
 from models import llama_layers
 from runtime.checkpoint import CHECKPOINT
@@ -64,7 +64,7 @@ TEACHER_BATCH = 256                           # positions a step of the teacher-
 def capped(pieces, budget):
     """The pieces in order of a stable hash of their text, as long as they fit `budget` chars."""
     out, total = [], 0
-    for piece in sorted(pieces, key=tasks.digest):
+    for piece in sorted(pieces, key=task_text.digest):
         if total + len(piece) <= budget:
             out.append(piece)
             total += len(piece)
@@ -74,15 +74,15 @@ def capped(pieces, budget):
 def smollm_corpus():
     """-> ({split: text}, description). pydoc_data.topics split as the character model's corpus
     (checkpoint.split_corpus); stdlib functions and the tasks' prompts split by their key's hash
-    (tasks.split_of, the tasks' own split), so no function's text is in two splits. Each source
+    (task_text.split_of, the tasks' own split), so no function's text is in two splits. Each source
     is capped (SMOLLM_TEXT: train, tune/test characters), pieces joined by blank lines."""
     from runtime.checkpoint import split_corpus
-    topics = split_corpus(tasks.topics_text()[0])
+    topics = split_corpus(task_lm.topics_text()[0])
     funcs = split_functions()
     prompts = {s: [p for name in tasks.CHAR_TASKS if name != "lm" for p, _ in tasks.build(name, s)]
-               for s in tasks.SPLITS}
+               for s in task_text.SPLITS}
     texts, sizes = {}, {}
-    for split in tasks.SPLITS:
+    for split in task_text.SPLITS:
         parts = [topics[split]]
         for source, pool in (("functions", funcs), ("task prompts", prompts)):
             budget = SMOLLM_TEXT[source][0 if split == "train" else 1]
@@ -95,10 +95,10 @@ def smollm_corpus():
 
 
 def split_functions():
-    """{split: [the dedented source of every stdlib function of that split]} (tasks.split_of)."""
-    funcs = {s: [] for s in tasks.SPLITS}
+    """{split: [the dedented source of every stdlib function of that split]} (task_text.split_of)."""
+    funcs = {s: [] for s in task_text.SPLITS}
     for fn in stdlib.functions():
-        funcs[tasks.split_of(fn.key)].append(textwrap.dedent("".join(stdlib.source_lines(fn))))
+        funcs[task_text.split_of(fn.key)].append(textwrap.dedent("".join(stdlib.source_lines(fn))))
     return funcs
 
 
@@ -107,7 +107,7 @@ def teacher_text(train):
     function it left out (its cap, SMOLLM_TEXT), in stable-hash order: no tune or test text."""
     funcs = split_functions()["train"]
     kept = set(capped(funcs, SMOLLM_TEXT["functions"][0]))
-    return "\n\n".join([train] + [f for f in sorted(funcs, key=tasks.digest) if f not in kept])
+    return "\n\n".join([train] + [f for f in sorted(funcs, key=task_text.digest) if f not in kept])
 
 
 def projected_loss(states, targets, weight):
@@ -253,7 +253,7 @@ def smollm_heads(cfg, log=print):
     exit_head = llama_layers.exit_head(model.config)
     texts, corpus = smollm_corpus()
     log(f"corpus: {corpus['name']}, characters train/tune/test " +
-        " / ".join(f"{sum(corpus['chars'][s]):,}" for s in tasks.SPLITS))
+        " / ".join(f"{sum(corpus['chars'][s]):,}" for s in task_text.SPLITS))
     data = smollm_data(model, vocab, texts, gen, log, cfg.continuations, cfg.chat_continuations)
     gen_s = time.time() - t0
     teacher, teacher_record = teacher_data(model, vocab, texts["train"], cfg, log)

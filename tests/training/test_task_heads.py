@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import minibpd
-from lab import tasks
+from lab import task_text, tasks
 from conftest import ROOT
 from tests.helpers import heads_or_skip, real_model_or_skip
 from training import generate, task_heads
@@ -91,8 +91,8 @@ def test_smollm_heads_trains_a_step(monkeypatch, form, targets):
     monkeypatch.setattr(generate, "GEN_TOKENS", 6)
     monkeypatch.setattr(generate, "GEN_ROWS", 4)
     monkeypatch.setattr(smollm_heads, "smollm_corpus", lambda: (
-        {s: "def f(x):\n    return x + 1\n" * 60 for s in tasks.SPLITS},
-        {"name": "tiny", "chars": {s: [1560] for s in tasks.SPLITS}}))
+        {s: "def f(x):\n    return x + 1\n" * 60 for s in task_text.SPLITS},
+        {"name": "tiny", "chars": {s: [1560] for s in task_text.SPLITS}}))
     monkeypatch.setattr(smollm_heads, "teacher_text", lambda train: train * 4)
     monkeypatch.setattr(teacher, "TEACHER_WINDOW", 16)
     cfg = TrainConfig(steps=2, lr=1e-3, warmup=1, batch_size=4, heads=3, log_every=1,
