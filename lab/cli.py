@@ -26,7 +26,7 @@ from lab.checks import (DEMO_TOKENS, MAX_NEW_TOKENS, MAX_TEXT_BYTES, PROMPT_TOKE
                         check_against_checkpoint, check_args, overrides, resolve_device)
 import decoders
 from decoders.budgets import MAX_DP_CELLS, MAX_ORDER
-from lab import figures
+from lab import figures, figures_scale, figures_tasks
 from lab import scale
 from lab import tasks
 from lab import trace
@@ -507,9 +507,9 @@ def tasks_command(args):
     if args.json:
         print(json.dumps(r.to_json(), indent=1))
     else:
-        figures.print_tasks(r, color=not args.no_color and sys.stdout.isatty())
+        figures_tasks.print_tasks(r, color=not args.no_color and sys.stdout.isatty())
     if args.plot:
-        print(f"wrote {', '.join(figures.plot_tasks(r, args.plot))} to {args.plot}", file=sys.stderr)
+        print(f"wrote {', '.join(figures_tasks.plot_tasks(r, args.plot))} to {args.plot}", file=sys.stderr)
     return 0 if all(all(t.identical_to_greedy.values()) for t in r.tasks.values()) else 1
 
 
@@ -545,9 +545,9 @@ def scale_command(args):
     if args.json:
         print(json.dumps(r, indent=1))
     else:
-        figures.print_scale(r)
+        figures_scale.print_scale(r)
     if args.plot:
-        print(f"wrote {figures.plot_scale(r, args.plot)} to {args.plot}", file=sys.stderr)
+        print(f"wrote {figures_scale.plot_scale(r, args.plot)} to {args.plot}", file=sys.stderr)
     return 0 if all(r["identical_to_greedy"].values()) else 1
 
 

@@ -10,7 +10,7 @@ from hypothesis import given, strategies as st
 
 import decoders
 import lattice
-from lab import figures, scale, scale_timing
+from lab import figures_scale, scale, scale_timing
 from lab.analysis import greedy_processed
 from lab.bench import make_prompts
 from lab.run import Run
@@ -172,11 +172,11 @@ def test_run_on_tiny_checkpoint(tiny_run, capsys, tmp_path):
     assert set(r["identical_to_greedy"]) == set(names[1:]) and r["identical_to_greedy"]["bpd"]
     assert r["device"] == "cpu" and r["threads"] == torch.get_num_threads() and r["seconds"] > 0
     json.dumps(r)                                                             # JSON-ready
-    figures.print_scale(r)
+    figures_scale.print_scale(r)
     out = capsys.readouterr().out
     assert "beats plain BPD from" in out and max(map(len, out.splitlines())) <= 80
     pytest.importorskip("matplotlib")
-    assert (tmp_path / figures.plot_scale(r, str(tmp_path))).stat().st_size > 0
+    assert (tmp_path / figures_scale.plot_scale(r, str(tmp_path))).stat().st_size > 0
 
 
 def test_run_refuses_bad_input_before_any_call(tiny_ckpt, monkeypatch):
