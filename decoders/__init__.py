@@ -47,7 +47,8 @@ from decoders.viterbi import EAGER_BYTES, NgramAutomaton, ViterbiDrafter
 from minibpd import ArgmaxDrafter, sample_decode
 from runtime.kvcache import check_cache_budget
 from runtime.loop import lab_decode
-from runtime.checkpoint import build_model, encode, family_module, file_sha256, retrain, train_kind
+from runtime.checkpoint import build_model, family_module, file_sha256, retrain, train_kind
+from runtime.corpus import encode
 from ngram import NgramLM
 
 ALPHAS = [0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]

@@ -23,7 +23,7 @@ import decoders
 from lab import tasks
 from decoders import Method, baseline_name, split_text
 from minibpd import ArgmaxDrafter
-from runtime.checkpoint import decode, encode
+from runtime.corpus import decode, encode
 from minibpd import window_start
 from runtime.loop import lab_decode
 from runtime.kvcache import device_of

@@ -13,8 +13,9 @@ from decoders import split_text
 from lab import approximate, bench, trace
 from decoders.lookup import check_copy
 from decoders.budgets import check_settings
-from runtime.checkpoint import (CHECKPOINT, CHECKPOINTS, DTYPES, check_unicode, dtype_of, encode,
-                                family_module, file_sha256, outline, to_vocab, writable)
+from runtime.checkpoint import (CHECKPOINT, CHECKPOINTS, DTYPES, dtype_of, family_module,
+                                file_sha256, outline, writable)
+from runtime.corpus import check_unicode, encode, to_vocab
 from runtime.kvcache import is_int
 
 MAX_NEW_TOKENS = 100_000      # more is refused: greedy alone would run for minutes

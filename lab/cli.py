@@ -33,8 +33,8 @@ from lab import trace
 from lab.bench import make_prompts
 from lab.run import Run
 from decoders import Resources, baseline_name, split_text
-from runtime.checkpoint import (DTYPES, CheckpointError, decode, encode, file_sha256, read,
-                                train_kind)
+from runtime.checkpoint import DTYPES, CheckpointError, file_sha256, read, train_kind
+from runtime.corpus import decode, encode
 from minibpd import greedy_decode, load_checkpoint
 from runtime.checkpoint import build_model, family_module
 from runtime.contract import DrafterError

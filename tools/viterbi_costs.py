@@ -31,7 +31,7 @@ from minibpd import ArgmaxDrafter, bpd_decode, load_checkpoint
 from runtime.threads import set_threads
 from minibpd import KVCache
 from runtime.kvcache import model_call
-from runtime.checkpoint import encode
+from runtime.corpus import encode
 from decoders import viterbi
 
 K, ALPHA = 8, 0.5    # the speed-tuned settings of `ngram`

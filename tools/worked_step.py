@@ -14,7 +14,7 @@ import lattice  # noqa: E402
 from lab import analysis  # noqa: E402
 from lab.bench import make_prompts  # noqa: E402
 from minibpd import ArgmaxDrafter, load_checkpoint  # noqa: E402
-from runtime.checkpoint import decode, encode  # noqa: E402
+from runtime.corpus import decode, encode  # noqa: E402
 from runtime.threads import set_threads  # noqa: E402
 
 

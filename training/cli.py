@@ -15,7 +15,8 @@ from lab.questions import questions
 from minibpd import GPTConfig
 from models.llama import HEAD_FORMS
 from runtime.checkpoint import (CHECKPOINT, FORMAT_VERSION, CheckpointError, read, shipped,
-                                split_corpus, train_kind, writable)
+                                train_kind, writable)
+from runtime.corpus import split_corpus
 from runtime.fast_heads import FastGPT
 from runtime.threads import choose_threads
 from training.finetune import (DISTILL_DEFAULTS, TASKS_DEFAULTS, TEACHERS, VARIANTS, distill,

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 import train_heads
-from runtime.checkpoint import clean_text
+from runtime.corpus import clean_text
 
 
 # ----------------------------------------------------------------------------- the corpus

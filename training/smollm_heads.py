@@ -73,10 +73,10 @@ def capped(pieces, budget):
 
 def smollm_corpus():
     """-> ({split: text}, description). pydoc_data.topics split as the character model's corpus
-    (checkpoint.split_corpus); stdlib functions and the tasks' prompts split by their key's hash
+    (corpus.split_corpus); stdlib functions and the tasks' prompts split by their key's hash
     (task_text.split_of, the tasks' own split), so no function's text is in two splits. Each source
     is capped (SMOLLM_TEXT: train, tune/test characters), pieces joined by blank lines."""
-    from runtime.checkpoint import split_corpus
+    from runtime.corpus import split_corpus
     topics = split_corpus(task_lm.topics_text()[0])
     funcs = split_functions()
     prompts = {s: [p for name in tasks.CHAR_TASKS if name != "lm" for p, _ in tasks.build(name, s)]

@@ -11,7 +11,7 @@ import decoders
 from lab import analysis, cli
 from lab.run import Run
 from minibpd import load_checkpoint
-from runtime.checkpoint import encode
+from runtime.corpus import encode
 from runtime.loop import lab_decode
 from tests.helpers import tiny_ckpt  # noqa: F401 (a fixture)
 

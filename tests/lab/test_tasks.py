@@ -18,7 +18,7 @@ from hypothesis import given, strategies as st
 
 from lab import stdlib, task_lm, task_pools, task_text, tasks, tasks_more
 from lab import analysis
-from runtime import checkpoint
+from runtime import corpus
 from runtime.checkpoint import CHECKPOINT
 from conftest import ROOT
 from conftest import examples
@@ -173,8 +173,8 @@ def test_build_all_fits_a_weights_only_checkpoint(mapped, tmp_path):
 
 def test_char_map_examples():
     known = set("ab 'e\"-")
-    assert [checkpoint.char_map(c, known) for c in "\t`é“—$ж"] == [" ", "'", "e", '"', "-", "", ""]
-    assert checkpoint.char_map("“", set("“")) == "“"          # a known character stays
+    assert [corpus.char_map(c, known) for c in "\t`é“—$ж"] == [" ", "'", "e", '"', "-", "", ""]
+    assert corpus.char_map("“", set("“")) == "“"          # a known character stays
 
 
 @examples(2)
@@ -210,9 +210,9 @@ def test_lm_split_is_the_base_models_and_does_not_leak(ck):
     text, _ = task_lm.topics_text()
     assert text == fit.load_corpus()[0]
     of = task_lm.base_split(text)[0]
-    assert task_lm.base_train_text(text) == checkpoint.split_corpus(text)["train"]
+    assert task_lm.base_train_text(text) == corpus.split_corpus(text)["train"]
     assert "".join(c for j, c in enumerate(text) if of(j) == "test") == \
-        checkpoint.split_corpus(text)["test"]
+        corpus.split_corpus(text)["test"]
     same = hashlib.sha256(text.encode()).hexdigest() == ck["corpus"]["sha256"]   # this Python's
     if same:                                                                    # topics as ck's
         assert "".join(c for j, c in enumerate(text) if of(j) == "test") == ck["splits"]["test"]

@@ -18,7 +18,7 @@ from conftest import ROOT
 from decoders import Resources
 from lab import cli, trace
 from minibpd import greedy_decode, load_checkpoint
-from runtime.checkpoint import decode, encode
+from runtime.corpus import decode, encode
 from tests.helpers import heads_or_skip
 from tools import trace_shot
 

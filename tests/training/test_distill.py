@@ -13,7 +13,7 @@ from training import cli, fit as training
 from conftest import examples, tiny_model
 from test_train_heads import CODE, TINY, fails, files_under
 from training import finetune, teacher
-from runtime import checkpoint, loop
+from runtime import checkpoint, corpus, loop
 from runtime.loop import lab_decode
 
 DISTIL = ["--steps", "4", "--batch-size", "4", "--log-every", "1000", "--threads", "1",
@@ -33,7 +33,7 @@ def base(tmp_path_factory):
 
 def prompts_of(ck, n=3, length=5):
     text = ck["splits"]["test"]
-    return [checkpoint.encode(text[i * 40:i * 40 + length], ck["vocab"]) for i in range(n)]
+    return [corpus.encode(text[i * 40:i * 40 + length], ck["vocab"]) for i in range(n)]
 
 
 def test_frozen_keeps_greedy_and_trunk_bit_identical(base, tmp_path):
