@@ -16,7 +16,7 @@ from decoders.budgets import check_settings
 from runtime.checkpoint import (CHECKPOINT, CHECKPOINTS, DTYPES, dtype_of, family_module,
                                 file_sha256, outline, writable)
 from runtime.corpus import check_unicode, encode, to_vocab
-from runtime.kvcache import is_int
+from runtime.ids import is_int
 
 MAX_NEW_TOKENS = 100_000      # more is refused: greedy alone would run for minutes
 TUNE_SIZE = (16, 128)         # the documented --tune run: prompts x new tokens

@@ -18,7 +18,8 @@ import torch
 
 from minibpd import GPTConfig
 from runtime.fast_heads import FastGPT
-from runtime.kvcache import KVSpec, is_int
+from runtime.ids import is_int
+from runtime.kvcache import KVSpec
 
 # The shipped checkpoints, found in the repository whatever the working directory.
 CHECKPOINTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "checkpoints")

@@ -1,6 +1,7 @@
 """request: a decode request checked before any model call (the prompt, the number of new
 tokens, the temperature), the one check sample_decode and bpd_decode share."""
-from runtime.kvcache import check_cache_budget, is_int, token_ids
+from runtime.ids import is_int, token_ids
+from runtime.kvcache import check_cache_budget
 from runtime.sampling import own_generator
 
 

@@ -4,7 +4,7 @@ import os
 
 import torch
 
-from runtime.kvcache import is_int
+from runtime.ids import is_int
 
 
 def choose_threads(n=None, training=False):
