@@ -37,7 +37,7 @@ from minibpd import GPT
 @dataclass
 class TrainConfig:
     """The settings of the base model's run (train_heads.py's flags of the same names); the
-    fine-tuning modes extend them (training/fit.py's TrainConfig, from_args)."""
+    fine-tuning modes extend them (training/shared.py's RunConfig, from_args)."""
     steps: int = 5000             # optimizer steps
     lr: float = 3e-3              # peak learning rate (AdamW): linear warm-up, cosine decay
     warmup: int = 100

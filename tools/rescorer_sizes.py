@@ -34,7 +34,7 @@ from lab.run import Run  # noqa: E402
 from minibpd import GPTConfig, load_checkpoint  # noqa: E402
 from runtime.checkpoint import build_model, family_module  # noqa: E402
 from runtime.fast_heads import FastGPT  # noqa: E402
-from training.fit import as_tensors  # noqa: E402
+from training.shared import as_tensors  # noqa: E402
 
 SIZES = ((1, 32), (2, 48), (3, 96))    # (n_layer, n_embd): about 1%, 4% and 25% of the base
 

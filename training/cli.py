@@ -22,8 +22,8 @@ from runtime.threads import choose_threads
 from training.finetune import (DISTILL_DEFAULTS, TASKS_DEFAULTS, TEACHERS, VARIANTS, distill,
                                finetune_tasks)
 from training.smollm_heads import SMOLLM_DEFAULTS, smollm_heads
-from training.fit import (MAX_DATA_BYTES, TrainConfig, as_tensors, check_data_size, git_revision,
-                          load_corpus)
+from training.shared import (MAX_DATA_BYTES, RunConfig, as_tensors, check_data_size,
+                             git_revision, load_corpus)
 
 
 # ----------------------------------------------------------------------------- the rescorer's size
@@ -378,20 +378,20 @@ def main(argv=None):
 def run(args):
     if args.smollm:
         from models import smollm
-        (model, extra), threads = with_threads(args, lambda: smollm_heads(TrainConfig.from_args(args)))
+        (model, extra), threads = with_threads(args, lambda: smollm_heads(RunConfig.from_args(args)))
         extra["train"]["threads"] = threads
         smollm.save_heads(model, args.out, extra)
         print(f"saved {args.out} ({extra['train']['seconds'] / 60:.1f} min in all, "
               f"{extra['train']['seconds_generating'] / 60:.1f} generating)")
         return
     if args.tasks:
-        ckpt, threads = with_threads(args, lambda: finetune_tasks(TrainConfig.from_args(args)))
+        ckpt, threads = with_threads(args, lambda: finetune_tasks(RunConfig.from_args(args)))
         ckpt["finetune"]["threads"] = threads
         torch.save(ckpt, args.out)
         print(f"saved {args.out} ({ckpt['finetune']['seconds'] / 60:.1f} min of fine-tuning)")
         return
     if args.distill:
-        ckpt, threads = with_threads(args, lambda: distill(TrainConfig.from_args(args)))
+        ckpt, threads = with_threads(args, lambda: distill(RunConfig.from_args(args)))
         ckpt["distill"]["threads"] = threads
         torch.save(ckpt, args.out)
         d = ckpt["distill"]
@@ -413,7 +413,7 @@ def run_base(args):
     # their gradients in another order, and training amplifies the last bits. The shipped
     # checkpoint was trained with the stacked heads: FastGPT keeps its training bit-identical.
     ckpt, threads = with_threads(args, lambda: train_heads.train_both(
-        TrainConfig.from_args(args), cfg, vocab, splits, gen, args.rescorer_layers,
+        RunConfig.from_args(args), cfg, vocab, splits, gen, args.rescorer_layers,
         args.rescorer_embd, git_revision(), cls=FastGPT))
     ckpt = {"format_version": FORMAT_VERSION, **ckpt, "corpus": corpus, "splits": texts}
     ckpt["train"]["threads"] = threads

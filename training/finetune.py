@@ -20,7 +20,7 @@ from runtime.fast_heads import FastGPT
 from runtime.checkpoint import build_model
 from runtime.loop import decode_rows
 from train_heads import batches, evaluate, fit, half, head_losses, train
-from training.fit import anchor_kl, as_tensors, git_revision
+from training.shared import anchor_kl, as_tensors, git_revision
 
 
 # ----------------------------------------------------------------------------- self-distillation

@@ -18,7 +18,7 @@ from lab.analysis import replay
 from models import llama_layers
 from runtime.checkpoint import CHECKPOINT
 from train_heads import fit, train
-from training.fit import git_revision
+from training.shared import git_revision
 from training.generate import EXIT_LAYERS, GEN_TOKENS, smollm_data
 from training.teacher import TEACHER_WINDOW, draft_vocabulary, in_vocab, teacher_forced
 

@@ -22,7 +22,7 @@ from models import llama_layers
 from training.smollm_heads import agreement, held_out, smollm_loss, smollm_trainee
 from training.generate import GEN_WINDOW, generate, length_batches, with_targets
 from train_heads import fit
-from training.fit import TrainConfig
+from training.shared import RunConfig
 
 GEN_TOKENS = 32                      # greedy tokens generated after each prompt
 GEN_ROWS = 16                        # prompts per generation batch (sorted by length)
@@ -67,7 +67,7 @@ def finetune_on(model, vocab, prompts, steps, seed, log=print, exit_head=None):
     trained_exit = exit_head is not None
     exit_head = exit_head if trained_exit else llama_layers.exit_head(model.config).float()
     trainee, weight = smollm_trainee(model, exit_head, trained_exit)
-    cfg = TrainConfig(steps=steps, lr=LR, warmup=max(1, steps // 10), batch_size=BATCH,
+    cfg = RunConfig(steps=steps, lr=LR, warmup=max(1, steps // 10), batch_size=BATCH,
                       seed=seed, log_every=max(1, steps // 4))
     secs = fit(trainee, cfg, smollm_loss(trainee, weight, data, cfg, gen), "task heads", None, log)
     preds, _ = held_out(trainee, weight, data)

@@ -9,7 +9,7 @@ from hypothesis import given, strategies as st
 
 
 import minibpd
-from training import cli, fit as training
+from training import cli, shared as training
 from conftest import examples, tiny_model
 from test_train_heads import CODE, TINY, fails, files_under
 from training import finetune, teacher

@@ -85,7 +85,7 @@ def test_smollm_heads_trains_a_step(monkeypatch, form, targets):
     real_model_or_skip()
     from models import smollm
     from training import generate, smollm_heads, teacher
-    from training.fit import TrainConfig
+    from training.shared import RunConfig
     monkeypatch.setattr(generate, "CONTINUATIONS", {"train": 4, "tune": 2})
     monkeypatch.setattr(generate, "CHAT_TUNE", 2)
     monkeypatch.setattr(generate, "GEN_TOKENS", 6)
@@ -95,7 +95,7 @@ def test_smollm_heads_trains_a_step(monkeypatch, form, targets):
         {"name": "tiny", "chars": {s: [1560] for s in task_text.SPLITS}}))
     monkeypatch.setattr(smollm_heads, "teacher_text", lambda train: train * 4)
     monkeypatch.setattr(teacher, "TEACHER_WINDOW", 16)
-    cfg = TrainConfig(steps=2, lr=1e-3, warmup=1, batch_size=4, heads=3, log_every=1,
+    cfg = RunConfig(steps=2, lr=1e-3, warmup=1, batch_size=4, heads=3, log_every=1,
                       teacher_tokens=40, teacher_steps=2, draft_vocab=20, head_form=form,
                       teacher_targets=targets, continuations={"stern": 0, "chained": 8}[form],
                       chat_continuations={"stern": 0, "chained": 3}[form])

@@ -283,13 +283,13 @@ def test_out_through_a_dangling_link_writes_its_target(paths, tmp_path, capsys, 
 def test_data_has_a_size_cap(paths, tmp_path, no_training, capsys, monkeypatch):
     """Issue 40, 11: --data had no cap (training holds the text as tensors). At most 16 MiB, said in
     --help and checked before the file is read (the cap is made small here)."""
-    from training import fit
-    assert fit.MAX_DATA_BYTES == 16 * 2 ** 20
+    from training import shared
+    assert shared.MAX_DATA_BYTES == 16 * 2 ** 20
     with pytest.raises(SystemExit):
         cli.main(["--help"])
     assert "at most 16 MiB" in " ".join(capsys.readouterr().out.split())
     data, out = paths
-    monkeypatch.setattr(fit, "MAX_DATA_BYTES", 1000)
+    monkeypatch.setattr(shared, "MAX_DATA_BYTES", 1000)
     monkeypatch.setattr(cli, "load_corpus", lambda *a: pytest.fail("read the corpus first"))
     err = fails(TINY + ["--data", data, "--out", out], capsys)
     assert f"--data {data} holds {len(CODE):,} bytes, more than the 1,000" in err
