@@ -540,7 +540,7 @@ def scale_command(args):
     """`python minibpd.py --scale`: the scale map (scale.py) for the bench's prompts and settings."""
     run = bench_run(args)
     log = (lambda s: print(s, file=sys.stderr)) if args.json else print
-    r = scale.run(run, device=resolve_device(args.device), log=log)
+    r = scale.scale_map(run, device=resolve_device(args.device), log=log)
     r["checkpoint"] = args.checkpoint
     if args.json:
         print(json.dumps(r, indent=1))

@@ -15,7 +15,7 @@ the drafting, and block efficiency counts in full. The map measures where that h
      there than in a tight loop (`Profile.refill_ms`: the CPU's caches refilled);
   3. what does grow is timed at every size in SIZES, on random weights (only cost matters): the
      forward pass of 1..64 new tokens on a KV cache and of the decoders' real draft trees
-     (`call_ms`, `tree_ms`), a whole window fed at once, and the BPD heads at one position;
+     (`cached_call_ms`, `tree_ms`), a whole window fed at once, and the BPD heads at one position;
   4. `ms_per_token` combines them. At the model's own size the projection is checked against
      the bench's measured tokens/s (`validation`); `crossover_params` reads the map.
 
@@ -41,11 +41,11 @@ from runtime.tree import draft_tree
 
 # The shipped shape (6 layers of width 128, 4 attention heads of 32 dims, 8 BPD heads, the shipped
 # vocabulary and window), then wider and deeper ones with 32 dims per attention head: 1.45M to
-# 216M parameters. run() takes vocabulary, window and BPD heads from the model it is given.
+# 216M parameters. scale_map() takes vocabulary, window and BPD heads from the model it is given.
 SIZES = [GPTConfig(103, 128, n_layer, n_embd // 32, n_embd, 8)
          for n_layer, n_embd in ((6, 128), (8, 192), (8, 256), (12, 384), (12, 512), (16, 768),
                                  (16, 1024))]
-TOKENS = (1, 2, 4, 8, 16, 32, 64)   # new tokens per call at which call_ms is measured
+TOKENS = (1, 2, 4, 8, 16, 32, 64)   # new tokens per call at which cached_call_ms is measured
 GREEDY = decoders.baseline_name(0.0)
 
 
@@ -240,7 +240,7 @@ def mean_costs(a, b):
 
 
 def check_run(run, device):
-    """Clear errors for bad input to run(), before any model call."""
+    """Clear errors for bad input to scale_map(), before any model call."""
     model, prompts, n = run.model, run.prompts, run.n
     try:
         dev = torch.device(device)
@@ -266,7 +266,7 @@ def mean_cached(runs, B):
                                  for r in runs for s in r["steps"]))
 
 
-def run(lab_run, device="cpu", log=print):
+def scale_map(lab_run, device="cpu", log=print):
     """The scale map (see the module docstring) of a lab.run.Run (its prompts, n new tokens each,
     at temperature 0 with verify 'auto'): measure, project, validate at the model's own size,
     find the crossovers. -> a JSON-ready dict."""

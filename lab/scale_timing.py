@@ -1,6 +1,6 @@
 """scale_timing: the clocks of the scale map (scale.py): a call of a model timed in a tight
-loop at a given number of new tokens, as a draft tree, or as the heads alone (call_ms, tree_ms;
-interleaved batches, the median kept), and, inside real decodes of the shipped model, the time
+loop at a given number of new tokens, as a draft tree, or as the heads alone (cached_call_ms,
+tree_ms; interleaved batches, the median kept), and, inside real decodes of the shipped model, the time
 spent in the trunk's forward passes and in the drafter (ForwardTimer, TimedDrafter, InSitu)."""
 import statistics
 import time
@@ -69,8 +69,8 @@ def row_pass(model, tokens, cached):
     every repetition sees the same state. -> a function that runs it."""
     B = model.config.block_size
     if not (1 <= tokens and 0 <= cached and cached + tokens <= B):
-        raise ValueError(f"call_ms: tokens ({tokens}) >= 1 and cached ({cached}) >= 0 must fit "
-                         f"the window together ({B} tokens)")
+        raise ValueError(f"cached_call_ms: tokens ({tokens}) >= 1 and cached ({cached}) >= 0 "
+                         f"must fit the window together ({B} tokens)")
     cache = filled_cache(model, cached)
     ids = torch.arange(tokens, device=device_of(model))[None] % model.config.vocab_size
     return lambda: model(ids, cache)
@@ -102,7 +102,7 @@ def heads_pass(model):
 
 
 @torch.no_grad()
-def call_ms(model, tokens, cached, reps=None):
+def cached_call_ms(model, tokens, cached, reps=None):
     """Median ms of row_pass(model, tokens, cached)."""
     return timed(row_pass(model, tokens, cached), reps, device_of(model))
 

@@ -10,7 +10,7 @@ import textwrap
 from lab import tasks_more
 from lab.stdlib import first_line, functions, signature, source_lines
 from lab.task_text import (PROMPT_MAX, TARGET_MAX, WINDOW, dedupe, keep_tail, paragraphs, rng,
-                           split_of, summary)
+                           split_of, doc_summary)
 
 
 # ----------------------------------------------------------------------------- qa (SQuAD-like)
@@ -26,13 +26,13 @@ RANK = {"train": 0, "tune": 1, "test": 2}
 
 def qa_entry(fn):
     """`qualname(args): summary`, or None for a function without a one-line-able summary."""
-    s = summary(ast.get_docstring(fn.node))
+    s = doc_summary(ast.get_docstring(fn.node))
     return f"{signature(fn)}: {s}" if 8 <= len(s) <= TARGET_MAX else None
 
 
 def qa_answer(fn):
     """The summary's first sentence after "Return(s) ", without its period (None if no such)."""
-    first = re.split(r"\.\s+(?=[A-Z])", summary(ast.get_docstring(fn.node)))[0]
+    first = re.split(r"\.\s+(?=[A-Z])", doc_summary(ast.get_docstring(fn.node)))[0]
     m = re.match(r"Returns? (.+?)\.?$", first)
     return m.group(1) if m and len(m.group(1)) >= 3 else None
 
@@ -112,7 +112,7 @@ def without_docstrings(fn):
 def code2doc_pool():
     pool = []
     for fn in functions():
-        target = summary(ast.get_docstring(fn.node))
+        target = doc_summary(ast.get_docstring(fn.node))
         if not 8 <= len(target) <= TARGET_MAX:
             continue
         code = without_docstrings(fn)
@@ -144,7 +144,7 @@ def doc2summary_pool():
     pool = []
     for fn in functions():
         doc = ast.get_docstring(fn.node)
-        paras, target = paragraphs(doc) if doc else [], summary(doc)
+        paras, target = paragraphs(doc) if doc else [], doc_summary(doc)
         if len(paras) < 2 or not 8 <= len(target) <= TARGET_MAX:
             continue
         head = signature(fn) + "\n\n"

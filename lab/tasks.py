@@ -79,7 +79,7 @@ INSTRUCTION = {"lm": None, "code": None,            # raw continuations (no inst
 # character outside the vocabulary becomes ONE known character or is dropped), so every raw
 # guarantee holds: lengths only shrink, a qa answer stays a span of its prompt.
 
-def to_vocab(pairs, vocab, counts=None):
+def pairs_to_vocab(pairs, vocab, counts=None):
     """Map every character of the pairs into `vocab`; tally {"mapped"|"dropped": {char: n}}."""
     counts = counts if counts is not None else {}
     return [(corpus.to_vocab(p, vocab, counts), corpus.to_vocab(t, vocab, counts))
@@ -89,7 +89,7 @@ def to_vocab(pairs, vocab, counts=None):
 def unknown_counts(name, split, vocab):
     """{"mapped": {char: n}, "dropped": {char: n}}: what build(name, split, vocab) changed."""
     counts = {"mapped": {}, "dropped": {}}
-    to_vocab(build(name, split), vocab, counts)
+    pairs_to_vocab(build(name, split), vocab, counts)
     return {k: dict(sorted(v.items())) for k, v in counts.items()}
 
 
@@ -99,7 +99,7 @@ POOLS = {"qa": qa_pool, "code2doc": code2doc_pool, "doc2summary": doc2summary_po
          "code": code_pool, "doc2code": doc2code_pool, "rename": rename_pool}
 
 
-def check(name, split="train"):
+def check_task(name, split="train"):
     if not isinstance(name, str) or name not in TASKS:         # a list: unhashable
         raise ValueError(f"unknown task {name!r}; the tasks are {', '.join(TASKS)}")
     if not isinstance(split, str) or split not in SPLITS:
@@ -108,20 +108,20 @@ def check(name, split="train"):
 
 def build(name, split, vocab=None):
     """-> [(prompt, target)] of one task and split, in key order; with `vocab` (a checkpoint's
-    characters) every character is mapped into it (to_vocab), else the text is raw."""
-    check(name, split)
+    characters) every character is mapped into it (pairs_to_vocab), else the text is raw."""
+    check_task(name, split)
     if name == "lm":
         pairs = build_lm(split)
     else:
         pairs = [(p, t) for key, p, t in POOLS[name]() if split_of(key) == split]
-    return to_vocab(pairs, vocab) if vocab is not None else pairs
+    return pairs_to_vocab(pairs, vocab) if vocab is not None else pairs
 
 
 def instruction(name, prompt):
     """The user message of an instruction task's prompt (for a chat template): the prompt
     without the character model's trailing cue (`Summary: `) and final newlines, then the task's
     instruction text, if any (INSTRUCTION); a ValueError for a raw continuation (lm, code)."""
-    check(name)
+    check_task(name)
     if INSTRUCTION[name] is None:
         raise ValueError(f"task {name!r} is a raw continuation, not an instruction")
     cue = {"code2doc": CODE2DOC_CUE, "doc2summary": DOC2SUMMARY_CUE}.get(name, "")
@@ -140,7 +140,7 @@ def build_all(vocab=None):
         for split in SPLITS:
             counts = {"mapped": {}, "dropped": {}}
             pairs = build(name, split)
-            pairs = to_vocab(pairs, vocab, counts) if vocab is not None else pairs
+            pairs = pairs_to_vocab(pairs, vocab, counts) if vocab is not None else pairs
             data["tasks"][name][split] = [[p, t] for p, t in pairs]
             data["unknown"][name][split] = {k: sum(v.values()) for k, v in counts.items()}
     return data
@@ -159,7 +159,7 @@ def fingerprint(examples):
 def compare(stored, name, split, vocab=None):
     """None if the running Python builds `stored` again, else a one-line message saying how the
     build differs. `stored`: the pairs, or a build_all() dict (its vocab and Python are used)."""
-    check(name, split)
+    check_task(name, split)
     python = "another Python"
     if isinstance(stored, dict):
         vocab = stored.get("vocab") if vocab is None else vocab

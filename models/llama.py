@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from minibpd import KVCache
 from models.attention import bias_tiles, causal_bias, mask_to_bias, tree_plan
 from models.blocks import by_rows, derived, linear
-from models.llama_layers import Block, RMSNorm, TiedHead, bpd_head, rope_tables, stream_rows
+from models.llama_layers import LlamaBlock, RMSNorm, TiedHead, bpd_head, rope_tables, stream_rows
 from runtime.fast_heads import head_states, heads_view
 from runtime.kvcache import KVSpec, prefill_length
 
@@ -129,7 +129,7 @@ class Llama(nn.Module):
         super().__init__()
         self.config, self.gguf_path = cfg, None
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.n_embd)
-        self.blocks = nn.ModuleList([Block(cfg) for _ in range(cfg.n_layer)])
+        self.blocks = nn.ModuleList([LlamaBlock(cfg) for _ in range(cfg.n_layer)])
         self.norm = RMSNorm(cfg.n_embd, cfg.rms_eps)
         # Built in a loop: `[BPDHead(cfg)] * n` would share one module n times.
         self.heads = nn.ModuleList([bpd_head(cfg) for _ in range(cfg.n_bpd_heads - 1)])

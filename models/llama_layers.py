@@ -1,10 +1,10 @@
 """llama_layers: the layers models/llama.py builds its Llama from: rotary tables, the linear
 layers that compute in their weight's dtype (Linear, the tied output head TiedHead), RMSNorm,
-SwiGLU (MLP), the transformer Block with its KV-cache write, and the two forms of BPD proposal
-heads (Stern §6's SternHead, ours ChainedHead). Every matmul goes through models/blocks.py's
-fixed-shape products when a row block is set, which is what makes the model batch-invariant
-(llama.py's docstring says why). Only torch, the paper's BPDHead and models/attention.py,
-models/blocks.py."""
+SwiGLU (MLP), the transformer block (LlamaBlock) with its KV-cache write, and the two forms of
+BPD proposal heads (Stern §6's SternHead, ours ChainedHead). Every matmul goes through
+models/blocks.py's fixed-shape products when a row block is set, which is what makes the model
+batch-invariant (llama.py's docstring says why). Only torch, the paper's BPDHead and
+models/attention.py, models/blocks.py."""
 import dataclasses
 
 import torch
@@ -112,7 +112,7 @@ class MLP(nn.Module):
         return x + linear_rows(self.down, F.silu(gate) * up, rows, wide)
 
 
-class Block(nn.Module):
+class LlamaBlock(nn.Module):
     def __init__(self, cfg):
         super().__init__()
         self.cfg = cfg

@@ -30,12 +30,13 @@ from runtime.checkpoint import (DTYPES as PRECISIONS, INT4, Outline,
                                 first_nonfinite, retrain, tensors_problem)
 from runtime.kvcache import KVSpec
 
-FORMAT_VERSION, KIND = 1, "smollm2-heads"
+HEADS_FORMAT, KIND = 1, "smollm2-heads"
 
 # ----------------------------------------------------------------------------- loading
 
 
-DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64, INT4)   # INT4: int4_trunk
+# the weights' dtypes load takes (INT4: int4_trunk)
+WEIGHT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64, INT4)
 MACHINE = ("wide_prefill", "prefill_apart", "row_block")   # chosen at load for this CPU (machine.py)
 
 
@@ -79,11 +80,12 @@ def load(gguf_path=None, dtype=torch.float32, device="cpu", block_size=512, n_bp
     for its plain products and the block as well; docs/real-model.md, "Prefill"). `expect`:
     {ARCHITECTURE field: value} of a checkpoint's config, checked against the GGUF's before any
     weight is read."""
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {', '.join(map(str, DTYPES))}, got {dtype!r}")
+    if dtype not in WEIGHT_DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(map(str, WEIGHT_DTYPES))}, "
+                         f"got {dtype!r}")
     reader, cfg = open_gguf(gguf_path, device, block_size, n_bpd_heads, batch_invariant,
                             head_form, expect)
-    return build(reader, with_rows(cfg, row_block_for(dtype, device) if row_block is None
+    return build_llama(reader, with_rows(cfg, row_block_for(dtype, device) if row_block is None
                                    else row_block), dtype, device, heads_state)
 
 
@@ -115,7 +117,7 @@ def with_rows(cfg, row_block):
     return dataclasses.replace(cfg, row_block=row_block, prefill_apart=row_block)
 
 
-def build(reader, cfg, dtype, device, heads_state):
+def build_llama(reader, cfg, dtype, device, heads_state):
     """The model of `cfg` with the GGUF's weights dequantized to `dtype`, and its vocab."""
     vocab = vocab_from_gguf(reader)
     with torch.device("meta"):           # no memory for weights about to be replaced
@@ -205,7 +207,7 @@ def save_heads(model, path, extra=None):
     so that torch.load(..., weights_only=True) reads it)."""
     if getattr(model, "gguf_path", None) is None:
         raise ValueError("save_heads needs a model made by smollm.load (it records the GGUF's sha256)")
-    ck = {"format_version": FORMAT_VERSION, "kind": KIND, "gguf_sha256": gguf_sha256(model.gguf_path),
+    ck = {"format_version": HEADS_FORMAT, "kind": KIND, "gguf_sha256": gguf_sha256(model.gguf_path),
           "config": {k: v for k, v in dataclasses.asdict(model.config).items()
                      if k not in MACHINE},
           "heads": {k: v.detach().to("cpu", torch.float16) for k, v in model.heads.state_dict().items()}}
@@ -225,14 +227,15 @@ def from_checkpoint(ck, device="cpu", dtype=None, gguf_path=None):
     """-> (model, vocab) from a heads-only checkpoint dict (save_heads) and the GGUF it was made
     on; a GGUF with another sha256 is refused. dtype None: this machine's choice (machine_setting;
     the checkpoint's own off the CPU). model.machine says in one line what runs and why."""
-    if not isinstance(ck, dict) or ck.get("kind") != KIND or ck.get("format_version") != FORMAT_VERSION:
+    if not isinstance(ck, dict) or ck.get("kind") != KIND or ck.get("format_version") != HEADS_FORMAT:
         found = (ck.get("kind"), ck.get("format_version")) if isinstance(ck, dict) else type(ck).__name__
-        raise ValueError(f"not a {KIND} checkpoint of format {FORMAT_VERSION}: found {found!r}")
+        raise ValueError(f"not a {KIND} checkpoint of format {HEADS_FORMAT}: found {found!r}")
     missing = [k for k in ("gguf_sha256", "config", "heads") if k not in ck]
     if missing:
         raise ValueError(f"the {KIND} checkpoint lacks {', '.join(missing)}")
-    if dtype is not None and dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {', '.join(map(str, DTYPES))}, got {dtype!r}")
+    if dtype is not None and dtype not in WEIGHT_DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(map(str, WEIGHT_DTYPES))}, "
+                         f"got {dtype!r}")
     check_tensors(ck)                             # before the GGUF is read (98 MB, seconds)
     path = find_gguf() if gguf_path is None else os.fspath(gguf_path)
     if not os.path.isfile(path):
@@ -247,7 +250,7 @@ def from_checkpoint(ck, device="cpu", dtype=None, gguf_path=None):
                              cfg.get("head_form", "stern"),    # (heads before 2026-12-03)
                              {k: cfg[k] for k in ARCHITECTURE if k in cfg})
     dtype, row_block, why = machine_setting(ck, arch, device, dtype)
-    model, vocab = build(reader, with_rows(arch, row_block), dtype, device, ck["heads"])
+    model, vocab = build_llama(reader, with_rows(arch, row_block), dtype, device, ck["heads"])
     model.draft_vocab = checked_draft_vocab(ck.get("draft_vocab"), cfg["vocab_size"])
     model.machine = why
     if str(device) == "cpu" and arch.batch_invariant and ck.get("path"):

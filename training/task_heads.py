@@ -7,9 +7,9 @@ chat template for instruction tasks, raw text for lm and code). The trunk and he
 so greedy output is unchanged; only the heads and the exit adapter move (ours: Kim fine-tunes
 the whole model, heads included, per task).
 
-Prompts of different lengths: sorted by token length and cut into batches of GEN_ROWS, each
-prompt of a batch cut to the batch's shortest by dropping its start (the end, where the
-continuation begins, is kept whole); at most MAX_PROMPT tokens (GEN_WINDOW - GEN_TOKENS).
+Prompts of different lengths: sorted by token length and cut into batches of TASK_GEN_ROWS,
+each prompt of a batch cut to the batch's shortest by dropping its start (the end, where the
+continuation begins, is kept whole); at most MAX_PROMPT tokens (GEN_WINDOW - TASK_GEN_TOKENS).
 tools/task_heads.py is the measurement; docs/tasks.md "Per-task heads on SmolLM2" the result.
 """
 import time
@@ -24,9 +24,9 @@ from training.generate import GEN_WINDOW, generate, length_batches, with_targets
 from train_heads import fit
 from training.shared import RunConfig
 
-GEN_TOKENS = 32                      # greedy tokens generated after each prompt
-GEN_ROWS = 16                        # prompts per generation batch (sorted by length)
-MAX_PROMPT = GEN_WINDOW - GEN_TOKENS
+TASK_GEN_TOKENS = 32                 # greedy tokens generated after each prompt
+TASK_GEN_ROWS = 16                   # prompts per generation batch (sorted by length)
+MAX_PROMPT = GEN_WINDOW - TASK_GEN_TOKENS
 LR, BATCH = 5e-4, 160                # a gentler peak than smollm_heads' 1e-3: a fine-tune
 
 
@@ -61,8 +61,8 @@ def finetune_on(model, vocab, prompts, steps, seed, log=print, exit_head=None):
     t0 = time.time()
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
-    batches, cut = length_batches([vocab.encode(p) for p in prompts], GEN_ROWS, MAX_PROMPT)
-    data = with_targets(generate(model, batches, GEN_TOKENS, log), model)
+    batches, cut = length_batches([vocab.encode(p) for p in prompts], TASK_GEN_ROWS, MAX_PROMPT)
+    data = with_targets(generate(model, batches, TASK_GEN_TOKENS, log), model)
     gen_s, dtype = time.time() - t0, next(model.heads.parameters()).dtype
     trained_exit = exit_head is not None
     exit_head = exit_head if trained_exit else llama_layers.exit_head(model.config).float()
@@ -74,7 +74,7 @@ def finetune_on(model, vocab, prompts, steps, seed, log=print, exit_head=None):
     for p in trainee.parameters():
         p.requires_grad_(False)
     model.heads.to(dtype)
-    return {"prompts": len(prompts), "gen_tokens": GEN_TOKENS, "prompt_tokens_cut": cut,
+    return {"prompts": len(prompts), "gen_tokens": TASK_GEN_TOKENS, "prompt_tokens_cut": cut,
             "steps": steps, "lr": LR, "batch_size": BATCH, "seed": seed,
             "exit_trained": trained_exit, "train_agreement": agreement(preds, data["targets"]),
             "seconds_generating": round(gen_s), "seconds_training": round(secs)}

@@ -122,14 +122,14 @@ def test_in_situ_medians_by_hand():
 def test_call_ms_grows_with_tokens():
     with torch.random.fork_rng():
         model = GPT(GPTConfig(64, 128, 2, 4, 256, 4)).eval()
-    one = scale_timing.call_ms(model, 1, 32, reps=3)
-    many = scale_timing.call_ms(model, 64, 32, reps=3)
+    one = scale_timing.cached_call_ms(model, 1, 32, reps=3)
+    many = scale_timing.cached_call_ms(model, 64, 32, reps=3)
     assert many > 2 * one > 0
     drafts = [[5] + [t] * 3 for t in range(8)]                  # 8 drafts, a tree of 24 nodes
     assert scale_timing.tree_ms(model, drafts, 32, reps=3) > \
         scale_timing.tree_ms(model, drafts[:1], 32, reps=3)
     with pytest.raises(ValueError, match="tokens"):
-        scale_timing.call_ms(model, 100, 32)
+        scale_timing.cached_call_ms(model, 100, 32)
     with pytest.raises(ValueError, match="tree_ms"):
         scale_timing.tree_ms(model, [[5] + [1] * 4], 32)       # 4 drafted: more than h - 1 = 3
 
@@ -146,7 +146,7 @@ def tiny_run(tiny_ckpt, monkeypatch):
     model, ck = load_checkpoint(tiny_ckpt)
     res, chosen = Resources(model, ck), decoders.settings(overrides={"k": 2, "p": 2})
     prompts = make_prompts(split_text(ck, "test"), ck["vocab"], 2, 24)
-    return scale.run(Run(res, chosen, prompts, 20), log=lambda s: None), model
+    return scale.scale_map(Run(res, chosen, prompts, 20), log=lambda s: None), model
 
 
 def test_run_on_tiny_checkpoint(tiny_run, capsys, tmp_path):
@@ -188,13 +188,13 @@ def test_run_refuses_bad_input_before_any_call(tiny_ckpt, monkeypatch):
                         ({"prompts": []}, "at least one prompt")):
         args = {"prompts": prompts, "n": 10, **kw}
         with pytest.raises(ValueError, match=message):
-            scale.run(Run(res, chosen, args.pop("prompts"), args.pop("n")), **args)
+            scale.scale_map(Run(res, chosen, args.pop("prompts"), args.pop("n")), **args)
     for kw in ({"temperature": 1.0}, {"verify": "tree"}):     # what the projection assumes
         with pytest.raises(ValueError, match="temperature 0 and verify 'auto'"):
-            scale.run(Run(res, chosen, prompts, 10, **kw))
+            scale.scale_map(Run(res, chosen, prompts, 10, **kw))
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="CUDA is not available"):
-            scale.run(Run(res, chosen, prompts, 10), device="cuda")
+            scale.scale_map(Run(res, chosen, prompts, 10), device="cuda")
 
 
 def test_scale_command(tiny_ckpt, capsys, monkeypatch):

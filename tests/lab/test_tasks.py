@@ -155,7 +155,7 @@ def test_vocab_build_is_the_raw_build_mapped(name, ck, raw, mapped):
     for split in task_text.SPLITS:
         pairs, counts = mapped["tasks"][name][split], mapped["unknown"][name][split]
         assert all(set(p) <= known and set(t) <= known for p, t in pairs)
-        assert pairs == [list(x) for x in tasks.to_vocab(raw["tasks"][name][split], ck["vocab"])]
+        assert pairs == [list(x) for x in tasks.pairs_to_vocab(raw["tasks"][name][split], ck["vocab"])]
         dropped = sum(len(p) + len(t) for p, t in raw["tasks"][name][split]) - \
             sum(len(p) + len(t) for p, t in pairs)
         assert counts["dropped"] == dropped       # each dropped character shortens the text by one
@@ -182,7 +182,7 @@ def test_char_map_examples():
 def test_to_vocab_is_a_character_map(text, i, j):
     """Known characters only, never longer, and a substring maps to a substring (qa's spans)."""
     vocab = list("abc de\n'\"-")
-    [(whole, part)] = tasks.to_vocab([(text, text[min(i, j):max(i, j)])], vocab)
+    [(whole, part)] = tasks.pairs_to_vocab([(text, text[min(i, j):max(i, j)])], vocab)
     assert set(whole) <= set(vocab) and len(whole) <= len(text) and part in whole
 
 
