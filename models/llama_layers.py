@@ -164,6 +164,8 @@ def stream_rows(flat, cfg, rows):
     return flat if rows is None else padded_copy(flat, cfg.row_multiple, 1)
 
 
+# ----------------------------------------------------------------------------- the proposal heads
+
 class ChainedHead(nn.Module):
     """Proposal head i >= 2 in chained form (ours, after Hydra: Ankner et al. 2024, "Hydra:
     Sequentially-Dependent Draft Heads for Medusa Decoding"): f_i = f_{i-1} + W2 silu(W1
