@@ -129,9 +129,18 @@ def pytest_addoption(parser):
                           "FACTORY() (default minibpd:ArgmaxDrafter)")
 
 
+ASSIGNMENTS = ["write a drafter and check it exact", "how many heads",
+               "tune on one split, report on another", "another corpus", "change the rescorer",
+               "why refined drafts are slower on a CPU", "per-task findings",
+               "approximate acceptance (Stern 5)", "copy or refine"]    # docs/coursework.md
+
+
 def pytest_configure(config):
-    """Resolve --drafter once, before any test: a missing module or factory fails the whole run
-    with the reason, not as a few errors among passes."""
+    """The coursework's marks (`pytest -m assignment1`); resolve --drafter once, before any
+    test: a missing module or factory fails the whole run with the reason, not as a few errors
+    among passes."""
+    for n, what in enumerate(ASSIGNMENTS, 1):
+        config.addinivalue_line("markers", f"assignment{n}: {what}")
     spec = config.getoption("--drafter") or "minibpd:ArgmaxDrafter"
     module, _, name = spec.rpartition(":")
     if not module or not name:
@@ -159,6 +168,9 @@ def student_module(spec):
             os.path.realpath(getattr(taken, "__file__", "") or "") != os.path.realpath(mine):
         raise ImportError(f"the module name {name!r} is taken by {taken.__file__}, so {mine} would "
                           f"not run; rename yours (e.g. my_{name}.py)")
+    if not path and taken is None and importlib.util.find_spec(name) is None:
+        raise ImportError(f"no module {name!r} in the current directory ({os.getcwd()}) or on the "
+                          f"path; name its file instead: --drafter path/to/{name}.py:FACTORY")
     if not path or taken is not None:
         return taken or importlib.import_module(name)
     where = importlib.util.spec_from_file_location(name, mine)

@@ -12,7 +12,7 @@ token verification has just chosen (Stern's merged step), certain, so it holds o
 a lattice has k^(h-1) paths, where Kim §6.3 takes one of k tokens from each of the h heads
 (k^h). A path scores
     sum_i interpolate(head_logprob_i, lm.logprob(token_i, history + path[:i]), alpha)
-(alpha = 0 or no LM: heads only, the "0-gram" control, ours: it isolates what the LM adds). An
+(alpha = 0 or no LM: heads only, Kim's "0-gram" row as we read it, which isolates the LM). An
 order-n LM sees only the last n - 1 tokens, so a dynamic program over (position, last n - 1
 tokens) finds the p best paths exactly
 (Kim et al. compose finite-state machines with OpenFST; the DP is exact for this score). Ties
@@ -27,6 +27,7 @@ LM with its own KV cache); `--reference` runs these instead.
 import argparse
 import math
 import random
+import sys
 import statistics
 import time
 from operator import index
@@ -174,7 +175,7 @@ def head_lattice(logprobs, context, k):
 class PBestDrafter:
     """Global rescoring (Kim §7.2): the p best lattice paths under interpolate(head log-prob,
     n-gram log-prob, alpha), all verified in one call (max_drafts = p). p = 1 is the `ngram`
-    decoder; lm=None is the "0-gram" control `pbest0` (ours): the p best paths by head scores."""
+    decoder; lm=None is `pbest0`, Kim's "0-gram" row as we read it: the p best by head scores."""
 
     def __init__(self, k, p, alpha=0.0, lm=None, name="pbest"):
         self.k, self.p, self.alpha, self.lm, self.name, self.max_drafts = k, p, alpha, lm, name, p
@@ -293,20 +294,24 @@ def demo_args(argv):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1)   # one decode's small products: 1 is fastest
     args, rest = p.parse_known_args(argv)
-    return args if args.demo and not rest else None
+    return args if (args.demo or not argv) and not rest else None   # no flags: the demo
 
 
 def demo(argv):
     """-> the exit code (0: every decoder's output is greedy's), or None when argv is not this
     demo: a lab flag, or a checkpoint of another model family (SmolLM2's: the lab's demo)."""
     args, t0 = demo_args(argv), time.perf_counter()
-    if args is None or read_checkpoint(args.checkpoint).get("kind") is not None:
-        return None
-    if not 1 <= args.max_new_tokens <= 160 or args.threads < 1:
-        raise SystemExit("--max-new-tokens takes 1 to 160 (the demo fits a terminal; --prompt "
-                         "takes more), --threads at least 1")
+    try:
+        if args is None or read_checkpoint(args.checkpoint).get("kind") is not None:
+            return None
+        if not 1 <= args.max_new_tokens <= 160 or args.threads < 1:
+            raise ValueError("--max-new-tokens takes 1 to 160 (the demo fits a terminal; "
+                             "--prompt takes more), --threads at least 1")
+        model, ck = load_checkpoint(args.checkpoint)
+    except ValueError as e:               # CheckpointError too: one line, exit status 2
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     torch.set_num_threads(args.threads)
-    model, ck = load_checkpoint(args.checkpoint)
     vocab, n = ck["vocab"], args.max_new_tokens
     prompt = chars_to_ids(demo_prompt(ck["splits"]["test"], args.seed), vocab)
     greedy = greedy_decode(model, prompt, n)

@@ -5,8 +5,7 @@ Stern, Shazeer, Uszkoreit, "Blockwise Parallel Decoding for Deep Autoregressive 
 one call (verify), the longest prefix equal to its greedy choices is kept (accept). "Kim §N": Kim
 et al., arXiv 2404.09221v2. Top to bottom: the model (Stern §6), the KV cache, the reference
 decoder, the drafter contract, predict, verify, accept and the one loop, bpd_decode (Stern §3-4),
-then reading a checkpoint. It imports nothing of the folders: sampling, token trees, fast twins
-and other models live there, built on this, and reach the loop as objects it is handed.
+then reading a checkpoint. The lab (the folders) builds on this file, never the reverse.
 
 Exact: bpd_decode returns greedy_decode's tokens. The verification call and greedy's one-token
 calls sum in different orders: in float64 (~1e-16) that flips no argmax, but in float32 (~1e-7)
@@ -73,10 +72,9 @@ class Block(nn.Module):
 
 
 class BPDHead(nn.Module):
-    """Proposal head i >= 2 (Stern §6, Fig. 3): one hidden layer with a residual on the final
-    hidden state, z + W2 gelu(W1 z); GPT.head_logits reapplies the output projection. Ours: h - 1
-    separate heads of width n_embd, head 1 the identity (Stern's footnote 1), closer to Kim §4's
-    h distinct layers than to Stern §6's one layer of hidden size k x d_hidden for all k."""
+    """Proposal head i >= 2 (Stern §6, Fig. 3): z + W2 gelu(W1 z) on the final hidden state; the
+    output projection follows. Ours: h - 1 separate heads of width n_embd, head 1 the identity
+    (Stern's footnote 1), nearer Kim §4's h layers than Stern §6's one layer of k x d_hidden."""
     def __init__(self, n_embd):
         super().__init__()
         self.fc, self.proj = nn.Linear(n_embd, n_embd), nn.Linear(n_embd, n_embd)
@@ -119,9 +117,8 @@ class GPT(nn.Module):
         return self.ln_f(x)
 
     def head_logits(self, z, last=None):
-        """z [..., C] -> the logits of all h heads [..., h, V] (Stern §6): head 1 projects z,
-        head i projects BPDHead_i(z), i - 1 tokens further ahead. `last`, the token chosen at z,
-        is for heads that read it (models/llama.py). runtime/fast_heads.py: two matmuls."""
+        """z [..., C] -> all h heads' logits [..., h, V] (Stern §6): head i, i - 1 tokens further
+        ahead. `last` (the token chosen at z) is for heads that read it (models/llama.py)."""
         return self.lm_head(torch.stack([z] + [head(z) for head in self.heads], dim=-2))
 
     def kv_spec(self):      # a KVCache's shape: layers, heads, head dim, dtype, device
@@ -133,9 +130,8 @@ class GPT(nn.Module):
 
 def window_start(t, block_size):
     """The first position seen when predicting position t (ours: neither paper discusses decoding
-    past the model's window):
-    0 while t fits, then half a window at a time. Every decoder predicts t from exactly
-    seq[window_start(t):t], so outputs past the window agree."""
+    past the model's window): 0 while t fits, then half a window at a time. Every decoder
+    predicts t from exactly seq[window_start(t):t], so outputs past the window agree."""
     shift, over = max(1, block_size // 2), t - block_size
     return 0 if over <= 0 else -(-over // shift) * shift     # over, rounded up to a shift
 
@@ -150,7 +146,7 @@ class KVCache:
         self.block_size, self.rows, self.start, self.length = model.config.block_size, rows, 0, 0
         shape = (rows, heads, self.block_size + spare, head_dim)
         if 2 * layers * math.prod(shape) * dtype.itemsize > 2 ** 30:    # before allocating it
-            raise ValueError(f"a KV cache of {rows} rows would pass 1 GiB: verify fewer drafts")
+            raise ValueError(f"a KV cache of {rows} row(s) of this model would pass 1 GiB")
         self.kv = [[torch.zeros(shape, dtype=dtype, device=device) for _ in "kv"]
                    for _ in range(layers)]
 
@@ -190,8 +186,9 @@ def check_request(model, prompt, max_new_tokens, temperature=0.0, generator=None
                          f"{model.config.vocab_size}) (encode text first)")
     if not is_token(max_new_tokens) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
-    if not is_real(temperature) or not 0 <= float(temperature) < float("inf"):
-        raise ValueError(f"temperature must be a number >= 0 (finite), got {temperature!r}")
+    if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or \
+            not (temperature == 0 or 1e-6 <= temperature < 1e308):        # True is no temperature
+        raise ValueError(f"temperature must be 0 (greedy) or in [1e-6, 1e308): got {temperature!r}")
     if temperature > 0 and not isinstance(generator, (torch.Generator, type(None))):
         raise ValueError("generator must be None or a torch.Generator().manual_seed(seed)")
     return [int(t) for t in seq]
@@ -199,10 +196,6 @@ def check_request(model, prompt, max_new_tokens, temperature=0.0, generator=None
 
 def is_token(t):              # an integer, not a bool (True is no token id)
     return isinstance(t, numbers.Integral) and not isinstance(t, bool)
-
-
-def is_real(x):               # a real number, not a bool (True is no temperature)
-    return isinstance(x, numbers.Real) and not isinstance(x, bool)
 
 
 def next_token(model, z, temperature=0.0, generator=None):
@@ -234,22 +227,15 @@ def greedy_decode(model, prompt, max_new_tokens):    # what every BPD path must 
 # ----------------------------------------------------------------------------- the drafter contract
 
 class ArgmaxDrafter:
-    """Plain BPD's drafter (Stern §3, predict): each head's most likely token.
-
-    The drafter contract (check_drafts checks it at every step and names the rule broken):
-      drafter(logprobs, context) -> drafts
-        logprobs  [r, V]: the log-probs of heads 1..r at the last accepted position
-        context   the tokens so far, prompt included; context[-1] was just chosen
-        drafts    a list of 1 to max_drafts drafts, each a list of r token ids in [0, V) whose
-                  first is context[-1] (head 1's token is certain: the base model chose it)
-      max_drafts  attribute: the most drafts a call returns (default 1); all are verified in
-                  one call and the one accepted furthest is kept (our reading of Kim §7.2's
-                  "verified in parallel")
-      max_draft_tokens  attribute (ours): the most tokens a draft holds after context[-1]
-                  (default h - 1); declared, drafts may hold r to max_draft_tokens + 1 tokens,
-                  of lengths that differ (a copy from the context: decoders/lookup.py)
-    Both arguments are the drafter's own copies. One drafter object serves one sequence at a
-    time (it may keep state: a small LM's cache). A sampling drafter: runtime/sampling.py."""
+    """Plain BPD's drafter (Stern §3, predict): each head's most likely token. The drafter
+    contract, checked at every step by check_drafts: drafter(logprobs, context) -> drafts, where
+    logprobs [r, V] are heads 1..r's at the last accepted position, context the tokens so far
+    (its last just chosen), drafts 1 to `max_drafts` lists of r token ids in [0, V), each starting
+    with context[-1]. All drafts are verified in one call and the one accepted furthest is kept
+    (our reading of Kim §7.2's "verified in parallel"). Ours: a drafter declaring
+    `max_draft_tokens` may draft up to that many tokens past context[-1], of differing lengths
+    (a copy from the context: decoders/lookup.py). It gets its own copies of both arguments and
+    serves one sequence at a time (it may keep state: a small LM's cache)."""
     name, max_drafts = "bpd", 1
 
     def __call__(self, logprobs, context):
@@ -271,8 +257,7 @@ def declared(drafter, h):
 def check_drafts(drafts, drafter, rows, first, V, most=None):
     """The drafter contract as code: whatever a drafter hands back is checked before it is used,
     so a broken one stops the decode with one ValueError naming the rule, never a wrong token.
-    `most`: the max_drafts it declared first (the cache has that many rows). -> the drafts as
-    new lists of ints (r tokens each; up to max_draft_tokens + 1 where it declares that)."""
+    `most`: the max_drafts it declared first (the cache's rows). -> the drafts, new int lists."""
     name, now, reach = declared(drafter, rows)
     most = now if most is None else most
     longest = max(rows, reach + 1) if hasattr(drafter, "max_draft_tokens") else rows
@@ -341,8 +326,8 @@ def matched(drafted, choices):
 
 
 def accept_longest(drafts, choices):
-    """Stern §3, accept, for P drafts (ours: the first of those accepted furthest; Stern has one
-    draft): choices[j] is the base model's token after each prefix of draft j. -> (row, kept)."""
+    """Accept among P drafts (Kim §7.2; Stern §3 has one): the first accepted furthest, our reading
+    of Kim's "verified in parallel". choices[j]: greedy's tokens along draft j. -> (row, kept)"""
     kept = [matched(d[1:], c) for d, c in zip(drafts, choices)]
     row = kept.index(max(kept))
     return row, kept[row]
@@ -381,12 +366,9 @@ def verifier_and_rule(model, most, temperature, verify, accept):
 def bpd_decode(model, prompt, max_new_tokens, drafter=None, temperature=0.0, generator=None,
                verify="batch", accept="exact"):
     """Blockwise parallel decoding: Stern §3's predict, verify, accept, merged (Stern §4) so that
-    each step is ONE call: the call verifying a block runs the heads at every position, and those
-    at the last accepted one draft the next. -> (new tokens, stats: calls, accepted per call,
-    steps with drafts, processed, verified, block_efficiency = new tokens / calls). The defaults
-    are the papers' (ArgmaxDrafter, a batch Verifier, GreedyRule); `verify` and `accept` may be
-    objects of their shapes, which the lab builds (LAB_CALL: sampling at temperature > 0, token
-    trees, Stern §5's approximate rules)."""
+    each step is ONE call, whose heads at the last accepted position draft the next block.
+    -> (new tokens, stats: calls, accepted, steps, processed, verified, block_efficiency = new
+    tokens / calls). verify/accept: the lab's objects of the Verifier's and GreedyRule's shapes."""
     seq = check_request(model, prompt, max_new_tokens, temperature, generator)
     drafter = ArgmaxDrafter() if drafter is None else drafter
     _, most, reach = declared(drafter, model.config.n_bpd_heads)
@@ -432,8 +414,9 @@ def read_checkpoint(path=None):
     try:
         ck = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:      # missing, truncated, not a torch file, an unsafe pickle, ...
-        raise CheckpointError(f"cannot read checkpoint {path} ({type(e).__name__}: {e}); `python "
-                              f"train_heads.py --out {path}` trains one") from None
+        why = "not found" if isinstance(e, FileNotFoundError) else f"unreadable ({type(e).__name__}: {e})"
+        raise CheckpointError(f"checkpoint {path} {why}; `python train_heads.py --out {path}` "
+                              "trains one") from None
     if not isinstance(ck, dict) or ck.get("format_version") != 1 or "config" not in ck:
         raise CheckpointError(f"checkpoint {path} is not a minibpd checkpoint of format 1")
     return {**ck, "path": path}
@@ -444,7 +427,7 @@ def build_gpt(config, state, where, dtype=torch.float32, device="cpu"):
     compared on the meta device first: a config asking for more than its weights allocates nothing."""
     try:
         cfg = GPTConfig(**config)
-        if cfg.n_layer + cfg.n_bpd_heads > len(state):           # a module per weight, at most
+        if cfg.n_layer + cfg.n_bpd_heads > len(state):     # a module per weight at least: no huge build
             raise ValueError(f"{cfg.n_layer} layers and {cfg.n_bpd_heads} heads, {len(state)} tensors")
         with torch.device("meta"):
             want = {k: v.shape for k, v in GPT(cfg).state_dict().items()}
@@ -465,10 +448,9 @@ def load_checkpoint(path=None, device="cpu", dtype=None):
     ck["model"], ck["vocab"] its characters. Other model families (ck["kind"]: SmolLM2's heads)
     are the lab's: runtime.checkpoint.load(path) builds them."""
     ck = read_checkpoint(path)
-    if ck.get("kind") is not None:
-        raise CheckpointError(f"checkpoint {ck['path']} holds a {ck['kind']!r} model: the lab's "
-                              "runtime.checkpoint.load(path) builds it")
     where = f"checkpoint {ck['path']}"
+    if ck.get("kind") is not None:
+        raise CheckpointError(f"{where} holds a {ck['kind']!r} model: runtime.checkpoint.load builds it")
     model = build_gpt(ck["config"], ck.get("model", {}), where, dtype or torch.float32, device)
     vocab = ck.get("vocab")
     if not isinstance(vocab, str) or not len(set(vocab)) == len(vocab) == model.config.vocab_size:
@@ -482,5 +464,8 @@ if __name__ == "__main__":    # `--demo` is the papers' (lattice.demo); other co
     import lattice            # built on this file: only the command line imports it here
     code = lattice.demo(sys.argv[1:])         # None: the lab's (another flag, another model)
     if code is None:
-        from lab.cli import main              # the lab's command line: lab/cli.py
+        try:
+            from lab.cli import main          # the lab's command line: lab/cli.py
+        except ModuleNotFoundError as e:      # the paper files alone run only the demo
+            sys.exit(f"error: {' '.join(sys.argv[1:])}: the lab's (lab/ ...), not here ({e})")
     raise SystemExit(main() if code is None else code)

@@ -380,7 +380,7 @@ def test_a_checkpoint_is_read_safely_and_checked(tmp_path):
     state = dict(ck["model"], **{"tok_emb.weight": ck["model"]["tok_emb.weight"][:5]})
     torch.save({**ck, "model": state}, bad["shape"])
     torch.save({**ck, "kind": "smollm2-heads"}, bad["kind"])
-    for what, message in [("missing", "cannot read"), ("corrupt", "cannot read"),
+    for what, message in [("missing", "not found"), ("corrupt", "unreadable"),
                           ("shape", "tok_emb.weight"), ("kind", "runtime.checkpoint.load")]:
         with pytest.raises(minibpd.CheckpointError, match=message):
             minibpd.load_checkpoint(str(bad[what]))

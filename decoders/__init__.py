@@ -198,7 +198,7 @@ register("ngram", lambda res, s, answer: FastPBestDrafter(
          about="the best lattice path under heads + n-gram LM (Kim §7.2, p = 1)")
 register("pbest0", lambda res, s, answer: pbest(res, s["k"], s["p"], name="pbest0", nodes=s["nodes"]),
          {"k": 8, "p": 16, "nodes": 0}, {"k": [8], "p": [16], "nodes": NODES},
-         about="the p best lattice paths by head scores alone: the 0-gram control (ours)")
+         about="the p best lattice paths by head scores alone: Kim's 0-gram row (our reading)")
 register("pbest", lambda res, s, answer: pbest(res, s["k"], s["p"], s["alpha"], s["order"],
                                                nodes=s["nodes"]),
          {"k": 8, "p": 16, "alpha": 0.5, "order": 4, "nodes": 0},
@@ -359,7 +359,9 @@ def load_tuned(path, checkpoint, heads=None, all_heads=None, required=False):
         return ignore("it was tuned for another checkpoint (checkpoint_sha256 differs)") or {}
     tuned_heads = data.get("heads", all_heads)
     if heads is not None and tuned_heads is not None and tuned_heads != heads:
-        return ignore(f"it was tuned with {tuned_heads} heads, this run uses {heads}") or {}
+        return ignore(f"it was tuned with {tuned_heads} heads, this run uses {heads} (settings for "
+                      f"{heads}: `python minibpd.py --tune --heads {heads} --tuned FILE`, then "
+                      "--tuned FILE)") or {}
     return settings
 
 
@@ -387,7 +389,7 @@ def tuned_be_by_heads(path, checkpoint):
 def speed_heads(be, call_ms):
     """The number of heads k whose plain BPD is fastest here by the measure at hand: block
     efficiency with k heads (be, the tuned file's) over the cost of a k-row decode call on this
-    machine (call_ms[k - 1], models/machine.call_costs): tokens per ms. Ours (Stern §7.3, Fig. 4:
+    machine (call_ms[k - 1], models/machine.call_costs): tokens per ms. Ours (Stern §7.3, Table 4:
     speedup rises with the block size k, then falls). None where either is missing; ties go to
     more heads."""
     if not be or not call_ms:

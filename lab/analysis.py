@@ -211,13 +211,19 @@ def win_tie_loss(run, bpd_runs, names=None, compared=None):
         w, t, l, fixes = 0, 0, 0, 0
         for base, _, j, new in rows:                                 # j: BPD's first miss
             w, t, l = w + (new > j), t + (new == j), l + (new < j)
-            fixes += new > j and base[j] == base[j - 1]
+            fixes += new > j and repeats_at(base, j)     # j = len(base): BPD missed nothing
         total = max(1, w + t + l)
         out[name] = {"win": w / total, "tie": t / total, "loss": l / total,
                      "wins_replacing_repeat": fixes / max(1, w),
                      "counts": {"steps": w + t + l, "win": w, "tie": t, "loss": l,
                                 "wins_replacing_repeat": fixes}}
     return out
+
+
+def repeats_at(draft, i):
+    """Whether draft[i] repeats the token before it; False past the draft's end (a copy that
+    outruns BPD's draft, as prompt lookup's, or a draft shorter than BPD's)."""
+    return i < len(draft) and draft[i] == draft[i - 1]
 
 
 def introduces_repeat(base, draft):
@@ -228,8 +234,9 @@ def introduces_repeat(base, draft):
 
 
 def loss_repeats(compared):
-    """Kim Table 5's other side (ours: the paper counts the wins that repaired a repetition):
-    of the steps each refined drafter lost to BPD (compared_steps' rows whose gain is below
+    """Kim Table 5's losing side (Kim's: v2 §7.3's Table 5 gives the shares of wins and of
+    losses attributed to repetition; the position-by-position rule and the first-miss count are
+    ours): of the steps each refined drafter lost to BPD (compared_steps' rows whose gain is below
     BPD's), the share where its draft introduced a consecutive repetition BPD's draft did not
     have (introduces_repeat, anywhere in the draft), and the share where that repetition is
     its first miss m (d_m == d_{m-1}: the repeat cost the step; BPD's token there is greedy's,
@@ -238,7 +245,7 @@ def loss_repeats(compared):
     for name, rows in compared.items():
         lost = [(base, d, new) for base, d, j, new in rows if new < j]
         anywhere = sum(introduces_repeat(base, d) for base, d, _ in lost)
-        at_miss = sum(d[m] == d[m - 1] and base[m] != base[m - 1] for base, d, m in lost)
+        at_miss = sum(repeats_at(d, m) and not repeats_at(base, m) for base, d, m in lost)
         out[name] = {"introduced_repeat": anywhere / max(1, len(lost)),
                      "lost_on_repeat": at_miss / max(1, len(lost)),
                      "counts": {"steps": len(rows), "loss": len(lost),

@@ -131,7 +131,8 @@ def timed_methods(run, methods, max_reps=None):
 
 
 def by_heads(run, max_reps=None):
-    """Stern §7.3, Fig. 4: wall-clock speedup against the block size k, with block efficiency:
+    """Stern §7.3: wall-clock speedup by block size k (Table 4), each k's block efficiency beside
+    it (Fig. 4 plots speedup against that mean accepted block size):
     greedy, then plain BPD on heads 1..k for k = 1..h (the model's first_heads(k), as
     `--heads k`), timed in one interleaved run (timed_methods; methods named "1".."h")."""
     h = run.model.config.n_bpd_heads
@@ -292,7 +293,7 @@ class BenchReport:
     sweep: dict = None                # --sweep only
     loss_repeats: dict = None         # Kim Table 5's losses (analysis.loss_repeats), T = 0
     head_entropy_quantiles: dict = None   # Kim Fig. 3a (analysis.entropy_quantiles), T = 0
-    speedup_by_heads: dict = None     # --by-heads only: Stern §7.3, Fig. 4 (by_heads)
+    speedup_by_heads: dict = None     # --by-heads only: Stern §7.3, Fig. 4, Table 4
     approximate: dict = None          # --approximate only: {rule: ...} (lab/approximate.py), the
                                       # APPROXIMATE rules, NOT greedy's: never identical_to_greedy
     seconds: float = None

@@ -35,8 +35,8 @@ from lab.run import Run
 from decoders import Resources, baseline_name, split_text
 from runtime.checkpoint import DTYPES, CheckpointError, file_sha256, read, train_kind
 from runtime.corpus import decode, encode
-from minibpd import greedy_decode, load_checkpoint
-from runtime.checkpoint import build_model, family_module
+from minibpd import greedy_decode
+from runtime.checkpoint import build_model, family_module, load as load_fast
 from runtime.contract import DrafterError
 from runtime.loop import VERIFY_MODES
 from runtime.threads import set_threads
@@ -223,7 +223,7 @@ def add_run_flags(p):
                    "to open in a browser; FILE.json: the same data as JSON (docs/trace.md)")
     p.add_argument("--sweep", action="store_true", help="--bench: sweep k, p, alpha, heads (tune split)")
     p.add_argument("--by-heads", action="store_true", help="--bench: time plain BPD on heads 1..k, "
-                   "k = 1..h, beside greedy in one run (Stern §7.3, Fig. 4; JSON: speedup_by_heads)")
+                   "k = 1..h, beside greedy in one run (Stern §7.3, Fig. 4, Table 4; JSON: speedup_by_heads)")
     p.add_argument("--approximate", action="store_true", help="--bench: also run the APPROXIMATE "
                    f"acceptance rules {', '.join(approximate.RULES)} (Stern §5) on plain BPD's "
                    "drafts, in their own section (JSON: approximate) and never in "
@@ -238,8 +238,8 @@ def add_run_flags(p):
 def load(args, used=None):
     """(model, checkpoint, {decoder: settings}, Resources), the settings of the decoders `used`
     (default: all) checked against the model's budgets; no model call yet."""
-    model, ck = load_checkpoint(args.checkpoint, resolve_device(args.device),
-                                DTYPES.get(args.dtype))
+    # the lab's loader: FastGPT (minibpd.GPT's heads in one product) or another model family
+    model, ck = load_fast(args.checkpoint, resolve_device(args.device), DTYPES.get(args.dtype))
     if args.heads is not None:
         model = model.first_heads(args.heads)
     else:                             # for speed in --prompt and --demo; the bench runs every head

@@ -82,9 +82,9 @@ def paper_tables(r):
 
 
 def print_losses(losses):
-    """Kim Table 5's other side (analysis.loss_repeats): counts beside the shares."""
-    print("\n  steps lost to BPD whose refined draft added a repeat BPD's draft lacked (ours;\n"
-          "  Kim Table 5 counts the wins that repaired one): anywhere / at its first miss")
+    """Kim Table 5's losing side (analysis.loss_repeats): counts beside the shares."""
+    print("\n  steps lost to BPD whose refined draft added a repeat BPD's draft lacked (Kim\n"
+          "  Table 5's losing side; 'at its first miss' is ours): anywhere / at its first miss")
     wide = decoders.label_width(losses) - 1
     for name, v in losses.items():
         c = v["counts"]
@@ -93,8 +93,10 @@ def print_losses(losses):
 
 
 def print_by_heads(s):
-    """Stern §7.3, Fig. 4 (bench.by_heads): a row per block size k, greedy first."""
-    print(f"\n  speedup by block size k (Stern §7.3, Fig. 4): plain BPD on heads 1..k, one "
+    """Stern §7.3 (bench.by_heads): a row per block size k, greedy first (Table 4's layout;
+    Fig. 4 plots the speedup against the block efficiency column)."""
+    print(f"\n  speedup by block size k (Stern §7.3, Table 4; Fig. 4 against block eff.): "
+          f"plain BPD on heads 1..k, one "
           f"interleaved run, {s['threads']} thread(s)\n  {'k':>6s} {'block eff.':>10s} "
           f"{'tok/s':>8s} {'speedup':>8s} {'= greedy':>9s}")
     for name, m in s["methods"].items():
@@ -218,20 +220,28 @@ def entropy_boxes(plt, q, model):
 
 
 def heads_speed(plt, s, model):
-    """Stern §7.3, Fig. 4 from bench.by_heads: the wall-clock speedup over greedy and the block
-    efficiency of plain BPD against the block size k (heads used). -> the figure."""
+    """Stern §7.3 from bench.by_heads, plain BPD on heads 1..k. Left, Fig. 4's view: the
+    wall-clock speedup over greedy against the mean accepted block size (our block efficiency),
+    one point per k. Right, Table 4's view: speedup and block efficiency by k. -> the figure."""
     ks = [k for k in s["methods"] if k.isdigit()]
-    fig, ax = plt.subplots(figsize=(6.4, 3.8))
-    ax.plot([int(k) for k in ks], [s["methods"][k]["speedup"] for k in ks], "o-",
-            label="wall-clock speedup over greedy (median)")
-    ax.plot([int(k) for k in ks], [s["methods"][k]["block_efficiency"] for k in ks], "s--",
-            label="block efficiency (tokens / call)")
-    ax.axhline(1.0, color="grey", linewidth=0.8)
-    ax.set_xticks([int(k) for k in ks])
-    ax.set(title=f"Stern Fig. 4: speedup against block size k\n{short(model)}, "
-                 f"{s['threads']} thread(s)", xlabel="k (heads used)",
-           ylabel="speedup (x greedy) / tokens per call")
-    ax.legend(fontsize=8)
+    x = [int(k) for k in ks]
+    be = [s["methods"][k]["block_efficiency"] for k in ks]
+    up = [s["methods"][k]["speedup"] for k in ks]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
+    left.plot(be, up, "o-")
+    for k, b, u in zip(ks, be, up):
+        left.annotate(f"k={k}", (b, u), textcoords="offset points", xytext=(4, -10), fontsize=7)
+    left.axhline(1.0, color="grey", linewidth=0.8)
+    left.set(title="Stern Fig. 4: speedup against mean accepted block size",
+             xlabel="block efficiency (tokens / call)", ylabel="speedup (x greedy, median)")
+    right.plot(x, up, "o-", label="wall-clock speedup over greedy (median)")
+    right.plot(x, be, "s--", label="block efficiency (tokens / call)")
+    right.axhline(1.0, color="grey", linewidth=0.8)
+    right.set_xticks(x)
+    right.set(title="by block size k (Stern Table 4's view)", xlabel="k (heads used)",
+              ylabel="speedup (x greedy) / tokens per call")
+    right.legend(fontsize=8)
+    fig.suptitle(f"{short(model)}, {s['threads']} thread(s)", fontsize=9)
     return fig
 
 

@@ -1,5 +1,5 @@
 """questions: chat questions about the running Python's standard library, for SmolLM2's chat
-prompts (issue 25): its heads train on greedy answers to the train split's questions
+prompts: its heads train on greedy answers to the train split's questions
 (training/generate.py, --chat-continuations) and the benchmarks ask the test split's
 (tools/peer_bench.py --chat, tools/heads_table.py --replay --chat) after the demo's own two.
 

@@ -159,16 +159,21 @@ class InSitu(decoders.Method):
     passes (ForwardTimer) and of its drafter's calls (TimedDrafter), its calls and draft steps."""
 
     def __init__(self, method):
-        super().__init__(f"{method.name} in situ", method.drafter and TimedDrafter(method.drafter))
+        drafter = None if method.drafter is None else TimedDrafter(method.drafter)
+        super().__init__(f"{method.name} in situ", drafter)
         self.reps, self.records = method.reps, []
 
     def decode(self, model, prompt, n, *args):
-        before = self.drafter.seconds if self.drafter else 0.0
+        before = self.drafted()
         with ForwardTimer(model) as fwd:
             out, stats = super().decode(model, prompt, n, *args)
-        drafted = (self.drafter.seconds if self.drafter else 0.0) - before
+        drafted = self.drafted() - before
         self.records.append((fwd.seconds, drafted, stats["calls"], len(stats["steps"])))
         return out, stats
+
+    def drafted(self):
+        """Seconds in the drafter's calls so far (the baseline drafts nothing)."""
+        return 0.0 if self.drafter is None else self.drafter.seconds
 
     def medians(self, times, prompts):
         """-> medians over the repetitions of (drafter ms per draft step, forward ms per call, the

@@ -6,7 +6,7 @@ import functools
 import re
 
 from lab.task_text import PROMPT_MAX, SPLITS, WINDOW, keep_tail, split_of
-from runtime.corpus import chunk_size, chunk_split, clean_text
+from train_heads import chunk_size, chunk_split, clean_text
 
 
 # ----------------------------------------------------------------------------- lm (LAMBADA-like)
@@ -21,7 +21,7 @@ LM_TARGET, LM_STRIDE, LM_MIN_PROMPT, LM_MIN_HEAD = 128, 64, 64, 24
 
 @functools.lru_cache(maxsize=1)
 def topics_text():
-    """(text, topic starts): the base model's corpus exactly (fit.load_corpus: the
+    """(text, topic starts): the base model's corpus exactly (train_heads.load_corpus: the
     cleaned topics in sorted order, joined by a blank line) and [(offset, topic name)]."""
     import pydoc_data.topics
     names = sorted(pydoc_data.topics.topics)

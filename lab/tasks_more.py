@@ -1,4 +1,4 @@
-"""tasks_more: the examples of the tasks added for the real model (issue 24: tasks of another
+"""tasks_more: the examples of the tasks added for the real model (tasks of another
 character than the five the character model was fine-tuned on), one function at a time;
 task_pools.py keys, deduplicates and caches them (doc2code_pool, rename_pool), as for the five.
 

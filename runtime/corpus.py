@@ -1,8 +1,7 @@
 """corpus: a checkpoint's text side (runtime/checkpoint.py reads the file and builds the model):
-text checked to be Unicode, characters <-> token ids (or a tokenizer's own encode), the default
-corpus cleaned and split into train / tune / test, and text mapped into a vocabulary's
-characters. Only the standard library."""
-import re
+text checked to be Unicode, characters <-> token ids (or a tokenizer's own encode), and text
+mapped into a vocabulary's characters. The corpus itself (cleaning, the split) is
+train_heads.py's. Only the standard library."""
 import string
 import unicodedata
 
@@ -51,41 +50,6 @@ def known_characters(vocab):
     rest = "".join(c for c in vocab if not any(c in r for r in runs))
     return ", ".join(f"{r[0]}-{r[-1]}" for r in runs) + (" and " if runs and rest else "") + \
         (repr(rest) if rest else "") + f" ({len(vocab)} in all)"
-
-
-# ----------------------------------------------------------------------------- the corpus
-
-RULE = re.compile(r"^[\s*=\-+|~^#.:`'\"_]*$")   # reST underlines, table borders, blank-ish lines
-
-
-def clean_text(text):
-    """Collapse runs of spaces, drop reST underline/table-border lines and repeated blank lines."""
-    lines = []
-    for line in text.splitlines():
-        line = re.sub(r"[ \t]+", " ", line).strip()
-        if RULE.match(line) and line:
-            continue                              # '*****', '+----+----+', '====' ...
-        if line or (lines and lines[-1]):
-            lines.append(line)
-    return "\n".join(lines).strip() + "\n"
-
-
-def chunk_size(text):
-    """The split's chunk: 2,000 characters, smaller for texts under 80,000 (at least 40 chunks)."""
-    return max(1, min(2000, len(text) // 40))
-
-
-def chunk_split(j):
-    """The split of chunk j: tune if j % 20 == 18, test if j % 20 == 19, else train (90 / 5 / 5)."""
-    return {18: "tune", 19: "test"}.get(j % 20, "train")
-
-
-def split_corpus(text):
-    """Fixed split by chunks (chunk_size, chunk_split): deterministic, every split spans the text."""
-    chunk, parts = chunk_size(text), {"train": [], "tune": [], "test": []}
-    for j in range(0, len(text), chunk):
-        parts[chunk_split(j // chunk)].append(text[j:j + chunk])
-    return {k: "".join(v) for k, v in parts.items()}
 
 
 # Characters outside a vocabulary become ONE known character (a tab a space, a backquote a quote,

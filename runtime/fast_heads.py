@@ -3,8 +3,10 @@
 minibpd.GPT.head_logits calls each of the h - 1 BPDHeads in turn (Stern §6, readable). On a CPU
 those 2(h - 1) small matmuls cost about as much as the trunk, so FastGPT runs them as one wide
 matmul (every head's W1 stacked) and one batched matmul (every W2), on weights stacked once and
-cached. The forward pass is the same numbers bit for bit (tests/runtime/test_fast_heads.py);
-gradients sum in another order. `reference = True` (the `--reference` switch) runs GPT's own.
+cached. The forward pass equals GPT's to rounding, not bit for bit: the wide matmul and the small
+ones are different kernels (AVX2, AVX-512, AMX) that sum in different orders; the tests bound the
+difference to a few ulp (tests/runtime/test_fast_heads.py). Gradients sum in another order too.
+`reference = True` (the `--reference` switch) runs GPT's own.
 models/llama.py stacks its Stern-form heads the same way (head_states).
 """
 import copy

@@ -77,6 +77,9 @@ def own_generator(generator, temperature):
     run), so that nothing inside the loop (a drafter calling torch.manual_seed, say) can reach
     its draws. Temperature 0 draws nothing: `generator` as given."""
     check_temperature(temperature)
+    if temperature > 0 and not isinstance(generator, (torch.Generator, type(None))):
+        raise ValueError(f"generator must be None or a torch.Generator (e.g. "
+                         f"torch.Generator().manual_seed(seed)), got {generator!r}")
     if generator is not None or temperature == 0:
         return generator
     return torch.Generator().manual_seed(int(torch.randint(2 ** 62, (1,))))

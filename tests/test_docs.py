@@ -1,4 +1,4 @@
-"""The docs hold together (issue 46): every relative markdown link in README.md and docs/ resolves,
+"""The docs hold together: every relative markdown link in README.md and docs/ resolves,
 to a file and, where the link names one, a heading of it (GitHub's anchors); README.md stays a
 one-sitting read (<= 150 lines) and docs/real-model.md an explanation (<= 250 lines)."""
 import os
@@ -100,3 +100,24 @@ def test_the_checker_sees_a_broken_link(tmp_path):
     found = {t: broken(str(page), t) for _, t in links(str(page))}
     assert found["#a-code-heading-here"] is None and "no heading" in found["#nowhere"]
     assert "no file" in found["missing.md"] and "nowhere.md" not in found
+
+
+def test_the_readme_drafter_shows_an_effect():
+    """The README's example drafter must change block efficiency on the README's own prompt (one
+    that scores exactly plain BPD teaches nothing), and the number quoted beside it is the one
+    measured here."""
+    import torch
+    from minibpd import bpd_decode, load_checkpoint
+    from runtime.corpus import encode
+    code = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    code = next(b for b in re.findall(r"```python\n(.*?)```", code, re.S) if "bpd_decode(" in b)
+    cls = re.search(r"^class (\w+):\n(?:(?:    .*)?\n)+", code, re.M)
+    space = {}
+    exec(cls[0], space)
+    model, ck = load_checkpoint()
+    prompt = encode(re.search(r'encode\("([^"]+)"', code)[1], ck["vocab"])
+    with torch.no_grad():
+        plain = bpd_decode(model, prompt, 100)[1]["block_efficiency"]
+        mine = bpd_decode(model, prompt, 100, space[cls[1]]())[1]["block_efficiency"]
+    assert abs(mine - plain) >= 0.05, (mine, plain)
+    assert f"{mine:.2f}, plain BPD's {plain:.2f}" in code

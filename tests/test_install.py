@@ -25,7 +25,7 @@ def run(code, cwd, timeout=300):
 
 
 def test_a_folder_named_minibpd_does_not_shadow_the_module(tmp_path):
-    """Issue 43, trap 1: with the repository cloned under its default name, a script in the
+    """With the repository cloned under its default name, a script in the
     folder above found the folder minibpd/ as a namespace package before the editable install's
     import hook ran ("cannot import name 'bpd_decode' from 'minibpd' (unknown location)"). The
     install is now a path entry (hatchling's dev-mode-dirs), which a regular module wins over."""

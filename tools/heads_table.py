@@ -19,7 +19,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from lab import analysis, bench, questions  # noqa: E402
 from decoders import split_text  # noqa: E402
-from minibpd import ArgmaxDrafter, bpd_decode, greedy_decode, load_checkpoint  # noqa: E402
+from minibpd import ArgmaxDrafter, bpd_decode, greedy_decode  # noqa: E402
+from runtime.checkpoint import load  # noqa: E402 (the lab's loader: FastGPT, SmolLM2)
 from runtime.threads import set_threads  # noqa: E402
 
 
@@ -47,7 +48,7 @@ def main(paths, heads=(2, 4, 6, 8), prompts=16, n=128):
         args = dict(zip(rest[::2], rest[1::2]))
         heads = tuple(int(x) for x in args.get("--heads", "2,3,4,5").split(","))
         ps_n, n = int(args.get("--prompts", 8)), int(args.get("--new-tokens", 64))
-        model, ck = load_checkpoint(args.get("--checkpoint", "checkpoints/smollm2-heads.pt"))
+        model, ck = load(args.get("--checkpoint", "checkpoints/smollm2-heads.pt"))
         if chat:
             from models import smollm
             try:
@@ -64,7 +65,7 @@ def main(paths, heads=(2, 4, 6, 8), prompts=16, n=128):
           " | test loss, head 1 | greedy phrase repeat |")
     print("| --- " * (len(heads) + 3) + "|")
     for path in paths:
-        model, ck = load_checkpoint(path)
+        model, ck = load(path)
         ps = bench.make_prompts(split_text(ck, "test"), ck["vocab"], prompts)
         greedy = [greedy_decode(model, p, n) for p in ps]
         be = [analysis.block_eff([bpd_decode(model.first_heads(h), p, n)[1] for p in ps])

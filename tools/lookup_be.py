@@ -26,7 +26,8 @@ import decoders  # noqa: E402
 from lab.bench import make_prompts  # noqa: E402
 from lab.run import Run  # noqa: E402
 from decoders import split_text  # noqa: E402
-from minibpd import bpd_decode, load_checkpoint  # noqa: E402
+from minibpd import bpd_decode  # noqa: E402
+from runtime.checkpoint import load  # noqa: E402 (the lab's loader: FastGPT, SmolLM2)
 from runtime.checkpoint import CHECKPOINT  # noqa: E402
 from runtime.threads import set_threads  # noqa: E402
 
@@ -69,7 +70,7 @@ def main():
     args = p.parse_args()
     set_threads(1)
     t0 = time.perf_counter()
-    model, ck = load_checkpoint(args.checkpoint)
+    model, ck = load(args.checkpoint)
     tuned = decoders.load_tuned(decoders.tuned_path(args.checkpoint), args.checkpoint,
                                 model.config.n_bpd_heads, ck["config"].get("n_bpd_heads"))
     chosen = decoders.settings(tuned)

@@ -22,7 +22,7 @@ of the rounds' own ratios. Block efficiency: new tokens / serial model calls, pr
 transformers' float32 greedy tokens (a float32 transformers model is loaded for them under
 --dtype bfloat16; bf16 texts leave float32's at near-ties, docs/real-model.md "Precision").
 Prompts: the bench's test-split prompts (make_prompts on the checkpoint's test text, every
-16/--prompts-th as tools/smollm_parts.py), or with --chat chat-template prompts: the demo's two
+16/--prompts-th), or with --chat chat-template prompts: the demo's two
 questions, then the test split's questions about the standard library (lab/questions.py; none of
 them, nor their functions, among the heads' training questions), --prompts of them in all.
 "identical to minibpd greedy": each minibpd decoder's tokens against minibpd's own greedy's in
@@ -49,7 +49,7 @@ import torch  # noqa: E402
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, HERE)
 import decoders  # noqa: E402
-import minibpd  # noqa: E402
+from runtime.checkpoint import load  # noqa: E402 (the lab's loader: FastGPT, SmolLM2)
 from lab import bench, questions  # noqa: E402
 from models import blocks, peer, smollm  # noqa: E402
 from runtime import threads  # noqa: E402
@@ -137,7 +137,7 @@ def llama_cpp_methods(threads):
             LlamaCppMethod("llamacpp_prompt_lookup", path, threads, lookup=True)]
 
 
-def parse():
+def parse(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
     p.add_argument("--checkpoint", default=os.path.join(HERE, "checkpoints", "smollm2-heads.pt"))
     p.add_argument("--tuned", default=None, help="settings file (default: the checkpoint's .tuned.json)")
@@ -160,18 +160,43 @@ def parse():
                    "the fastest here, as the demo: decoders.fastest_view)")
     p.add_argument("--unpacked", action="store_true",
                    help="minibpd's products by F.linear, not on packed weights (models/blocks.py)")
-    args = p.parse_args()
-    if args.prompts < 1 or args.new_tokens < 1 or args.rounds < 1:
-        p.error("--prompts, --new-tokens and --rounds must be at least 1")
+    args = p.parse_args(argv)
+    if min(args.prompts, args.new_tokens, args.rounds, args.threads) < 1:
+        p.error("--prompts, --new-tokens, --rounds and --threads must be at least 1")
     runnable = [n for n, d in decoders.DECODERS.items() if not d.peeks]
     args.decoders = runnable if args.decoders is None else args.decoders.split(",")
     bad = [n for n in args.decoders if n not in runnable]
     if bad:
         p.error(f"--decoders: {', '.join(bad)} not among {', '.join(runnable)}")
+    twice = sorted({n for n in args.decoders if args.decoders.count(n) > 1})
+    if twice:                      # one method timed twice a round would skew every ratio
+        p.error(f"--decoders: {', '.join(twice)} given more than once")
+    problem = checkpoint_problem(args.checkpoint)
+    if problem:
+        p.error(f"--checkpoint: {problem}")
+    if args.tuned is not None and not os.path.isfile(args.tuned):
+        p.error(f"--tuned: {args.tuned} not found (run `python minibpd.py --tune --checkpoint "
+                f"{args.checkpoint} --tuned {args.tuned}` to write it)")
     asked = len(questions.benchmark_questions(smollm.DEMO_QUESTIONS)) if args.chat else args.prompts
     if args.prompts > asked:
         p.error(f"--prompts: at most {asked} with --chat (lab/questions.py), got {args.prompts}")
     return args
+
+
+def checkpoint_problem(path):
+    """Why `path` is not a SmolLM2 heads checkpoint the bench can load, or None. Read before
+    transformers or the GGUF load (mmap: its tensors stay on disk)."""
+    if not os.path.isfile(path):
+        return f"{path} not found"
+    try:
+        ck = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as e:  # truncated zip, not a torch file, unsafe pickle, ...
+        return f"{path} is not a checkpoint torch can read ({type(e).__name__})"
+    kind = ck.get("kind") if isinstance(ck, dict) else None
+    if kind != smollm.KIND:
+        return (f"{path} is not a SmolLM2 heads checkpoint (kind {kind!r}); the peer bench runs "
+                "SmolLM2 only: checkpoints/smollm2-heads.pt, or `python train_heads.py --smollm`")
+    return None
 
 
 def prompts_of(ck, args):
@@ -277,16 +302,16 @@ def main():
         raise SystemExit(f"error: the peer bench needs transformers: {peer.PEER_INSTALL}")
     n_threads, dtype = threads.set_threads(args.threads), DTYPES.get(args.dtype)
     blocks.PACKED = not args.unpacked
-    load = lambda: " ".join(f"{x:.2f}" for x in os.getloadavg())
-    info = {"load_average_before": load(), "threads": n_threads, "torch": torch.__version__,
+    loadavg = lambda: " ".join(f"{x:.2f}" for x in os.getloadavg())
+    info = {"load_average_before": loadavg(), "threads": n_threads, "torch": torch.__version__,
             "transformers": transformers.__version__, "new_tokens": args.new_tokens,
             "rounds": args.rounds, "cpu_capability": torch.backends.cpu.get_cpu_capability()}
     try:
-        model, ck = minibpd.load_checkpoint(args.checkpoint, "cpu", dtype)
+        model, ck = load(args.checkpoint, "cpu", dtype)
         (precision, weights), hf_dtype = ours_dtype(model), DTYPES["float32" if dtype in
                                                                    (None, INT4) else args.dtype]
         hf = peer.transformers_model(hf_dtype)
-    except ImportError as e:
+    except (ImportError, ValueError) as e:       # a missing package, a GGUF of other weights
         raise SystemExit(f"error: {e}")
     info.update(machine=model.machine, packed=blocks.PACKED and blocks.packs(weights))
     print(f"load average {info['load_average_before']}, {n_threads} thread(s), torch "
@@ -294,7 +319,10 @@ def main():
           f"minibpd's products {'on packed weights' if info['packed'] else 'by F.linear'}\n"
           f"minibpd on this CPU: {model.machine}", file=sys.stderr)
     tuned_path = args.tuned or decoders.tuned_path(args.checkpoint)
-    tuned = decoders.load_tuned(tuned_path, args.checkpoint, required=args.tuned is not None)
+    try:
+        tuned = decoders.load_tuned(tuned_path, args.checkpoint, required=args.tuned is not None)
+    except ValueError as e:                  # not JSON, or settings out of range
+        raise SystemExit(f"error: {e}") from None
     try:                                     # as --demo and --prompt (decoders.fastest_view)
         model = model.first_heads(args.heads) if args.heads else decoders.fastest_view(
             model, decoders.tuned_be_by_heads(tuned_path, args.checkpoint))
@@ -312,7 +340,7 @@ def main():
     got = interleaved(methods, prompts, n, args.rounds)
     rows = rows_of(got, ref or got["hf_greedy"]["tokens"], prompts, n, precision,
                    str(hf_dtype)[6:])
-    info["load_average_after"] = load()
+    info["load_average_after"] = loadavg()
     print(f"{len(prompts)} prompts x {n} tokens, {args.rounds} rounds, load average after "
           f"{info['load_average_after']}", file=sys.stderr)
     table(rows, len(prompts))

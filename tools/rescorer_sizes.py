@@ -1,8 +1,8 @@
-"""Kim §7.1's rescorer-size ablation at our scale (issue 42; docs/results/paper-extras.md): the
-`neural` decoder (local rescoring with a small LM) with rescorers of several sizes, each timed
-beside greedy and plain BPD in one interleaved run (lab.bench.timed_methods: every output
-checked identical to greedy, block efficiency from the real decode, wall-clock the median of
-the repetitions after a warm-up).
+"""Kim §7.1's rescorer-size ablation at our scale, measured on both models
+(docs/results/paper-extras.md): the `neural` decoder (local rescoring with a small LM) with
+rescorers of several sizes, each timed beside greedy and plain BPD in one interleaved run
+(lab.bench.timed_methods: every output checked identical to greedy, block efficiency from the
+real decode, wall-clock the median of the repetitions after a warm-up).
 
 The character model: small GPT rescorers of three sizes trained here with the training code of
 the shipped one (train_heads.train, the same loss, optimiser and seed; fewer steps), written
@@ -31,10 +31,11 @@ import decoders  # noqa: E402
 import train_heads  # noqa: E402
 from lab import bench, figures  # noqa: E402
 from lab.run import Run  # noqa: E402
-from minibpd import GPTConfig, load_checkpoint  # noqa: E402
+from minibpd import GPTConfig  # noqa: E402
+from runtime.checkpoint import load  # noqa: E402 (the lab's loader: FastGPT, SmolLM2)
 from runtime.checkpoint import build_model, family_module  # noqa: E402
 from runtime.fast_heads import FastGPT  # noqa: E402
-from training.shared import as_tensors  # noqa: E402
+from train_heads import as_tensors  # noqa: E402
 
 SIZES = ((1, 32), (2, 48), (3, 96))    # (n_layer, n_embd): about 1%, 4% and 25% of the base
 
@@ -79,7 +80,7 @@ def train_one(ck, layers, embd, steps, seed, out):
 
 
 def train(args):
-    _, ck = load_checkpoint("checkpoints/minibpd.pt")
+    _, ck = load("checkpoints/minibpd.pt")
     os.makedirs(args.out, exist_ok=True)
     for layers, embd in SIZES:
         print("wrote", train_one(ck, layers, embd, args.steps, args.seed, args.out), flush=True)
@@ -120,7 +121,7 @@ def size_of(lm):
 
 def bench_sizes(args):
     """neural with each rescorer, beside greedy and plain BPD, in one timed run."""
-    model, ck = load_checkpoint(args.checkpoint)
+    model, ck = load(args.checkpoint)
     smol = family_module(ck) is not None
     lms = exit_rescorers(model, ck, [int(d) for d in args.exits.split(",")]) if smol else \
         char_rescorers(model, ck, args.rescorers)

@@ -34,6 +34,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from models import smollm
 from minibpd import KVCache
+from runtime.checkpoint import load  # noqa: E402 (the lab's loader: FastGPT, SmolLM2)
 from models import llama_layers
 
 CACHED, NEW, REPS = 64, (1, 8, 16, 48), 5
@@ -173,7 +174,7 @@ def projection_costs(path, subsets=(2048, 4096, 8192, 16384), prompts=4, tokens=
     import minibpd
     torch.set_num_threads(1)
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    model, ck = minibpd.load_checkpoint(path)
+    model, ck = load(path)
     h, W = model.config.n_bpd_heads, model.lm_head.weight.detach()
     z = torch.randn(1, model.config.n_embd)
     if model.config.head_form != "stern":

@@ -1,10 +1,10 @@
-"""Four of the papers' results on SmolLM2 (issue 42; docs/results/paper-extras.md), small enough
+"""Four of the papers' results on SmolLM2 (docs/results/paper-extras.md), small enough
 to finish in minutes on 2 shared cores: the bench's and the tasks' own functions on a few
 prompts, not the whole bench (8 prompts x 64 tokens took 1,197 s). Keys of the JSON are the
 bench's and the tasks' (lab/bench.py: speedup_by_heads, head_entropy_quantiles, loss_repeats,
 win_tie_loss; per task block_efficiency_by_heads).
 
-  fig4     Stern §7.3, Fig. 4: speedup and block efficiency by block size k (lab.bench.by_heads)
+  fig4     Stern §7.3: speedup against block efficiency (Fig. 4) and by k (Table 4) (by_heads)
   entropy  Kim §6.2, Fig. 3a: each head's entropy distribution (lab.analysis.entropy_quantiles)
   losses   Kim Table 5's losses for neural, ngram, pbest (lab.analysis.compared_steps,
            win_tie_loss, loss_repeats), by offline replay along greedy
@@ -28,7 +28,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import decoders  # noqa: E402
 from lab import analysis, bench, figures  # noqa: E402
 from lab.run import Run  # noqa: E402
-from minibpd import ArgmaxDrafter, load_checkpoint  # noqa: E402
+from minibpd import ArgmaxDrafter  # noqa: E402
+from runtime.checkpoint import load  # noqa: E402 (the lab's loader: FastGPT, SmolLM2)
 
 PARTS = ("fig4", "entropy", "losses", "tasks")
 REFINED = ["neural", "ngram", "pbest"]
@@ -106,7 +107,7 @@ def main(argv=None):
     args = parse_args(argv)
     torch.set_num_threads(1)
     t0 = time.time()
-    model, ck = load_checkpoint(args.checkpoint)
+    model, ck = load(args.checkpoint)
     settings = decoders.settings(decoders.load_tuned(decoders.tuned_path(args.checkpoint),
                                                      args.checkpoint))
     res = decoders.Resources(model, ck)

@@ -16,7 +16,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import decoders  # noqa: E402
 from decoders.fastlattice import FastPBestDrafter  # noqa: E402
 from decoders.neural import CachedNeuralDrafter  # noqa: E402
-from minibpd import GreedyRule, KVCache, load_checkpoint  # noqa: E402
+from minibpd import GreedyRule, KVCache  # noqa: E402
+from runtime.checkpoint import load  # noqa: E402 (the lab's loader: FastGPT, SmolLM2)
 from runtime.kvcache import model_call  # noqa: E402
 from runtime.tree import TreeCache, draft_tree, tree_call  # noqa: E402
 from runtime.contract import check_drafts
@@ -38,7 +39,7 @@ def ms(fn, n):
 @torch.no_grad()
 def main():
     set_threads()                      # 1 thread, as every command (docs/threads.md)
-    model, ck = load_checkpoint()
+    model, ck = load()
     res = decoders.Resources(model, ck)
     seq = encode(ck["splits"]["test"][:100], ck["vocab"])
     cache = KVCache(model, rows=16)

@@ -16,13 +16,14 @@ from lab import bench
 import decoders  # noqa: E402
 from lab.bench import accepted_share
 from runtime.checkpoint import CHECKPOINT
-from minibpd import bpd_decode, greedy_decode, load_checkpoint
+from minibpd import bpd_decode, greedy_decode
+from runtime.checkpoint import load  # noqa: E402 (the lab's loader: FastGPT, SmolLM2)
 from runtime.threads import set_threads
 
 
 def main(temperatures=(0.0, 0.5, 1.0), n=128):
     set_threads()
-    model, ck = load_checkpoint()
+    model, ck = load()
     chosen = decoders.settings(decoders.load_tuned(decoders.tuned_path(CHECKPOINT), CHECKPOINT))
     prompts = bench.make_prompts(decoders.split_text(ck, "test"), ck["vocab"], 16)
     res = decoders.Resources(model, ck)

@@ -19,11 +19,12 @@ HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def child(threads):
     import torch
     sys.path.insert(0, HERE)
-    from minibpd import GPT, GPTConfig, bpd_decode, greedy_decode, load_checkpoint
+    from minibpd import GPT, GPTConfig, bpd_decode, greedy_decode
+    from runtime.checkpoint import load  # noqa: E402 (the lab's loader: FastGPT, SmolLM2)
     from runtime.corpus import encode
     from train_heads import joint_loss
     torch.set_num_threads(threads)
-    model, ck = load_checkpoint()
+    model, ck = load()
     prompt = encode(ck["splits"]["test"][:64], ck["vocab"])
     tps = {}
     for name, fn in (("greedy", lambda: greedy_decode(model, prompt, 128)),

@@ -13,7 +13,8 @@ import decoders  # noqa: E402
 import lattice  # noqa: E402
 from lab import analysis  # noqa: E402
 from lab.bench import make_prompts  # noqa: E402
-from minibpd import ArgmaxDrafter, load_checkpoint  # noqa: E402
+from minibpd import ArgmaxDrafter  # noqa: E402
+from runtime.checkpoint import load  # noqa: E402 (the lab's loader: FastGPT, SmolLM2)
 from runtime.corpus import decode, encode  # noqa: E402
 from runtime.threads import set_threads  # noqa: E402
 
@@ -40,7 +41,7 @@ def main(argv=None):
     if args.prompt is not None and not args.prompt:
         p.error("--prompt is empty: give some text to continue")
     set_threads()
-    model, ck = load_checkpoint()
+    model, ck = load()
     vocab, res = ck["vocab"], decoders.Resources(model, ck)
     lm = res.ngram(args.order)
     try:

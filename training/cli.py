@@ -1,9 +1,8 @@
 """The command line of train_heads.py: its flags (parse_args; the help text is train_heads.py's
 docstring), every check before any work (check_args: a typo should cost a second, not a training
-run), and the hand-off: the base run to train_heads.train_both, --distill, --tasks and --smollm to
+run), and the hand-off: the base run to train_heads.run_base, --distill, --tasks and --smollm to
 training/finetune.py. Bad input: one `error:` line on stderr, exit status 2.
 """
-import argparse
 import math
 import os
 import sys
@@ -12,31 +11,14 @@ import torch
 
 import train_heads
 from lab.questions import questions
-from minibpd import GPTConfig
 from models.llama import HEAD_FORMS
-from runtime.checkpoint import (CHECKPOINT, FORMAT_VERSION, CheckpointError, read, shipped,
-                                train_kind, writable)
-from runtime.corpus import split_corpus
+from runtime.checkpoint import CHECKPOINT, CheckpointError, read, shipped, train_kind
 from runtime.fast_heads import FastGPT
 from runtime.threads import choose_threads
 from training.finetune import (DISTILL_DEFAULTS, TASKS_DEFAULTS, TEACHERS, VARIANTS, distill,
                                finetune_tasks)
+from training.shared import RunConfig
 from training.smollm_heads import SMOLLM_DEFAULTS, smollm_heads
-from training.shared import (MAX_DATA_BYTES, RunConfig, as_tensors, check_data_size,
-                             git_revision, load_corpus)
-
-
-# ----------------------------------------------------------------------------- the rescorer's size
-
-def scale_rescorer(args):
-    """The rescorer is a small LM beside the base model: half its steps, half its width (even:
-    2 attention heads), a third of its layers, unless given. Defaults: 2 x 64, 2,500 steps."""
-    if args.rescorer_steps is None:
-        args.rescorer_steps = max(1, args.steps // 2)
-    if args.rescorer_embd is None:
-        args.rescorer_embd = max(2, args.n_embd // 4 * 2)      # half, rounded down to even
-    if args.rescorer_layers is None:
-        args.rescorer_layers = max(1, args.n_layer // 3)
 
 
 # ----------------------------------------------------------------------------- the command line
@@ -53,45 +35,14 @@ def fail(message):
     raise UsageError(message)
 
 
-class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Every default shown; a computed default (None) is spelled out in the flag's own help."""
-    def _get_help_string(self, action):
-        return action.help if action.default is None else super()._get_help_string(action)
-
-
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="train_heads.py", description=train_heads.__doc__,
-                                formatter_class=HelpFormatter, allow_abbrev=False)
+    """train_heads.py's flags (train_heads.parser) and the lab's modes: --distill, --tasks, --smollm."""
+    p = train_heads.parser()
+    p.epilog = None
 
-    def arg(flag, help, metavar="N", **kw):         # every flag has a help line: its default shows
-        p.add_argument(flag, help=help, metavar=metavar, **kw)
-    arg("--data", "UTF-8 text file, used as it is, at most "
-        f"{MAX_DATA_BYTES // 2 ** 20} MiB (default: Python's own pydoc_data.topics, cleaned)",
-        metavar="FILE")
-    p.add_argument("--clean", action="store_true", help="clean --data like the default corpus: "
-                   "collapse spaces (indentation too), drop reST rules and table borders")
-    arg("--out", "checkpoint file to write", default=CHECKPOINT, metavar="FILE")
-    p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
-    arg("--seed", "seeds torch: weights and batches", type=int, default=1337)
-    arg("--steps", "optimizer steps for the base model", type=int, default=5000)
-    arg("--rescorer-steps", "optimizer steps for the rescorer LM (default: steps // 2)", type=int)
-    arg("--rescorer-layers", "rescorer blocks (default: n_layer // 3, at least 1)", type=int)
-    arg("--rescorer-embd", "rescorer width, even: it has 2 attention heads (default: "
-        "n_embd // 2 rounded down to an even number, at least 2)", type=int)
-    arg("--batch-size", "windows per step", type=int, default=32)
-    arg("--lr", "peak learning rate (AdamW)", type=float, default=3e-3, metavar="X")
-    arg("--warmup", "linear warm-up steps, then cosine decay to lr / 10", type=int, default=100)
-    arg("--n-layer", "transformer blocks", type=int, default=6)
-    arg("--n-head", "attention heads per block", type=int, default=4)
-    arg("--n-embd", "embedding width", type=int, default=128)
-    arg("--block-size", "context window, in characters", type=int, default=128)
-    arg("--heads", "h, the number of BPD heads (head 1 included)", type=int, default=8)
-    arg("--head-weight", "loss weight of heads 2..h relative to head 1 (1.0: plain mean)",
-        type=float, default=0.2, metavar="X")
-    arg("--dropout", "dropout probability", type=float, default=0.0, metavar="X")
-    arg("--log-every", "steps between log lines", type=int, default=100)
-    arg("--threads", "torch threads (default: every core if the 1-minute load average is "
-        "under 0.5, else 1)", type=int)
+    def arg(flag, help, metavar="N", **kw):         # every flag has a help line, with its default
+        shown = " (default: %(default)s)" if kw.get("default") is not None else ""
+        p.add_argument(flag, help=help + shown, metavar=metavar, **kw)
     add_distill_args(p, arg)
     add_smollm_args(p, arg)
     args = p.parse_args(argv)
@@ -111,7 +62,7 @@ def add_distill_args(p, arg):
         "model; then " + ", ".join(f"--{k.replace('_', '-')} defaults to {v}" for k, v in
                                    TASKS_DEFAULTS.items() if k != "out") + \
         " and --out to checkpoints/minibpd-tasks.pt"
-    p.add_argument("--tasks", help=p_tasks, action="store_true")
+    p.add_argument("--tasks", help=p_tasks + " (default: off)", action="store_true")
     arg("--base", "--distill, --tasks: the trained checkpoint to start from (default: the shipped "
         "checkpoints/minibpd.pt)", metavar="FILE")
     arg("--regen-every", "--distill: optimizer steps between regenerations of the greedy data",
@@ -132,7 +83,7 @@ def add_smollm_args(p, arg):
         "model; then " + \
         ", ".join(f"--{k.replace('_', '-')} defaults to {v}" for k, v in SMOLLM_DEFAULTS.items()
                   if k != "out") + " and --out to checkpoints/smollm2-heads.pt"
-    p.add_argument("--smollm", help=p_smollm, action="store_true")
+    p.add_argument("--smollm", help=p_smollm + " (default: off)", action="store_true")
     arg("--teacher-tokens", "--smollm: positions of offline train text run through the base in "
         "batched windows (teacher forcing, no generation), whose argmaxes (--teacher-targets) the "
         f"heads pre-train on before self-distillation; 0: none (default: "
@@ -144,7 +95,7 @@ def add_smollm_args(p, arg):
         "Stern's)", metavar="WHICH")
     arg("--teacher-steps", "--smollm: optimizer steps on the teacher-forced positions "
         f"(default: {SMOLLM_DEFAULTS['teacher_steps']} with --smollm)", type=int)
-    arg("--head-form", "--smollm: heads 2..h in Stern §6's form ('stern': each reads the final "
+    arg("--head-form", "--smollm: heads 2..h like Stern §6's ('stern': each reads the final "
         "hidden state alone) or 'chained' (each also reads the token the head before it drafted; "
         "ours, after Hydra; models/llama.py ChainedHead) (default: "
         f"{SMOLLM_DEFAULTS['head_form']} with --smollm)", metavar="FORM")
@@ -269,45 +220,13 @@ def check_smollm_args(args):
 
 
 def check_args(args):
-    """Every flag checked before any work: a typo should cost a second, not a training run."""
+    """Every flag checked before any work (train_heads.check_args), the modes' first; an existing
+    --out gets the lab's advice (overwrite_advice) before train_heads.py's plain refusal."""
     check_distill_args(args)
-    for name, least in [("steps", 1), ("batch_size", 1), ("warmup", 0), ("n_layer", 1),
-                        ("n_head", 1), ("n_embd", 1), ("block_size", 1), ("heads", 1),
-                        ("log_every", 1), ("threads", 1), ("rescorer_steps", 1),
-                        ("rescorer_layers", 1), ("rescorer_embd", 2)]:
-        value = getattr(args, name)
-        if value is not None and value < least:             # None: a computed default
-            fail(f"--{name.replace('_', '-')} must be >= {least}, got {value}")
-    if args.n_embd % args.n_head:
-        fail(f"--n-embd {args.n_embd} must be divisible by --n-head {args.n_head}")
-    if args.rescorer_embd is not None and args.rescorer_embd % 2:
-        fail(f"--rescorer-embd {args.rescorer_embd} must be even (the rescorer has 2 heads)")
-    if not (math.isfinite(args.lr) and args.lr > 0):
-        fail(f"--lr must be a finite number > 0, got {args.lr}")
-    if not 0 <= args.dropout < 1:                           # also false for nan
-        fail(f"--dropout must be in [0, 1), got {args.dropout}")
-    if not (math.isfinite(args.head_weight) and args.head_weight >= 0):
-        fail(f"--head-weight must be a finite number >= 0, got {args.head_weight}")
-    if not 0 <= args.seed <= 2**63 - 1:                     # torch.manual_seed's range
-        fail(f"--seed must be in [0, 2**63 - 1], got {args.seed}")
-    if args.data is not None:
-        try:
-            check_data_size(args.data)
-        except ValueError as e:
-            fail(str(e))
-    # --out: refuse now rather than after training. The default is the shipped checkpoint. A
-    # symbolic link is written through: its target's folder must exist (a dangling link too).
-    out, folder = args.out, os.path.dirname(os.path.realpath(args.out)) if args.out else ""
-    if not out or os.path.isdir(out):
-        fail(f"--out {out!r} is not a file name")
-    if os.path.exists(out) and not args.force:
-        fail(f"--out {out} already exists; {overwrite_advice(out, mode_kind(args))}")
-    if not os.path.isdir(folder):
-        fail(f"--out {out}: directory {folder} does not exist")
-    if not writable(out):
-        fail(f"--out {out}: not writable (tried: the file cannot be opened for writing there)")
+    if args.out and os.path.exists(args.out) and not args.force:
+        fail(f"--out {args.out} already exists; {overwrite_advice(args.out, mode_kind(args))}")
     try:
-        choose_threads(args.threads, training=True)
+        train_heads.check_args(args)
     except ValueError as e:
         fail(str(e))
 
@@ -335,22 +254,6 @@ def overwrite_advice(out, kind):
         return "pass --force to overwrite it"
     return (f"it holds no checkpoint of the kind this run writes, and train_heads.py overwrites "
             f"nothing else: write to a new file, e.g. --out {new}")
-
-
-def corpus_splits(args):
-    """The corpus, its vocabulary and splits (texts and tensors), sized for the model."""
-    text, corpus = load_corpus(args.data, True if args.clean else None)
-    vocab, texts = "".join(sorted(set(text))), split_corpus(text)
-    splits = as_tensors(texts, vocab)
-    span = args.block_size + args.heads + 1
-    if min(len(v) for v in splits.values()) <= span:
-        fail(f"{'--data ' + args.data if args.data else 'the corpus'} is too small for "
-             f"--block-size {args.block_size} --heads {args.heads}: each split needs over {span} "
-             f"characters (about {20 * span} in all, it has {len(text)})")
-    print(f"corpus: {corpus['name']}{', cleaned' if corpus['cleaned'] else ''}, "
-          f"{corpus['chars']:,} chars, vocab {len(vocab)}, "
-          + ", ".join(f"{k} {len(v):,}" for k, v in splits.items()))
-    return corpus, vocab, texts, splits
 
 
 def with_threads(args, work):
@@ -402,20 +305,12 @@ def run(args):
 
 
 def run_base(args):
-    """The base model and its rescorer (train_heads.train_both), on the corpus and its splits."""
-    scale_rescorer(args)
-    torch.manual_seed(args.seed)
-    gen = torch.Generator().manual_seed(args.seed)
-    corpus, vocab, texts, splits = corpus_splits(args)
-    cfg = GPTConfig(len(vocab), args.block_size, args.n_layer, args.n_head, args.n_embd,
-                    args.heads, args.dropout)
-    # FastGPT, not minibpd.GPT: the same forward pass bit for bit, but its stacked heads sum
-    # their gradients in another order, and training amplifies the last bits. The shipped
-    # checkpoint was trained with the stacked heads: FastGPT keeps its training bit-identical.
-    ckpt, threads = with_threads(args, lambda: train_heads.train_both(
-        RunConfig.from_args(args), cfg, vocab, splits, gen, args.rescorer_layers,
-        args.rescorer_embd, git_revision(), cls=FastGPT))
-    ckpt = {"format_version": FORMAT_VERSION, **ckpt, "corpus": corpus, "splits": texts}
-    ckpt["train"]["threads"] = threads
-    torch.save(ckpt, args.out)
-    print(f"saved {args.out} ({ckpt['train']['seconds'] / 60:.1f} min of training)")
+    """train_heads.run_base with the stacked heads (runtime.fast_heads.FastGPT): the same forward
+    pass to rounding, but their gradients sum in another order, and training amplifies the last bits. The
+    shipped checkpoint was trained this way: `python -m training.cli --force --threads 2`
+    repeats it bit for bit."""
+    train_heads.run_base(args, cls=FastGPT)
+
+
+if __name__ == "__main__":
+    main()

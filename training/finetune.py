@@ -14,13 +14,13 @@ import torch
 import torch.nn.functional as F
 
 from lab import tasks
-from runtime.checkpoint import CHECKPOINT, CheckpointError, file_sha256, train_kind
-from minibpd import load_checkpoint
+from runtime.checkpoint import (CHECKPOINT, CheckpointError, build_model, file_sha256, load,
+                                train_kind)
 from runtime.fast_heads import FastGPT
-from runtime.checkpoint import build_model
 from runtime.loop import decode_rows
-from train_heads import batches, evaluate, fit, half, head_losses, train
-from training.shared import anchor_kl, as_tensors, git_revision
+from train_heads import (as_tensors, batches, evaluate, fit, git_revision, half, head_losses,
+                         train)
+from training.shared import anchor_kl
 
 
 # ----------------------------------------------------------------------------- self-distillation
@@ -99,7 +99,7 @@ def distill_loss(model, splits, cfg, gen, teacher, base=None):
 def distill(cfg, log=print):
     """Distil --base into a checkpoint dict (written by main)."""
     try:
-        model, ck = load_checkpoint(cfg.base)
+        model, ck = load(cfg.base)      # the lab's FastGPT: trains as shipped
     except CheckpointError as e:
         raise ValueError(f"--base: {e}") from None
     if model.config.n_bpd_heads < 2 or "splits" not in ck:
@@ -182,7 +182,7 @@ def finetune_tasks(cfg, log=print):
     widened model, the examples it is tuned and evaluated on (ck["tasks"]: tasks.build_all's
     tune and test splits) and the in-domain control rescorer (ck["rescorer_tasks"])."""
     try:
-        base, ck = load_checkpoint(cfg.base)
+        base, ck = load(cfg.base)      # the lab's FastGPT: trains as shipped
     except CheckpointError as e:
         raise ValueError(f"--base: {e}") from None
     data = tasks.build_all(ck["vocab"])

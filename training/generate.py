@@ -3,7 +3,7 @@ task_heads.finetune_on): the frozen base's greedy continuations of prompts, with
 predicted each token. Two kinds of prompt:
   text  a train-split line of the offline corpus cut to one token length per batch (PROMPT_TOKENS);
   chat  a train-split question about the standard library (lab/questions.py) in the model's own
-        chat template (--chat-continuations; ours: the chat prompts issue 25 asks heads for),
+        chat template (--chat-continuations; ours: heads that serve chat prompts too),
         sorted by token length and cut to each batch's shortest by dropping its start.
 Generation runs without the fixed-shape blocks (the plain, faster kernels); the rare argmax it
 flips at a near-tie changes a training target, not the model.

@@ -17,15 +17,14 @@ from lab import stdlib, task_lm, task_text, tasks
 from lab.analysis import replay
 from models import llama_layers
 from runtime.checkpoint import CHECKPOINT
-from train_heads import fit, train
-from training.shared import git_revision
+from train_heads import fit, git_revision, train
 from training.generate import EXIT_LAYERS, GEN_TOKENS, smollm_data
 from training.teacher import TEACHER_WINDOW, draft_vocabulary, in_vocab, teacher_forced
 
 
 # ----------------------------------------------------------------------------- SmolLM2's heads
 # Medusa-1 on a frozen pretrained LM (smollm.py): heads 2..h, chained (--head-form chained, the
-# default: each reads the token the head before it drafted, llama.ChainedHead) or in Stern §6's
+# default: each reads the token the head before it drafted, llama.ChainedHead) or like Stern §6's
 # form, learn the frozen base's own greedy future (self-distillation: the base, hence greedy
 # output, never changes).
 #   1. corpus   text that ships offline: pydoc_data.topics, stdlib function sources (code and
@@ -76,7 +75,7 @@ def smollm_corpus():
     (corpus.split_corpus); stdlib functions and the tasks' prompts split by their key's hash
     (task_text.split_of, the tasks' own split), so no function's text is in two splits. Each source
     is capped (SMOLLM_TEXT: train, tune/test characters), pieces joined by blank lines."""
-    from runtime.corpus import split_corpus
+    from train_heads import split_corpus
     topics = split_corpus(task_lm.topics_text()[0])
     funcs = split_functions()
     prompts = {s: [p for name in tasks.CHAR_TASKS if name != "lm" for p, _ in tasks.build(name, s)]

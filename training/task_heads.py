@@ -1,4 +1,4 @@
-"""task_heads: SmolLM2's heads fine-tuned on a set of tasks' train prompts (issue 24; Kim et al.
+"""task_heads: SmolLM2's heads fine-tuned on a set of tasks' train prompts (Kim et al.
 fine-tune per task). From the shipped heads (checkpoints/smollm2-heads.pt) as the common start,
 heads 2..h and the early-exit adapter of 'neural' train further, self-distilled as
 smollm_heads.smollm_heads trains them (generate.py's data, its smollm_trainee, smollm_loss, fit),
@@ -10,7 +10,7 @@ the whole model, heads included, per task).
 Prompts of different lengths: sorted by token length and cut into batches of TASK_GEN_ROWS,
 each prompt of a batch cut to the batch's shortest by dropping its start (the end, where the
 continuation begins, is kept whole); at most MAX_PROMPT tokens (GEN_WINDOW - TASK_GEN_TOKENS).
-tools/task_heads.py is the measurement; docs/tasks.md "Per-task heads on SmolLM2" the result.
+tools/task_heads.py (removed; in commit c2dce35) was the measurement; docs/tasks.md "Per-task heads on SmolLM2" the result.
 """
 import time
 

@@ -178,7 +178,7 @@ def check_paper_keys(res, h):
 
 
 def test_won_tied_lost_prints_counts_not_rounded_shares():
-    """Issue 43, trap 5: 1 win in 998 steps printed "0/100/0%, 100% of wins fixed a repeat"."""
+    """1 win in 998 steps printed "0/100/0%, 100% of wins fixed a repeat"."""
     line = won_tied_lost({"steps": 998, "win": 1, "tie": 996, "loss": 1, "wins_replacing_repeat": 1})
     assert line == "steps won/tied/lost 1/996/1 of 998, 1 of 1 wins fixed a repeat"
 
@@ -293,7 +293,7 @@ def test_reference_implementations_give_the_same_steps(device, m, s, plen, n, bu
 
     The readable DP costs about 15 us a cell, so drawn examples run it only while its cells stay
     under READABLE_CELLS (each example then takes seconds, and a failure shrinks in minutes). The
-    explicit example is the case a fresh clone found (issue 22): k = 31 over V = 31 at order 4, whose
+    explicit example is the case a fresh clone found: k = 31 over V = 31 at order 4, whose
     DP holds 29,791 states of one candidate, where numpy 2's unravel_index misread the fast twin's
     back-pointers (fastlattice.unravel); n = 7 keeps its first step (where the two disagreed) at
     full size, about 30 s, instead of n = 30's 372 s."""
@@ -347,10 +347,10 @@ def test_within_budget():
     assert budgets.within_budget(drafts, 1) == drafts[:1]             # the best always
 
 
-# ----------------------------------------------------------------------------- threads (issue 40)
+# ----------------------------------------------------------------------------- threads
 
 def test_one_resources_is_safe_across_threads(monkeypatch):
-    """Issue 40, 5: two threads making `ngram` drafters from one Resources both fitted the n-gram
+    """Two threads making `ngram` drafters from one Resources both fitted the n-gram
     LM; one thread's drafter got the other's automaton ("the automaton was built for another
     LM"). Resources builds under its lock: one LM, and the automaton built for it. (The first
     fit is slowed so that the second thread arrives while it runs.)"""

@@ -115,8 +115,28 @@ def test_heads_flag(tiny_ckpt, capsys):
     one_line_error(code, err, "heads must be an integer from 1 to 8")
 
 
+@pytest.mark.assignment2
+@pytest.mark.parametrize("heads", [1, 2, 4, 8])
+def test_heads_say_whether_the_tuned_settings_apply(tiny_ckpt, tmp_path, capsys, monkeypatch, heads):
+    """Settings tuned on all 8 heads are the bench's at --heads 8; at fewer heads they are not
+    applied, and one line says why and how to tune settings for that many heads."""
+    tuned = tmp_path / "t.json"
+    tuned.write_text(json.dumps({"settings": {"pbest": {"k": 3}}, "heads": 8,
+                                 "checkpoint_sha256": checkpoint.file_sha256(tiny_ckpt)}))
+    used = []
+    monkeypatch.setattr(cli, "bench_command", lambda args: used.append(args.tuned_settings) or 0)
+    code, out, err = run_cli(capsys, "--bench", "--heads", str(heads), "--tuned", str(tuned),
+                             "--checkpoint", tiny_ckpt)
+    assert code == 0 and used == [{"pbest": {"k": 3}} if heads == 8 else {}]
+    if heads < 8:
+        assert err.count("\n") == 1 and f"tuned with 8 heads, this run uses {heads}" in err
+        assert f"--tune --heads {heads}" in err
+    else:
+        assert err == ""
+
+
 def test_unused_flag_is_refused(tiny_ckpt, capsys, no_model_calls):
-    """A settings flag the decoder does not read is refused before any load (issue 40: a warning
+    """A settings flag the decoder does not read is refused before any load (a warning
     after SmolLM2's load), as every flag a mode ignores."""
     code, out, err = run_cli(capsys, "--prompt", "The if", "--max-new-tokens", "10", "--k", "3",
                              "--checkpoint", tiny_ckpt)

@@ -1,16 +1,17 @@
-"""The analyses of issue 42 (docs/results/paper-extras.md): on hand-built inputs, Kim Table 5's
+"""The paper extras (docs/results/paper-extras.md): on hand-built inputs, Kim Table 5's
 losses (lab.analysis.loss_repeats), the wins and ties from the same rows (win_tie_loss) and Kim
-Fig. 3a's entropy quantiles (entropy_quantiles); on a tiny trained model, Stern Fig. 4 through
+Fig. 3a's entropy quantiles (entropy_quantiles); on a tiny trained model, Stern §7.3 through
 the bench (--by-heads) and Kim Table 1's replay (be_by_heads) against real decoding."""
 import json
 import math
 
+import pytest
 import torch
 
 import decoders
 from lab import analysis, cli
 from lab.run import Run
-from minibpd import load_checkpoint
+from runtime.checkpoint import load as load_fast
 from runtime.corpus import encode
 from runtime.loop import lab_decode
 from tests.helpers import tiny_ckpt  # noqa: F401 (a fixture)
@@ -49,6 +50,19 @@ def test_win_tie_loss_from_the_same_rows():
     assert out["counts"] == {"steps": 6, "win": 1, "tie": 1, "loss": 4, "wins_replacing_repeat": 1}
 
 
+@pytest.mark.assignment3
+def test_drafts_longer_or_shorter_than_bpds_are_counted_not_an_index_error():
+    """Prompt lookup's copy (copy=10) runs past BPD's draft and can gain more tokens than BPD's
+    draft has (BPD missed nothing: no repeat replaced); a drafter's shorter draft can lose
+    with its first miss past its own end (no repeat there)."""
+    rows = [([5, 1, 2], [5, 1, 2, 3, 4, 6], 3, 5),       # win past BPD's end
+            ([5, 1, 1, 3], [5, 1], 4, 2)]                 # loss past the draft's end
+    wtl = analysis.win_tie_loss(None, None, compared={"lookup": rows})["lookup"]
+    assert wtl["counts"] == {"steps": 2, "win": 1, "tie": 0, "loss": 1, "wins_replacing_repeat": 0}
+    losses = analysis.loss_repeats({"lookup": rows})["lookup"]
+    assert losses["counts"] == {"steps": 2, "loss": 1, "introduced_repeat": 0, "lost_on_repeat": 0}
+
+
 def test_entropy_quantiles_of_known_distributions():
     """Head 1 uniform over 4 tokens (log 4 nats) everywhere; head 2 certain at half the
     positions and uniform at the other half: its median lies between, its 5% at 0."""
@@ -64,7 +78,7 @@ def test_entropy_quantiles_of_known_distributions():
 
 
 def test_bench_by_heads_and_the_new_keys(tiny_ckpt, capsys):
-    """--bench --by-heads --json: Stern Fig. 4's rows (greedy, then k = 1..h), each identical to
+    """--bench --by-heads --json: Stern §7.3's rows (greedy, then k = 1..h), each identical to
     greedy; Kim Fig. 3a's quantiles beside the mean head_entropy; the losses counted on the
     same steps as win_tie_loss's."""
     code = cli.main(["--bench", "--json", "--by-heads", "--checkpoint", tiny_ckpt, "--prompts",
@@ -91,7 +105,7 @@ def test_by_heads_is_refused_when_sampling(tiny_ckpt, capsys):
 
 def test_be_by_heads_equals_decoding_with_the_first_heads(tiny_ckpt):
     """Kim Table 1 by replay (analysis.be_by_heads) is what bpd_decode gives on first_heads(j)."""
-    model, ck = load_checkpoint(tiny_ckpt)
+    model, ck = load_fast(tiny_ckpt)
     prompts = [encode(t, ck["vocab"]) for t in ("The ", "It is a")]
     run = Run(decoders.Resources(model, ck), decoders.settings(), prompts, 10)
     by_heads = analysis.be_by_heads(run)
@@ -99,3 +113,20 @@ def test_be_by_heads_equals_decoding_with_the_first_heads(tiny_ckpt):
     for j, be in by_heads.items():
         decoded = [lab_decode(model.first_heads(int(j)), p, 10)[1] for p in prompts]
         assert abs(be - analysis.block_eff(decoded)) < 1e-12, j
+
+
+def test_stern_fig4_panel_plots_speedup_against_block_efficiency():
+    """Stern Fig. 4's axis is the mean accepted block size, not k: heads_speed's left panel puts
+    each k's block efficiency on x and its speedup on y; the right panel (Table 4's view) is by k."""
+    pytest.importorskip("matplotlib")
+    from lab import figures
+    plt = figures.pyplot()
+    s = {"threads": 1, "methods": {"greedy": {"block_efficiency": 1.0, "speedup": 1.0},
+                                   "1": {"block_efficiency": 1.0, "speedup": 0.98},
+                                   "2": {"block_efficiency": 1.6, "speedup": 1.2}}}
+    fig = figures.heads_speed(plt, s, "m.pt")
+    left, right = fig.axes
+    assert list(left.lines[0].get_xdata()) == [1.0, 1.6]
+    assert list(left.lines[0].get_ydata()) == [0.98, 1.2]
+    assert list(right.lines[0].get_xdata()) == [1, 2] and "Table 4" in right.get_title()
+    plt.close(fig)

@@ -104,6 +104,21 @@ def test_timers_leave_decoding_alone():
     assert not model._forward_hooks and not model._forward_pre_hooks      # removed on exit
 
 
+class Falsy(ArgmaxDrafter):
+    """Plain BPD's drafts from a drafter whose truth value is false (a sized object, no items)."""
+    def __len__(self):
+        return 0
+
+
+def test_in_situ_times_a_falsy_drafter():
+    """A falsy drafter is timed like any other: `drafter and TimedDrafter(drafter)` left it bare."""
+    model, prompt, falsy = tiny_model(3, 20, 1, 4, 12), random_prompt(3, 20, 9), Falsy()
+    twin = scale_timing.InSitu(decoders.Method("falsy", falsy))
+    assert isinstance(twin.drafter, scale_timing.TimedDrafter) and twin.drafter.drafter is falsy
+    out, _ = twin.decode(model, prompt, 30)
+    assert out == greedy_decode(model, prompt, 30) and twin.records[-1][3] > 0
+
+
 def test_in_situ_medians_by_hand():
     twin = scale_timing.InSitu(decoders.Method("bpd", ArgmaxDrafter()))
     # the warm-up, then 2 repetitions of 2 prompts: (forward s, drafter s, calls, draft steps)

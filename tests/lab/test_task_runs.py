@@ -86,7 +86,7 @@ def test_tasks_command_json(tasks_ckpt, capsys):
 
 
 def assert_statistics(r):
-    """Issue 24: every correlation says n, its coefficient, exact p and leave-one-out range;
+    """Every correlation says n, its coefficient, exact p and leave-one-out range;
     every task a 95% bootstrap interval of each decoder's block efficiency."""
     c = r["correlation"]
     entries = [("r", c["hmax_vs_bpd_be"]), ("r", c["entropy_vs_bpd_be"]),

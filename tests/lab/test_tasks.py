@@ -22,7 +22,7 @@ from runtime import corpus
 from runtime.checkpoint import CHECKPOINT
 from conftest import ROOT
 from conftest import examples
-from training import shared
+import train_heads
 
 pytestmark = pytest.mark.assignment7   # docs/coursework.md
 
@@ -208,11 +208,11 @@ def test_each_function_text_once():
 
 def test_lm_split_is_the_base_models_and_does_not_leak(ck):
     text, _ = task_lm.topics_text()
-    assert text == shared.load_corpus()[0]
+    assert text == train_heads.load_corpus()[0]
     of = task_lm.base_split(text)[0]
-    assert task_lm.base_train_text(text) == corpus.split_corpus(text)["train"]
+    assert task_lm.base_train_text(text) == train_heads.split_corpus(text)["train"]
     assert "".join(c for j, c in enumerate(text) if of(j) == "test") == \
-        corpus.split_corpus(text)["test"]
+        train_heads.split_corpus(text)["test"]
     same = hashlib.sha256(text.encode()).hexdigest() == ck["corpus"]["sha256"]   # this Python's
     if same:                                                                    # topics as ck's
         assert "".join(c for j, c in enumerate(text) if of(j) == "test") == ck["splits"]["test"]

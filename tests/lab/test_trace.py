@@ -4,11 +4,13 @@ decoder, T = 0 and T > 0, a plug-in without explain()), bad input is refused in 
 any model loads, and in a real headless Chromium the page loads from a file with no console error
 and no network request, shows one step per call after the prompt's, moves with its buttons and
 arrow keys, and draws a lattice of k x positions cells with the winning path marked. The browser
-tests skip, naming the install command, without Chromium or Selenium (tools/trace_shot.py).
+tests skip, naming the install command, without Chromium or Selenium.
 """
 import json
 import os
+import shutil
 import tempfile
+import types
 
 import pytest
 import torch
@@ -17,10 +19,9 @@ import decoders
 from conftest import ROOT
 from decoders import Resources
 from lab import cli, trace
-from minibpd import greedy_decode, load_checkpoint
+from minibpd import ArgmaxDrafter, greedy_decode, load_checkpoint
 from runtime.corpus import decode, encode
 from tests.helpers import heads_or_skip
-from tools import trace_shot
 
 SHIPPED = os.path.join(ROOT, "checkpoints", "minibpd.pt")
 PROMPT = "The import statement"
@@ -173,6 +174,95 @@ def test_what_explain_says_is_checked():
     assert not hasattr(recorder, "sample") and not hasattr(recorder, "max_draft_tokens")
 
 
+@pytest.mark.parametrize("accept", ["top1", "min1"])
+def test_exact_rules_by_another_name_say_identical(tmp_path, capsys, accept):
+    """--accept top1 and min1 are the exact rule: the page agrees with the command's verdict."""
+    page = str(tmp_path / "t.html")
+    code, _, err = run_cli(capsys, "--prompt", PROMPT, "--max-new-tokens", "16", "--accept",
+                           accept, "--trace", page)
+    assert code == 0 and "identical to greedy: yes" in err, err
+    check = trace.read(page)["check"]
+    assert check["kind"] == "greedy" and check["ok"] is True
+    assert trace.check_of([1], [1], 0.0, "top2", 0)["kind"] == "approximate"
+
+
+LATTICE = {"kind": "lattice", "k": 2, "positions": 2, "alpha": 0.0, "order": None,
+           "cells": [[[4, 0.0, None, 0.0]], [[1, -0.1, None, -0.1], [2, -2.0, None, -2.0]]],
+           "paths": [{"score": -0.1, "tokens": [4, 1]}]}
+
+
+@pytest.mark.parametrize("bad, field", [
+    ({"cells": "x"}, "cells"), ({"cells": [[[4, 0.0, None, 0.0]]]}, "cells"),
+    ({"cells": [[["a", 0, 0, 0]], []]}, "cells"), ({"k": 10 ** 9}, "k"), ({"k": "2"}, "k"),
+    ({"positions": None}, "positions"), ({"paths": None}, "paths"),
+    ({"paths": [{"score": 0.0}]}, "paths.tokens"), ({"paths": [{"tokens": [4, 1, 1]}]}, "paths.tokens"),
+    ({"order": "3"}, "order"), ({"alpha": "x"}, "alpha"),
+    ({"kind": "neural", "k": 2, "alpha": 0.5, "positions": [{"chosen": 1}]}, "positions.candidates"),
+    ({"kind": "lookup", "ngram": 2, "matched": 0, "copy": None}, "copy"),
+    ({"kind": "lookup", "ngram": 2, "matched": 1, "copy": [3], "match_start": 0, "copy_start": 1,
+      "base": {"kind": "lattice"}}, "base.positions"),
+    ({"kind": "error", "error": ["no"]}, "error")])
+def test_an_explanation_the_page_cannot_draw_is_refused(bad, field):
+    """explain() of a kind the page draws, with a field it cannot draw (which stopped the page's
+    script: a blank page): an error note naming the field, the drafts unchanged."""
+    recorder = trace.Recorder(Explains({**LATTICE, **bad}))
+    assert recorder(torch.zeros(2, 5), [4]) == [[4, 0]]
+    note = recorder.explained[0]
+    assert note["kind"] == "error" and "the page cannot draw" in note["error"], note
+    assert f"field {field!r} must be" in note["error"], note
+    good = trace.Recorder(Explains(LATTICE))
+    good(torch.zeros(2, 5), [4])
+    assert good.explained == [LATTICE]
+
+
+def test_a_plugin_whose_lattice_the_page_cannot_draw(tmp_path, capsys):
+    """From the command line: the run and the page go on, each step shows the error note, and
+    the command warns, naming the field."""
+    path = tmp_path / "bad_lattice.py"
+    path.write_text("import decoders\nfrom minibpd import ArgmaxDrafter\n"
+                    "class Bad(ArgmaxDrafter):\n    name = 'bad_lattice'\n"
+                    "    def explain(self):\n        return {'kind': 'lattice', 'cells': 'x'}\n"
+                    "decoders.register('bad_lattice', lambda res, s, answer: Bad())\n")
+    page = str(tmp_path / "t.html")
+    try:
+        code, _, err = run_cli(capsys, "--plugin", str(path), "--prompt", PROMPT, "--decoder",
+                               "bad_lattice", "--max-new-tokens", "12", "--trace", page)
+    finally:
+        decoders.DECODERS.pop("bad_lattice", None)
+    assert code == 0 and "warning: " in err and "field 'positions' must be" in err, err
+    steps = [s for s in trace.read(page)["steps"] if not s.get("edge")]
+    assert steps and all(s["explain"]["kind"] == "error" for s in steps)
+
+
+class FakeInt4:
+    """What the page reads of SmolLM2 in int4: 4-bit trunk products (qkv.bits) on float32 tensors."""
+    config = types.SimpleNamespace(n_bpd_heads=5)
+    blocks = [types.SimpleNamespace(qkv=types.SimpleNamespace(bits=4))]
+    tok_emb = types.SimpleNamespace(weight=torch.zeros(2, 2))
+
+    def parameters(self):
+        return iter([self.tok_emb.weight])
+
+
+def test_the_page_names_the_precision_that_ran(shipped):
+    """int4 (4-bit trunk weights in float32 tensors) is said as int4, not float32; the
+    character GPT's dtype as it is."""
+    args = types.SimpleNamespace(temperature=0.0, seed=0, verify="auto", accept="exact")
+    run = trace.describe(FakeInt4(), {"kind": "smollm2-heads"}, SHIPPED, "bpd", {}, args)
+    assert run["dtype"] == "int4"
+    model, ck, _, _ = shipped
+    assert trace.describe(model, ck, SHIPPED, "bpd", {}, args)["dtype"] == "float32"
+
+
+def test_an_int4_run_says_int4(tmp_path, capsys):
+    """SmolLM2 on --dtype int4, from the command line: the page says int4."""
+    page = str(tmp_path / "t.html")
+    code, _, err = run_cli(capsys, "--checkpoint", heads_or_skip(), "--dtype", "int4", "--prompt",
+                           "What is Python?", "--max-new-tokens", "6", "--trace", page)
+    assert code == 0, err
+    assert trace.read(page)["dtype"] == "int4"
+
+
 def test_a_run_too_long_is_cut(tmp_path, capsys, monkeypatch):
     """Past MAX_STEPS steps the page shows the first ones and says so; warned before the run."""
     monkeypatch.setattr(trace, "MAX_STEPS", 3)
@@ -200,7 +290,7 @@ def test_the_demo_names_its_trace(tmp_path, capsys):
 def no_model_load(monkeypatch):
     def load(*a, **kw):
         raise AssertionError("a model was loaded before the error")
-    monkeypatch.setattr(cli, "load_checkpoint", load)
+    monkeypatch.setattr(cli, "load_fast", load)
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -228,6 +318,44 @@ def test_refusals_of_modes_and_files(tmp_path, capsys, no_model_load):
     assert other.read_text() == "<html>my notes</html>"
 
 
+def test_the_template_is_never_a_trace(tmp_path, capsys, no_model_load):
+    """lab/trace.html (the page every trace is written from) and copies of it are no traces: not
+    overwritten, and the template not even with --force."""
+    copy = tmp_path / "copy.html"
+    with open(trace.TEMPLATE, encoding="utf-8") as f:
+        template = f.read()
+    copy.write_text(template)
+    os.symlink(trace.TEMPLATE, tmp_path / "link.html")
+    for argv, message in [([trace.TEMPLATE], "the page template"),
+                          ([trace.TEMPLATE, "--force"], "the page template"),
+                          ([str(tmp_path / "link.html"), "--force"], "the page template"),
+                          ([str(copy)], "not a trace minibpd wrote")]:
+        code, _, err = run_cli(capsys, "--prompt", PROMPT, "--trace", *argv)
+        assert code == 2 and err.count("\n") == 1 and message in err, err
+    with open(trace.TEMPLATE, encoding="utf-8") as f:
+        assert f.read() == template
+
+
+def test_a_template_without_its_slot_is_refused(tmp_path, monkeypatch):
+    """A template that lost its data slot (overwritten) would write an old run's page: refused."""
+    old = tmp_path / "old.html"
+    old.write_text("<html><meta content=minibpd-trace></html>")
+    monkeypatch.setattr(trace, "TEMPLATE", str(old))
+    with pytest.raises(ValueError, match="no data slot"):
+        trace.write(str(tmp_path / "t.html"), {"format": trace.FORMAT})
+    assert not (tmp_path / "t.html").exists()
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_a_fifo_is_refused(tmp_path, capsys, no_model_load, force):
+    """A FIFO (or any file that is not a regular one) is refused at once: opening it to read or
+    write would wait forever for the other end."""
+    fifo = tmp_path / "t.html"
+    os.mkfifo(fifo)
+    code, _, err = run_cli(capsys, "--prompt", PROMPT, "--trace", str(fifo), *["--force"] * force)
+    assert code == 2 and err.count("\n") == 1 and "not a regular file" in err, err
+
+
 def test_force_and_our_own_file(tmp_path, capsys):
     """An old trace of ours is overwritten; another file only with --force."""
     page, other = str(tmp_path / "t.html"), tmp_path / "other.json"
@@ -241,16 +369,48 @@ def test_force_and_our_own_file(tmp_path, capsys):
 
 # ----------------------------------------------------------------------------- in a browser
 
+INSTALL = "apt-get install -y chromium chromium-driver && pip install selenium"
+# As root (CI) Chromium needs --no-sandbox; the rest keep it from calling home or updating.
+FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--disable-dev-shm-usage", "--hide-scrollbars")
+
+
+def browser_paths():
+    """(Chromium, chromedriver) -> paths, or a FileNotFoundError naming INSTALL."""
+    binary = next((p for p in ("/usr/lib/chromium/chromium", *map(shutil.which, (
+        "chromium", "chromium-browser", "google-chrome"))) if p and os.path.isfile(p)), None)
+    driver = shutil.which("chromedriver")
+    if binary is None or driver is None:
+        raise FileNotFoundError(f"Chromium or chromedriver not found: {INSTALL}")
+    return binary, driver
+
+
+def chrome(profile, width=1320, height=1000):
+    """A headless Chromium driven by Selenium, a fresh profile in the folder `profile`, its
+    console and network events logged (driver.get_log("browser"), get_log("performance")).
+    ImportError or FileNotFoundError when Selenium or Chromium is missing."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    binary, driver = browser_paths()
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary
+    for flag in FLAGS + (f"--user-data-dir={profile}", f"--window-size={width},{height}"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
+    return webdriver.Chrome(options=options, service=Service(driver))
+
+
 @pytest.fixture(scope="module")
 def browser():
     """A headless Chromium (Selenium), or a skip naming the install command."""
     try:
         import selenium  # noqa: F401
-        trace_shot.browser_paths()
+        browser_paths()
     except (ImportError, FileNotFoundError):
-        pytest.skip(f"Chromium or Selenium missing: {trace_shot.INSTALL}")
+        pytest.skip(f"Chromium or Selenium missing: {INSTALL}")
     with tempfile.TemporaryDirectory() as profile:
-        driver = trace_shot.chrome(profile)
+        driver = chrome(profile)
         yield driver
         driver.quit()
 
@@ -372,3 +532,33 @@ def test_smollm2_lookup_in_a_browser(browser, tmp_path, capsys):
         browser.find_element(By.ID, "next").click()
     assert browser.find_elements(By.CSS_SELECTOR, "#step .tok.match")
     assert browser.find_elements(By.CSS_SELECTOR, "#step .tok.copied")
+
+
+class Falsy:
+    """A drafter whose truth value is false (a sized object with no items) that drafts unlike
+    ArgmaxDrafter: `drafter or ArgmaxDrafter()` would run plain BPD in its place."""
+    name = "falsy"
+
+    def __len__(self):
+        return 0
+
+    def __call__(self, logprobs, context):
+        r, V = logprobs.shape
+        return [[context[-1]] + [(context[-1] + 1) % V] * (r - 1)]
+
+
+@pytest.mark.parametrize("traced", [False, True])
+def test_a_falsy_drafter_is_the_one_run(shipped, traced):
+    """Traced or not, a falsy drafter's drafts are verified, not plain BPD's: its block
+    efficiency is its own, and the same in both paths."""
+    model, ck, _, _ = shipped
+    prompt, n = encode(PROMPT, ck["vocab"]), 24
+    plain = decoders.Method("bpd", ArgmaxDrafter()).decode(model, prompt, n)[1]
+    m = decoders.Method("falsy", Falsy())
+    if traced:
+        m.drafter = trace.Recorder(m.drafter)
+    out, stats = m.decode(model, prompt, n)
+    assert out == greedy_decode(model, prompt, n)
+    assert stats["block_efficiency"] < plain["block_efficiency"]
+    V = model.config.vocab_size
+    assert all(set(s["drafts"][0][1:]) == {(s["drafts"][0][0] + 1) % V} for s in stats["steps"])

@@ -1,4 +1,4 @@
-"""The real model's precision and blocks chosen per CPU (models/machine.py, issue 45): the probe
+"""The real model's precision and blocks chosen per CPU (models/machine.py): the probe
 of row-invariant kernels, the products that run on their own rows, the cached choice, and BPD
 equal to greedy in that mode. The kernels differ by CPU: tests that need a row-invariant kernel
 skip where there is none, and test_capped_cpu_runs_them reruns this file with the kernels capped
@@ -33,6 +33,13 @@ def fresh_free():
     yield blocks.FREE
     blocks.FREE.clear()
     blocks.FREE.update(saved)
+
+
+@pytest.fixture(autouse=True)
+def user_cache(tmp_path, monkeypatch):
+    """The user's cache of machine choices, in the test's own folder."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "user-cache"))
+    return tmp_path / "user-cache"
 
 
 def free_or_skip(layer):
@@ -121,11 +128,93 @@ def test_the_choice_is_cached_per_machine(tmp_path, monkeypatch):
     with open(path + machine.CHOICE_SUFFIX, "w") as f:
         json.dump({"format": machine.FORMAT, "machines": [other]}, f)
     again = machine.choice_for(path, fake_config(), 3, log=said.append)  # another's is kept
-    assert len(said) == 2 and machine.read_cache(path) == [other, again]
+    assert len(said) == 2 and machine.read_cache(path + machine.CHOICE_SUFFIX) == [other, again]
     assert machine.load_choice(path) == again and again["key"] == machine.machine_key()
     with open(path + machine.CHOICE_SUFFIX, "w") as f:
         f.write("{not json")
     assert machine.load_choice(path) is None
+
+
+def read_only(monkeypatch, *folders):
+    """Make the folders read-only; as root, whom file modes do not stop, also make machine's
+    writes under them fail as they would for anyone else."""
+    for folder in folders:
+        folder.chmod(0o555)
+    try:
+        (folders[0] / "probe").write_text("")
+    except OSError:
+        return
+    (folders[0] / "probe").unlink()
+    inside = tuple(str(folder) + os.sep for folder in folders)
+
+    def guarded(file, mode="r", *args, **kw):
+        if "w" in mode and os.path.abspath(file).startswith(inside):
+            raise PermissionError(13, "Permission denied", file)
+        return open(file, mode, *args, **kw)
+    monkeypatch.setattr(machine, "open", guarded, raising=False)
+
+
+def test_a_read_only_checkpoint_folder_caches_in_the_users_cache(tmp_path, monkeypatch, user_cache):
+    """Beside a checkpoint in a read-only folder nothing can be written: the choice goes to the
+    user's cache, is found there the next time (measured once), and the log says where."""
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    path, said = str(folder / "heads.pt"), []
+    read_only(monkeypatch, folder)
+    data = machine.choice_for(path, fake_config(), 3, log=said.append)
+    assert os.listdir(folder) == [] and len(said) == 1
+    assert f"cached in {user_cache}" in said[0], said
+    assert machine.choice_for(path, fake_config(), 3, log=said.append) == data and len(said) == 1
+
+
+def test_a_choice_that_cannot_be_written_anywhere_says_so(tmp_path, monkeypatch, user_cache):
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    user_cache.mkdir()
+    read_only(monkeypatch, folder, user_cache)
+    said = []
+    machine.choice_for(str(folder / "heads.pt"), fake_config(), 3, log=said.append)
+    assert len(said) == 1 and "not cached" in said[0] and "cached in" not in said[0]
+
+
+def test_the_log_goes_to_stderr(tmp_path, capsys):
+    """A command's --json is its stdout: the machine's log lines must not land there."""
+    machine.choice_for(str(tmp_path / "heads.pt"), fake_config(), 3)
+    out, err = capsys.readouterr()
+    assert out == "" and "measured this CPU" in err
+
+
+MALFORMED = {
+    "dtypes a list": lambda c: {**c, "dtypes": [1, 2]},
+    "no best": lambda c: {k: v for k, v in c.items() if k != "best"},
+    "unknown precision": lambda c: {**c, "dtypes": {**c["dtypes"], "float8": c["dtypes"][c["best"]]}},
+    "row_block a string": lambda c: {**c, "dtypes": {
+        k: {**e, "row_block": "8"} for k, e in c["dtypes"].items()}},
+    "negative ms": lambda c: {**c, "dtypes": {
+        k: {**e, "ms": {p: [-1.0, 2.0] for p in e["ms"]}} for k, e in c["dtypes"].items()}},
+    "free not a kernel key": lambda c: {**c, "dtypes": {
+        k: {**e, "free": {"[[1": 8}} for k, e in c["dtypes"].items()}},
+}
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    return machine.choose(fake_config(), 3)
+
+
+@pytest.mark.parametrize("damage", MALFORMED.values(), ids=MALFORMED.keys())
+def test_a_malformed_cached_choice_is_measured_again(tmp_path, measured, damage):
+    """A cached choice of this machine that is valid JSON of the wrong shape (hand-edited,
+    damaged) is ignored with one line that says so, measured again and replaced; it never
+    reaches apply (where it raised deep inside the SmolLM2 loader)."""
+    path, said = str(tmp_path / "heads.pt"), []
+    with open(path + machine.CHOICE_SUFFIX, "w") as f:
+        json.dump({"format": machine.FORMAT, "machines": [damage(measured)]}, f)
+    assert machine.load_choice(path, said.append) is None
+    assert len(said) == 1 and "malformed" in said[0]
+    data = machine.choice_for(path, fake_config(), 3, log=said.append)
+    assert machine.choice_problem(data) is None and machine.load_choice(path) == data
+    machine.apply(data, torch.float32)
 
 
 def test_apply_sets_the_free_kernels_and_says_why():

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import minibpd
+from runtime import checkpoint
 from tests.helpers import heads_or_skip
 from lab import bench
 from models import peer, smollm
@@ -27,7 +28,7 @@ def peers():
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        ours, ck = minibpd.load_checkpoint(heads, "cpu", torch.float32)
+        ours, ck = checkpoint.load(heads, "cpu", torch.float32)
         yield ours, peer.transformers_model(torch.float32), ck
     finally:
         torch.set_num_threads(threads)

@@ -30,8 +30,6 @@ from lab import bench
 from lab.run import Run
 import decoders
 from decoders import fastlattice
-import lattice
-import minibpd
 from runtime import contract
 from models import smollm, smollm_gguf
 from conftest import ROOT
@@ -885,7 +883,7 @@ def test_nonfinite_heads_checkpoint_is_refused_before_the_gguf(tmp_path, monkeyp
         path = tmp_path / f"bad{i}.pt"
         torch.save(bad, path)
         with pytest.raises(checkpoint.CheckpointError) as e:
-            minibpd.load_checkpoint(str(path))
+            checkpoint.load(str(path))
         assert str(e.value).startswith(f"checkpoint {path}: tensor {name} holds NaN or inf; "
                                        "retrain it with `python train_heads.py --smollm"), e.value
     with pytest.raises(ValueError, match="rescorer: its weights are not a dict of tensors"):
@@ -1083,7 +1081,7 @@ def test_a_heads_checkpoint_of_another_form_is_refused(real, tmp_path):
 def shipped():
     """The shipped heads checkpoint, loaded once in the dtype chosen for this CPU, with its
     Resources."""
-    model, ck = minibpd.load_checkpoint(heads_or_skip())
+    model, ck = checkpoint.load(heads_or_skip())
     return model, ck, decoders.Resources(model, ck)
 
 
@@ -1116,7 +1114,7 @@ def test_heads_checkpoint_loads_and_round_trips(shipped, tmp_path):
 def test_every_decoder_equals_greedy_on_the_real_model(shipped):
     """The product on the real model, bf16: every decoder of the registry at its tuned settings
     returns greedy's tokens, on three of the bench's test prompts (32 tokens each) and on the
-    demo's first question as the demo asked it before issue 22, without the system turn
+    demo's first question as the demo asked it before, without the system turn
     (smollm.chat; 48 tokens: where tree verification, before llama.tree_attention, broke pbest0
     at token 34; there the drafters of several drafts are verified as rows too). The demo's
     own prompts (the model's chat template) are test_demo_on_the_real_model's."""
@@ -1170,8 +1168,8 @@ def test_float32_is_exact_and_bf16_leaves_it_at_near_ties():
     make a tie. The demo's second prompt, whose texts part at token 12 here (other CPUs may
     round otherwise: then nothing to check but exactness)."""
     assert "float32" in checkpoint.DTYPES
-    model16, _ = minibpd.load_checkpoint(heads_or_skip(), dtype=torch.bfloat16)
-    m32, ck32 = minibpd.load_checkpoint(HEADS, dtype=torch.float32)
+    model16, _ = checkpoint.load(heads_or_skip(), dtype=torch.bfloat16)
+    m32, ck32 = checkpoint.load(HEADS, dtype=torch.float32)
     assert m32.tok_emb.weight.dtype == torch.float32 and m32.heads[0].fc.weight.dtype == torch.float32
     prompt = smollm.demo_prompts(ck32["vocab"])[1][1]
     g32, g16 = greedy_decode(m32, prompt, 16), greedy_decode(model16, prompt, 16)
@@ -1215,7 +1213,7 @@ def test_prompt_that_is_not_unicode_is_one_error_line(shipped, monkeypatch, caps
     one line naming the problem and exit status 2, no traceback (the model loaded once, here)."""
     from lab import cli
     model, ck, _ = shipped
-    monkeypatch.setattr(cli, "load_checkpoint", lambda *args: (model, ck))
+    monkeypatch.setattr(cli, "load_fast", lambda *args: (model, ck))
     argv = ["--checkpoint", HEADS, "--prompt", b"caf\xe9".decode("utf-8", "surrogateescape")]
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
@@ -1226,7 +1224,7 @@ def test_prompt_that_is_not_unicode_is_one_error_line(shipped, monkeypatch, caps
 def test_demo_on_the_real_model(shipped, capsys):
     """`python minibpd.py --demo --checkpoint checkpoints/smollm2-heads.pt`, short: both chat
     prompts, every decoder but smollm.DEMO_SKIP identical to greedy on the first, BPD and
-    smollm.DEMO_LATER on the second (the 45 s budget of issue 45), each saying which it left out (exit 0)."""
+    smollm.DEMO_LATER on the second, each saying which it left out (exit 0)."""
     from lab import cli
     assert cli.main(["--demo", "--checkpoint", HEADS, "--max-new-tokens", "8"]) == 0
     out = capsys.readouterr().out
@@ -1238,7 +1236,7 @@ def test_demo_on_the_real_model(shipped, capsys):
 
 
 def test_tasks_on_the_real_model(shipped):
-    """Issue 24: --tasks' per-task run on SmolLM2 (two tasks, one example each, two decoders):
+    """--tasks' per-task run on SmolLM2 (two tasks, one example each, two decoders):
     every decoder identical to greedy, an instruction task in the chat template, a quality
     measured on greedy's text up to its end token."""
     model, ck, res = shipped
@@ -1257,7 +1255,7 @@ def test_tasks_on_the_real_model(shipped):
     assert set(r.correlation) >= {"hmax_vs_bpd_be", "gain_vs_bpd_be"}
 
 
-# ----------------------------------------------------------------------------- threads (issue 40)
+# ----------------------------------------------------------------------------- threads
 
 @pytest.fixture
 def fast_switching():
@@ -1269,7 +1267,7 @@ def fast_switching():
 
 
 def test_one_batch_invariant_llama_is_safe_across_threads(fast_switching):
-    """Issue 40, 5: TiedHead.memo was read three times and replaced by another thread in
+    """TiedHead.memo was read three times and replaced by another thread in
     between: two threads sharing one tiny batch-invariant Llama raised IndexError (in 10 of 20
     runs of this loop here, before the fix). It is read once now (blocks.derived's cache and the stacked heads alike): every
     output is greedy's."""
@@ -1301,7 +1299,7 @@ def test_one_batch_invariant_llama_is_safe_across_threads(fast_switching):
 ])
 def test_a_heads_config_is_checked_before_any_weight_is_read(tmp_path, monkeypatch, key, value,
                                                              message):
-    """Issue 40, 2: a heads checkpoint whose config asks for 2,000,000 heads built them before
+    """A heads checkpoint whose config asks for 2,000,000 heads built them before
     any check; its architecture was compared with the GGUF's only after the whole load. Both
     come first now: the heads from the checkpoint alone, the architecture from the GGUF's
     header, before its weights are dequantized."""
@@ -1317,6 +1315,6 @@ def test_a_heads_config_is_checked_before_any_weight_is_read(tmp_path, monkeypat
     monkeypatch.setattr(smollm, "trunk_state", read)
     monkeypatch.setattr(smollm, "fresh_heads", read)
     with pytest.raises(checkpoint.CheckpointError) as e:
-        minibpd.load_checkpoint(str(path))
+        checkpoint.load(str(path))
     held = len({k.split(".")[0] for k in ck["heads"]})
     assert message.replace("4 heads", f"{held} heads") in str(e.value), e.value

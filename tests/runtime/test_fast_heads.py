@@ -1,5 +1,5 @@
-"""The fast twin of GPT's heads (runtime/fast_heads.py): the same numbers as minibpd.GPT's
-readable head_logits, the same decodes, its stacked weights cached and renewed, and heads views."""
+"""The fast twin of GPT's heads (runtime/fast_heads.py): minibpd.GPT's readable head_logits to
+rounding, the same decodes, its stacked weights cached and renewed, and heads views."""
 import pytest
 import torch
 
@@ -24,15 +24,21 @@ def test_batched_heads_equal_modules():
     torch.testing.assert_close(model.head_logits(z), readable(model, z))
 
 
-def test_forward_is_bit_identical_in_float32():
-    """The stacked heads are the same float32 numbers as the modules, one by one."""
+def test_forward_equals_the_modules_to_rounding():
+    """The stacked heads give the modules' float32 logits to within a few ulp, not bit for bit:
+    one wide matmul and h - 1 small ones are different kernels (AVX2, AVX-512, AMX tiles), and
+    each sums its products in its own order. The tolerance is far below what separates two
+    heads, so a head read from the wrong slot still fails."""
     torch.manual_seed(0)
     model = FastGPT(__import__("minibpd").GPTConfig(103, 128, 1, 4, 128, 8)).eval()
     z = torch.randn(5, 128)
     with torch.no_grad():
         fast = model.head_logits(z)
         model.reference = True
-        assert torch.equal(fast, model.head_logits(z))
+        ref = model.head_logits(z)
+    ulp = torch.finfo(torch.float32).eps * ref.abs().amax(-1, keepdim=True)  # of each row's largest
+    assert ((fast - ref).abs() <= 8 * ulp).all()
+    assert not ((fast[:, 2] - ref[:, 3]).abs() <= 8 * ulp[:, 3]).all()     # a wrong head fails
 
 
 @on_random_models()

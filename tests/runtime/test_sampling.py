@@ -32,7 +32,7 @@ from minibpd import greedy_decode, sample_decode
 from runtime.sampling import target_probs
 from ngram import NgramLM
 from test_minibpd import LongDrafts
-from runtime.loop import lab_decode
+from runtime.loop import decode_rows, lab_decode
 
 # (model: seed, vocabulary, layers, heads, window), prompt length, new tokens, temperature
 CASES = [((11, 3, 1, 3, 4), 3, 3, 1.0), ((12, 2, 2, 4, 6), 1, 3, 1.0), ((13, 3, 1, 3, 4), 1, 2, 0.6)]
@@ -215,7 +215,7 @@ def reseeded(model, prompt, n, T, N):
 
 @pytest.mark.parametrize("case", range(len(CASES)))
 def test_without_a_generator_a_drafter_reseeding_torch_cannot_bias_the_output(case):
-    """Issue 22: with generator=None, verification drew from torch's global generator, which this
+    """With generator=None, verification drew from torch's global generator, which this
     drafter reseeds at every step, so every acceptance draw after it was the same number (L1 1.90
     against a bound of 0.47). bpd_decode now seeds a generator of its own once, from torch's,
     before any drafter runs (sampling.own_generator): the exact-enumeration check passes, with
@@ -318,14 +318,27 @@ def test_a_declared_q_is_checked_before_use(how):
     assert len(lab_decode(model, [1, 2], 12, HeadSampler(), 1.0)[0]) == 12    # the good one runs
 
 
+@pytest.mark.parametrize("generator", [42, "seed", torch.manual_seed])
+def test_a_generator_that_is_not_one_is_refused_up_front(monkeypatch, generator):
+    """generator=42 at T > 0: one ValueError before any model call, on every sampling path
+    (torch's own TypeError came after the first call)."""
+    model = tiny_model(0, 5, 1, 2, 8)
+    monkeypatch.setattr(type(model), "forward", lambda *a, **k: pytest.fail("model called"))
+    for decode in (lambda: lab_decode(model, [1], 3, None, 0.8, generator),
+                   lambda: lab_decode(model, [1], 3, HeadSampler(), 0.8, generator),
+                   lambda: sample_decode(model, [1], 3, 0.8, generator),
+                   lambda: decode_rows(model, torch.tensor([[1, 2]]), 3, 0.8, generator)):
+        with pytest.raises(ValueError, match="generator must be None or a torch.Generator"):
+            decode()
+
+
 def test_tiny_temperatures_are_refused_up_front(monkeypatch):
     model = tiny_model(0, 5, 1, 2, 8)
     monkeypatch.setattr(type(model), "forward", lambda *a, **k: pytest.fail("model called"))
     for T in (1e-300, 1e-320, 1e-7):
-        with pytest.raises(ValueError, match="temperature must be 0 .greedy. or at least"):
-            lab_decode(model, [1], 3, None, T)
-        with pytest.raises(ValueError, match="temperature must be 0 .greedy. or at least"):
-            sample_decode(model, [1], 3, T)
+        for decode in (lab_decode, sample_decode):      # the lab checks through minibpd's check
+            with pytest.raises(ValueError, match=r"temperature must be 0 .greedy. or in \[1e-6, 1e308\)"):
+                decode(model, [1], 3, temperature=T)
 
 
 # ----------------------------------------------------------------------------- drafts past the heads, your drafter

@@ -1,4 +1,4 @@
-"""Tests for training/task_heads.py (per-task heads on SmolLM2, tools/task_heads.py): the task
+"""Tests for training/task_heads.py (per-task heads on SmolLM2; tools/task_heads.py, removed, in commit c2dce35): the task
 prompt builder (even over tasks, seeded, the chat template for instruction tasks only), the
 length batches (sorted, each prompt's start dropped to the batch's shortest), and, with SmolLM2
 and its shipped heads installed (else skipped, naming the pip command), that finetune_on moves
@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 
-import minibpd
+from runtime import checkpoint
 from lab import task_text, tasks
 from conftest import ROOT
 from tests.helpers import heads_or_skip, real_model_or_skip
@@ -59,7 +59,7 @@ def test_length_batches_keep_each_prompts_end():
 def test_finetune_on_moves_only_the_heads_and_the_exit_adapter():
     heads_or_skip()
     torch.set_num_threads(1)
-    model, ck = minibpd.load_checkpoint(HEADS)
+    model, ck = checkpoint.load(HEADS)
     trunk = {k: v.clone() for k, v in model.state_dict().items() if not k.startswith("heads.")}
     heads = {k: v.clone() for k, v in model.heads.state_dict().items()}
     exit_head = task_heads.exit_adapter(model, ck)

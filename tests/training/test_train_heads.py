@@ -107,7 +107,7 @@ def test_out_is_only_overwritten_with_force(paths, monkeypatch, capsys):
     with open(out, "w") as f:
         f.write("precious")
     with monkeypatch.context() as m:
-        m.setattr(cli, "load_corpus", lambda *a: pytest.fail("read the corpus first"))
+        m.setattr(train_heads, "load_corpus", lambda *a: pytest.fail("read the corpus first"))
         err = fails(TINY + ["--data", data, "--out", out], capsys)
     assert out in err and "--force" not in err and "--out my-model.pt" in err   # not ours
     assert open(out).read() == "precious"
@@ -125,13 +125,13 @@ def test_out_is_only_overwritten_with_force(paths, monkeypatch, capsys):
 def test_rescorer_defaults_scale_with_the_base(steps, n_layer, n_embd, expected):
     args = cli.parse_args(["--steps", str(steps), "--n-layer", str(n_layer),
                            "--n-embd", str(n_embd), "--n-head", "1"])
-    cli.scale_rescorer(args)
+    train_heads.scale_rescorer(args)
     assert (args.rescorer_steps, args.rescorer_layers, args.rescorer_embd) == expected
 
 
 def test_default_flags_are_the_shipped_run():
     args = cli.parse_args([])
-    cli.scale_rescorer(args)
+    train_heads.scale_rescorer(args)
     assert (args.steps, args.seed, args.n_layer, args.n_head, args.n_embd, args.block_size,
             args.heads, args.rescorer_steps, args.rescorer_layers, args.rescorer_embd) == \
         (5000, 1337, 6, 4, 128, 128, 8, 2500, 2, 64)
@@ -169,7 +169,7 @@ def test_data_kept_as_is_unless_clean(tmp_path, monkeypatch, capsys):
     src.write_text("".join(open(os.path.join(folder, f), encoding="utf-8").read()
                            for f in sorted(os.listdir(folder)) if f.endswith(".py")),
                    encoding="utf-8")
-    monkeypatch.setattr(cli, "choose_threads", lambda n, training: (1, "stubbed"))
+    monkeypatch.setattr(train_heads, "training_threads", lambda n=None: (1, "stubbed"))
     threads = torch.get_num_threads()
     argv = TINY_AUTO + ["--data", str(src)]
     cli.main(argv + ["--out", str(tmp_path / "kept.pt")])
@@ -241,11 +241,11 @@ def test_base_run_trains_the_fast_twin(paths, monkeypatch):
         "git_revision", "train", "corpus", "splits"}
 
 
-# ----------------------------------------------------------------------------- issue 40
+# ----------------------------------------------------------------------------- regressions
 
 def test_out_advice_names_force_only_for_a_checkpoint_of_its_kind(paths, tiny_ckpt, tmp_path,
                                                                  no_training, capsys):
-    """Issue 40, 1: `--out F already exists; pass --force` was said of any file: README.md, a
+    """`--out F already exists; pass --force` was said of any file: README.md, a
     shipped checkpoint (the default --out), a checkpoint another mode writes."""
     data, _ = paths
     shipped = checkpoint.CHECKPOINT
@@ -263,7 +263,7 @@ def test_out_advice_names_force_only_for_a_checkpoint_of_its_kind(paths, tiny_ck
 
 
 def test_out_through_a_dangling_link_writes_its_target(paths, tmp_path, capsys, monkeypatch):
-    """Issue 40, 11: the check that --out can be written opened the link's target (creating it),
+    """The check that --out can be written opened the link's target (creating it),
     then removed the link: an empty file was left at the target and the checkpoint written where
     the link was. The link is written through now, and stays a link."""
     data, _ = paths
@@ -281,15 +281,14 @@ def test_out_through_a_dangling_link_writes_its_target(paths, tmp_path, capsys, 
 
 
 def test_data_has_a_size_cap(paths, tmp_path, no_training, capsys, monkeypatch):
-    """Issue 40, 11: --data had no cap (training holds the text as tensors). At most 16 MiB, said in
+    """--data had no cap (training holds the text as tensors). At most 16 MiB, said in
     --help and checked before the file is read (the cap is made small here)."""
-    from training import shared
-    assert shared.MAX_DATA_BYTES == 16 * 2 ** 20
+    assert train_heads.MAX_DATA_BYTES == 16 * 2 ** 20
     with pytest.raises(SystemExit):
         cli.main(["--help"])
     assert "at most 16 MiB" in " ".join(capsys.readouterr().out.split())
     data, out = paths
-    monkeypatch.setattr(shared, "MAX_DATA_BYTES", 1000)
-    monkeypatch.setattr(cli, "load_corpus", lambda *a: pytest.fail("read the corpus first"))
+    monkeypatch.setattr(train_heads, "MAX_DATA_BYTES", 1000)
+    monkeypatch.setattr(train_heads, "load_corpus", lambda *a: pytest.fail("read the corpus first"))
     err = fails(TINY + ["--data", data, "--out", out], capsys)
     assert f"--data {data} holds {len(CODE):,} bytes, more than the 1,000" in err
