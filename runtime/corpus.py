@@ -25,8 +25,8 @@ def check_unicode(text):
 
 def encode(text, vocab):
     """Characters -> token ids, with a clear error for characters the model never saw. A vocab
-    with its own encode (smollm.Vocab: byte-level BPE, nothing unknown) encodes itself."""
-    if not isinstance(vocab, (str, list, tuple)):   # a tokenizer (smollm.Vocab)
+    with its own encode (smollm_gguf.Vocab: byte-level BPE, nothing unknown) encodes itself."""
+    if not isinstance(vocab, (str, list, tuple)):   # a tokenizer (smollm_gguf.Vocab)
         return vocab.encode(text)
     stoi = {c: i for i, c in enumerate(vocab)}
     unknown = sorted({c for c in text if c not in stoi})

@@ -24,9 +24,9 @@ from training.teacher import TEACHER_WINDOW, draft_vocabulary, in_vocab, teacher
 
 # ----------------------------------------------------------------------------- SmolLM2's heads
 # Medusa-1 on a frozen pretrained LM (smollm.py): heads 2..h, chained (--head-form chained, the
-# default: each reads the token the head before it drafted, llama.ChainedHead) or like Stern §6's
-# form, learn the frozen base's own greedy future (self-distillation: the base, hence greedy
-# output, never changes).
+# default: each reads the token the head before it drafted, llama_layers.ChainedHead) or like
+# Stern §6's form, learn the frozen base's own greedy future (self-distillation: the base, hence
+# greedy output, never changes).
 #   1. corpus   text that ships offline: pydoc_data.topics, stdlib function sources (code and
 #               docstrings), the tasks' prompts (tasks.py); tune and test splits held out.
 #   2. generate (training/generate.py) --continuations N greedy continuations of train-split
@@ -124,10 +124,10 @@ def projected_loss(states, targets, weight):
 
 
 class SmolHeads(torch.nn.Module):
-    """What trains: heads 2..h (model.heads) and the early-exit adapter (llama.exit_head, BPDHead
-    form, on the base's final norm of the residual stream after EXIT_LAYERS blocks). Chained
-    heads (llama.ChainedHead) read the tokens before theirs: teacher forcing, where a drafted
-    token only matters when every one before it was greedy's (ChainedHead)."""
+    """What trains: heads 2..h (model.heads) and the early-exit adapter (llama_layers.exit_head,
+    BPDHead form, on the base's final norm of the residual stream after EXIT_LAYERS blocks).
+    Chained heads (llama_layers.ChainedHead) read the tokens before theirs: teacher forcing, where
+    a drafted token only matters when every one before it was greedy's (ChainedHead)."""
 
     def __init__(self, model, exit_head):
         super().__init__()
@@ -150,7 +150,7 @@ class SmolHeads(torch.nn.Module):
 
     def step(self, head, f, t):
         """One chained head: the state before it f [B, C] and the token drafted before it t [B]
-        -> its state [B, C] (llama.ChainedHead on [f; e(t)])."""
+        -> its state [B, C] (llama_layers.ChainedHead on [f; e(t)])."""
         return head(torch.cat([f, self.embedding[t].to(f.dtype)], dim=-1))
 
     def exit_state(self, exit_states):

@@ -47,7 +47,8 @@ def task_prompts(vocab, names, n, seed, split="train"):
 
 
 def exit_adapter(model, ck):
-    """The checkpoint's early-exit adapter (ck["rescorer"]) as a trainable fp32 head (llama.exit_head)."""
+    """The checkpoint's early-exit adapter (ck["rescorer"]) as a trainable fp32 head
+    (llama_layers.exit_head)."""
     head = llama_layers.exit_head(model.config)
     head.load_state_dict({k: v.float() for k, v in ck["rescorer"].items()})
     return head.float()

@@ -54,7 +54,7 @@ def chain_inputs(windows, h):
     """windows [W, T] (the text) -> [W, T, h - 1]: the tokens chained heads read at each state,
     the text's next h - 1 tokens (-1 past the window). Head i's target, the argmax at s + i - 1,
     is the base's choice after exactly those tokens, so every argmax is a fair target for a
-    chained head (llama.ChainedHead), whether or not the text was greedy's."""
+    chained head (llama_layers.ChainedHead), whether or not the text was greedy's."""
     after = torch.cat([windows[:, 1:], windows.new_full((len(windows), 1), -1)], dim=1)
     return head_targets(after, h - 1)
 
