@@ -22,10 +22,8 @@ PACKAGES = ("runtime", "decoders", "models", "lab", "training")
 # minibpd.py's budget is 450; it holds 471 (the request, drafter and checkpoint checks): to trim.
 PAPER = {"minibpd.py": 471, "lattice.py": 450, "ngram.py": 450, "train_heads.py": 450,
          "test_minibpd.py": 450}
-# Modules still over MAX_LINES, each capped at its size today: they may only shrink.
-OVER = {"lab/tasks.py": 586,
-        "lab/figures.py": 580, "models/smollm.py": 548, "models/llama.py": 532,
-        "training/finetune.py": 543, "lab/scale.py": 493}
+# Modules allowed over MAX_LINES for now, each capped at its size (they may only shrink): none.
+OVER = {}
 TOP = {*PAPER, "README.md", "conftest.py", "pyproject.toml", "requirements.txt", ".gitignore",
        ".ci", ".git", "checkpoints", "docs", "tests", "tools", *PACKAGES}
 MAX_LINES, MAX_FUNCTION, MAX_NAMES = 450, 50, 30
@@ -224,7 +222,7 @@ def main():
     print(f"the paper layer: {', '.join(f'{f} {len(open(os.path.join(HERE, f)).read().splitlines())}' for f in PAPER)} lines; "
           f"{len(before)} names before bpd_decode; hand-offs to the folders: {', '.join(handoffs)}")
     print(f"{len(names)} modules, {lines:,} lines; " + ("; ".join(problems) if problems else
-          f"no import circles, no module over {MAX_LINES} lines (but {len(OVER)} to split), "
+          f"no import circles, no module over {MAX_LINES} lines, "
           "no function over 50, no re-exports, "
           "the paper layer within its rules"))
     return 1 if problems else 0

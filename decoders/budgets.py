@@ -6,7 +6,7 @@ cost table) and the token tree's node budget (within_budget). docs/limits.md giv
 """
 import math
 
-from runtime.kvcache import is_int
+from runtime.ids import is_int
 
 MAX_ORDER = 8            # n-gram orders above this take minutes to fit in pure Python
 MAX_DP_CELLS = 2 ** 22   # the most partial-path scores the p-best DP may hold at one position

@@ -5,7 +5,7 @@ time the context's tail was seen, verified beside BPD's own draft (decoders `loo
 """
 from decoders.budgets import check_settings, within_budget
 from minibpd import ArgmaxDrafter
-from runtime.kvcache import is_int
+from runtime.ids import is_int
 
 MAX_LOOKUP_NGRAM = 16   # ours: longer n-grams cost index entries and hardly ever match anew
 

@@ -6,7 +6,8 @@ import threading
 from decoders.fastlattice import NgramTable
 from decoders.viterbi import EAGER_BYTES, NgramAutomaton
 from ngram import NgramLM
-from runtime.checkpoint import build_model, encode, family_module, retrain, train_kind
+from runtime.checkpoint import build_model, family_module, retrain, train_kind
+from runtime.corpus import encode
 
 
 def split_text(ck, name):

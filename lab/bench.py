@@ -18,7 +18,7 @@ from lab.timing import by_heads, clock, seconds
 import decoders
 from decoders.registry import baseline_name
 from decoders.resources import split_text
-from runtime.checkpoint import encode
+from runtime.corpus import encode
 from runtime.loop import lab_decode
 
 

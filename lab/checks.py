@@ -14,10 +14,11 @@ from lab import approximate, bench, trace
 from lab import task_runs
 from decoders.lookup import check_copy
 from decoders.budgets import check_settings
-from runtime.checkpoint import (CHECKPOINT, CHECKPOINTS, DTYPES, check_unicode, dtype_of, encode,
-                                family_module, file_sha256, outline, to_vocab)
+from runtime.checkpoint import (CHECKPOINT, CHECKPOINTS, DTYPES, dtype_of, family_module,
+                                file_sha256, outline)
+from runtime.corpus import check_unicode, encode, to_vocab
+from runtime.ids import is_int
 from train_heads import writable
-from runtime.kvcache import is_int
 
 MAX_NEW_TOKENS = 100_000      # more is refused: greedy alone would run for minutes
 TUNE_SIZE = (16, 128)         # the documented --tune run: prompts x new tokens

@@ -18,7 +18,8 @@ import decoders
 from decoders.registry import baseline_name
 from decoders.resources import split_text
 from minibpd import greedy_decode
-from runtime.checkpoint import decode, family_module
+from runtime.checkpoint import family_module
+from runtime.corpus import decode
 
 
 def show(tokens, vocab):

@@ -6,7 +6,7 @@ shows it as the step's error note).
 """
 import numbers
 
-from runtime.kvcache import is_int
+from runtime.ids import is_int
 
 MAX_COLUMNS = 1024      # a neural explanation's k: the page draws k columns for it
 

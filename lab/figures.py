@@ -1,9 +1,9 @@
 """The reports in the terminal (tables and unicode bar charts, 80 columns, meaningful without
 colour) and, with `--plot DIR`, as PNG files (matplotlib, optional): the bench's (a
-bench.BenchReport, read by attribute, so a misspelt field fails loudly), the tasks' and the
-scale map's (lab/scale.py's result dict)."""
+bench.BenchReport, read by attribute, so a misspelt field fails loudly) and the heads figures,
+with the drawing tools that figures_tasks.py (the tasks' report) and figures_scale.py (the scale
+map's) use too."""
 import os
-import textwrap
 
 import decoders
 
@@ -305,42 +305,7 @@ def print_sampled(r, model):
           "  with the exact one; test_sampling.py checks whole outputs on tiny models exactly.")
 
 
-# ----------------------------------------------------------------------------- --tasks
-
-def print_tasks(r, color=False):
-    """The --tasks report: per task block efficiency of every method, the paper's analyses, and
-    the cross-task correlations (Kim §6-7)."""
-    print(f"{len(r.tasks)} tasks, {r.checkpoint}, examples built by Python "
-          f"{str(r.python).split()[0]}, {r.seconds:.0f} s\n")
-    methods = list(next(iter(r.tasks.values())).block_efficiency)
-    w = decoders.label_width(methods)
-    best = max([7] + [len(t.best_refined) for t in r.tasks.values()])
-    print("  block efficiency (identical to greedy: ✓)\n  " + f"{'method':{w}s}" +
-          "".join(f"{name:>12s}" for name in r.tasks))     # a row per method: any number fits
-    for m in methods:
-        cells = "".join(f"{t.block_efficiency[m]:11.2f}{'✓' if t.identical_to_greedy.get(m, True) else '✗'}"
-                        for t in r.tasks.values())
-        print(f"  {m:{w}s}{cells}")
-    print(f"  {decoders.PLAIN + ' 95%':{w}s}" + "".join(    # bootstrap over the examples
-        f"{'%.2f-%.2f' % tuple(t.block_efficiency_interval[decoders.PLAIN]):>12s}"
-        for t in r.tasks.values() if t.block_efficiency_interval))
-    print("\n  " + f"{'task':12s} {'ex.':>4s} {'best':>{best}s} {'gain':>7s} {'oracle8':>8s} {'h_max':>6s} "
-          f"{'entropy':>8s} {'rep.':>6s} {'rep.2g':>6s} {'quality':>15s}")
-    for name, t in r.tasks.items():
-        k, v = next(iter(t.quality.items()))              # the task's own metric
-        q = f"{k} {v:.2f}"
-        print(f"  {name:12s} {t.examples:4d} {t.best_refined:>{best}s} {t.relative_gain[t.best_refined]:+6.1f}% "
-              f"{t.oracle_by_k['8']:8.2f} {t.hmax:6d} {sum(t.head_entropy) / len(t.head_entropy):8.2f} "
-              f"{100 * t.repetition['adjacent_repeat']:5.1f}% {100 * t.repetition_2gram['adjacent_repeat']:5.1f}% "
-              f"{q:>15s}")
-    if r.excluded:
-        print(f"\n  degenerate (greedy's ROUGE-L < {r.degenerate_below}), left out of the correlations: "
-              f"{', '.join(r.excluded)}")
-    print_correlations(r.correlation)
-    print_heads_by_task({n: t.block_efficiency_by_heads for n, t in r.tasks.items()})
-    chart("BPD block efficiency by task", [(n, t.block_efficiency[decoders.PLAIN])
-                                           for n, t in r.tasks.items()], color=color)
-
+# -------------------------------------------- heads by task (the --tasks report: figures_tasks.py)
 
 def print_heads_by_task(by_task):
     """Kim Table 1: a row per task, plain BPD's block efficiency by the number of heads used."""
@@ -351,96 +316,7 @@ def print_heads_by_task(by_task):
         print(f"  {name:12s}" + "".join(f"{row[h]:6.2f}" for h in heads))
 
 
-def print_correlations(c):
-    """The cross-task coefficients with n, the exact permutation p and the range with one task
-    left out (task_runs.correlations), one row each, within 80 columns."""
-    fmt = lambda v: "n/a" if v is None else f"{v:+.2f}"
-    rows = [("h_max", "r", c["hmax_vs_bpd_be"]), ("mean head entropy", "r", c["entropy_vs_bpd_be"])]
-    rows += [(f"gain of {k}", "rho", v) for k, v in c["gain_vs_bpd_be"].items()]
-    rows += [("oracle headroom (k = 8)", "rho", c["headroom_vs_bpd_be"])]
-    print(f"\n  across tasks, against BPD block efficiency (p: exact permutation, two-sided)\n"
-          f"  {'':24s} {'coef.':>10s} {'n':>3s} {'p':>6s} {'one task left out':>18s}")
-    for what, key, e in rows:
-        p = "n/a" if e["p"] is None else f"{e['p']:.3f}"
-        loo = "n/a" if not e["loo"] else f"{fmt(e['loo'][0])} .. {fmt(e['loo'][1])}"
-        print(f"  {what:24s} {key:>4s} {fmt(e[key]):>5s} {e['n']:3d} {p:>6s} {loo:>18s}")
-
-
-def plot_tasks(r, folder):
-    """--tasks --plot: Kim Fig. 3b (h_max and mean head entropy against BPD block efficiency, one
-    point per task, the least-squares line and r), Figs. 5-6 (oracle block efficiency relative to
-    BPD by k, a line per task) and block efficiency per task and decoder. -> the file names."""
-    plt = pyplot()
-    os.makedirs(folder, exist_ok=True)
-    names, tasks_ = [], list(r.tasks.items())
-    bpd = [t.block_efficiency[decoders.PLAIN] for _, t in tasks_]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for ax, what, ys in ((axes[0], "h_max", [t.hmax for _, t in tasks_]),
-                         (axes[1], "mean head entropy (nats)",
-                          [sum(t.head_entropy) / len(t.head_entropy) for _, t in tasks_])):
-        ax.scatter(bpd, ys, color="#4c72b0")
-        for (name, _), x, y in zip(tasks_, bpd, ys):
-            ax.annotate(name, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
-        fit = least_squares(bpd, ys)
-        if fit:
-            lo, hi = min(bpd), max(bpd)
-            ax.plot([lo, hi], [fit[0] + fit[1] * lo, fit[0] + fit[1] * hi], "--", color="#c44e52",
-                    label=f"least squares, r = {fit[2]:+.2f} (n = {len(bpd)})")
-            ax.legend(fontsize=8)
-        ax.set(xlabel="BPD block efficiency (tokens / call)", ylabel=what)
-    fig.suptitle("Kim Fig. 3b: head confidence against block efficiency, one point per task")
-    names.append(save(fig, folder, "tasks_hmax.png"))
-    plt.close(fig)
-    fig, ax = plt.subplots(figsize=(6.4, 4))
-    for name, t in tasks_:
-        ks = list(t.oracle_by_k)
-        ax.plot([int(k) for k in ks], [t.oracle_by_k[k] / t.block_efficiency[decoders.PLAIN]
-                                       for k in ks], marker="o", label=name)
-    ax.axhline(1.0, color="#c44e52", linestyle="--", linewidth=1, label="plain BPD")
-    ax.set(xscale="log", xlabel="k (candidates per head)", ylabel="oracle / BPD block efficiency",
-           title="Kim Figs. 5-6: oracle headroom of the top-k lattice, by task")
-    ax.legend(fontsize=8)
-    names.append(save(fig, folder, "tasks_oracle_by_k.png"))
-    plt.close(fig)
-    names.append(task_bars(plt, r, folder))
-    fig = tasks_by_heads(plt, {n: t.block_efficiency_by_heads for n, t in tasks_}, r.checkpoint)
-    names.append(save(fig, folder, "tasks_by_heads.png"))
-    plt.close(fig)
-    return names
-
-
-def task_bars(plt, r, folder):
-    """Grouped bars: block efficiency per task, one bar per decoder, BPD's value as a line."""
-    decoders_ = [m for m in next(iter(r.tasks.values())).block_efficiency if m != "greedy"]
-    fig, ax = plt.subplots(figsize=(10, 4))
-    width = 0.8 / len(decoders_)
-    for j, m in enumerate(decoders_):
-        xs = [i + (j - len(decoders_) / 2 + 0.5) * width for i in range(len(r.tasks))]
-        drawn = ax.bar(xs, [t.block_efficiency[m] for t in r.tasks.values()], width, label=m)
-        ax.bar_label(drawn, [f"{t.block_efficiency[m]:.1f}" for t in r.tasks.values()], fontsize=6)
-    for i, t in enumerate(r.tasks.values()):
-        ax.hlines(t.block_efficiency[decoders.PLAIN], i - 0.45, i + 0.45, colors="#c44e52",
-                  linestyles="--", linewidth=1)
-    ax.set_xticks(range(len(r.tasks)), list(r.tasks))
-    ax.set(ylabel="block efficiency (tokens / call)",
-           title="Block efficiency per task and decoder (dashed: plain BPD)")
-    ax.legend(fontsize=7, ncol=4)
-    name = save(fig, folder, "tasks_block_efficiency.png")
-    plt.close(fig)
-    return name
-
-
-def least_squares(xs, ys):
-    """(intercept, slope, Pearson r) of ys on xs, or None when xs or ys do not vary."""
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    sxx, syy = sum((x - mx) ** 2 for x in xs), sum((y - my) ** 2 for y in ys)
-    if not sxx or not syy:
-        return None
-    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys))
-    return my - sxy / sxx * mx, sxy / sxx, sxy / (sxx * syy) ** 0.5
-
-
-# ----------------------------------------------------------------------------- the scale map (lab/scale.py)
+# -------------------------------------------- sizes, the machine (the scale map: figures_scale.py)
 
 def human(count):
     """Parameters as 32k, 1.45M, 216M, 1.2B."""
@@ -449,114 +325,6 @@ def human(count):
             v = count / size
             return f"{v:.3g}{unit}" if v < 100 else f"{v:.0f}{unit}"
     return str(count)
-
-
-def print_costs(r):
-    """Tight-loop ms by size: forward passes of 1, 8 and 64 new tokens, a whole window, the heads
-    at one position; then each tree decoder's real tree (a row each: any number fits 80 columns)."""
-    rows, trees = r["scale"], list(r["scale"][0]["tree_ms"])
-    print(f"  ms per forward pass in a tight loop on a cache of {r['cached']} tokens: 1, 8, 32 new"
-          f"\n  tokens in one row, a window of {r['window_tail']}, the heads; then each tree "
-          "decoder's tree")
-    print(f"  {'params':>7s} {'L':>3s} {'C':>5s} {'1':>7s} {'8':>7s} {'32':>7s} {'window':>7s} "
-          f"{'heads':>6s}")
-    for row in rows:
-        c = row["call_ms"]
-        cell = lambda k: f"{c[k]:7.2f}" if k in c else f"{'-':>7s}"
-        print(f"  {human(row['params']):>7s} {row['n_layer']:3d} {row['n_embd']:5d} {cell('1')} "
-              f"{cell('8')} {cell('32')} {row['window_ms']:7.2f} {row['heads_ms']:6.2f}")
-    if trees:
-        w = decoders.label_width(trees)
-        print(f"  {'tree':{w}s}" + "".join(f" {human(row['params']):>7s}" for row in rows))
-        for t in trees:
-            print(f"  {t:{w}s}" + "".join(f" {row['tree_ms'][t]:7.2f}" for row in rows))
-
-
-def print_profiles(r):
-    """Per decoder: the real run's counts and the size-independent costs timed in situ."""
-    print("\n  the real run (per token: calls, steps; per step: tokens verified, drafting ms)\n"
-          "  and the rest of a call in situ (ms: outside the forward pass, cache refill)")
-    w = decoders.label_width(r["profiles"])
-    print(f"  {'decoder':{w}s} {'block eff.':>10s} {'calls':>6s} {'steps':>6s} {'verified':>9s} "
-          f"{'drafting':>9s} {'outside':>8s} {'refill':>7s}")
-    for k, p in r["profiles"].items():
-        print(f"  {k:{w}s} {p['tokens'] / p['calls']:10.3f} {p['calls'] / p['tokens']:6.3f} "
-              f"{p['steps'] / p['tokens']:6.3f} {p['verified']:9.1f} {p['drafting_ms']:9.3f} "
-              f"{p['outside_ms']:8.3f} {p['refill_ms']:7.3f}")
-
-
-def print_projection(r):
-    rows, names = r["scale"], list(r["scale"][0]["projected_tokens_per_s"])
-    w = decoders.label_width(names)
-    print("\n  projected tokens/s by size (the bench below checks the first column)")
-    print(f"  {'params':>{w}s}" + "".join(f" {human(row['params']):>8s}" for row in rows))
-    for k in names:
-        print(f"  {k:{w}s}" + "".join(f" {row['projected_tokens_per_s'][k]:8.1f}" for row in rows))
-    print("\n  validation at the model's own size: the bench's measured tokens/s, projected,\n"
-          "  error = projected / measured - 1, and the error without refill (tight loop)")
-    for k, v in r["validation"].items():
-        print(f"  {k:{w}s} {v['measured']:8.1f} {v['projected']:8.1f} {100 * v['error']:+6.1f}% "
-              f"{100 * v['error_tight_loop']:+6.1f}%")
-    wrong = [k for k, same in r["identical_to_greedy"].items() if not same]
-    inexact = [f"{', '.join(wrong)} did not return greedy's tokens"] if wrong else []
-    for w in r["timing_warnings"] + inexact:
-        print(textwrap.fill(f"warning: {w}", 78, initial_indent="  ", subsequent_indent="    "))
-
-
-def print_scale(r):
-    """The map in the terminal, 80 columns: the costs by size, the real run, the projection and
-    its validation, the crossovers, and a chart at the largest size."""
-    print(f"scale map: {r['prompts']} prompts x {r['new_tokens']} new tokens, {r['device']}, "
-          f"{r['threads']} thread(s), {r['seconds']:.0f} s\n")
-    print_costs(r)
-    print_profiles(r)
-    print_projection(r)
-    where = lambda d: ", ".join(f"{k} {human(v) if v else 'never'}" for k, v in d.items())
-    print()
-    for what, key in (("beats plain BPD from", "crossover_params"),
-                      ("beats greedy from", "beats_greedy_params")):
-        print(textwrap.fill(f"{what}: {where(r[key])}", 78, initial_indent="  ",
-                            subsequent_indent="    "))
-    rows = r["scale"]
-    last = rows[-1]["projected_tokens_per_s"]
-    chart(f"projected tokens/s relative to bpd at {human(rows[-1]['params'])} parameters",
-                  [(k, v / last[decoders.PLAIN]) for k, v in last.items()], fmt="{:.2f}x",
-                  mark=decoders.PLAIN)
-
-
-def plot_scale(r, folder):
-    """The map as a PNG in `folder`: projected tokens/s against parameters, log axes, one line
-    per decoder, BPD and greedy drawn as references, each decoder's measured tokens/s at the
-    model's own size as a cross. matplotlib is optional: imported here. -> the file name."""
-    try:
-        import matplotlib
-    except ImportError:
-        raise ValueError("plot_scale needs matplotlib: pip install matplotlib") from None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    os.makedirs(folder, exist_ok=True)
-    rows, fig = r["scale"], plt.figure(figsize=(7, 4.5))
-    x = [row["params"] for row in rows]
-    for name in rows[0]["projected_tokens_per_s"]:
-        ref = name in (decoders.baseline_name(0.0), decoders.PLAIN)
-        line, = plt.plot(x, [row["projected_tokens_per_s"][name] for row in rows],
-                         "--" if ref else "-o", label=name, linewidth=2 if ref else 1.2,
-                         color={decoders.baseline_name(0.0): "black", decoders.PLAIN: "grey"}.get(name), markersize=3)
-        plt.plot(x[0], r["validation"][name]["measured"], "x", color=line.get_color())
-    plt.plot([], [], "x", color="black", label="measured by the bench")
-    plt.xscale("log")
-    plt.yscale("log")
-    plt.xlabel("base model parameters (log scale)")
-    plt.ylabel("tokens per second (log scale)")
-    plt.title(f"Projected decoding speed by model size ({r['device']}, {r['threads']} thread(s))",
-              fontsize=10)
-    plt.legend(fontsize=8)
-    plt.grid(alpha=0.3, which="both")
-    fig.tight_layout()
-    name = "scale_map.png"
-    fig.savefig(os.path.join(folder, name), dpi=120)
-    plt.close(fig)
-    return name
 
 
 def slower_hint(model, ratio):

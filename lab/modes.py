@@ -12,6 +12,8 @@ import torch
 from lab import approximate
 from lab import bench
 from lab import figures
+from lab import figures_scale
+from lab import figures_tasks
 from lab import scale
 from lab import task_runs
 from lab import tasks
@@ -24,7 +26,8 @@ import decoders
 from decoders.registry import baseline_name
 from decoders.resources import Resources
 from minibpd import greedy_decode
-from runtime.checkpoint import build_model, decode, encode, family_module, file_sha256, train_kind
+from runtime.checkpoint import build_model, family_module, file_sha256, train_kind
+from runtime.corpus import decode, encode
 
 
 # ----------------------------------------------------------------------------- --prompt
@@ -137,9 +140,9 @@ def tasks_command(args):
     if args.json:
         print(json.dumps(r.to_json(), indent=1))
     else:
-        figures.print_tasks(r, color=not args.no_color and sys.stdout.isatty())
+        figures_tasks.print_tasks(r, color=not args.no_color and sys.stdout.isatty())
     if args.plot:
-        print(f"wrote {', '.join(figures.plot_tasks(r, args.plot))} to {args.plot}", file=sys.stderr)
+        print(f"wrote {', '.join(figures_tasks.plot_tasks(r, args.plot))} to {args.plot}", file=sys.stderr)
     return 0 if all(all(t.identical_to_greedy.values()) for t in r.tasks.values()) else 1
 
 
@@ -170,12 +173,12 @@ def scale_command(args):
     """`python minibpd.py --scale`: the scale map (scale.py) for the bench's prompts and settings."""
     run = bench_run(args)
     log = (lambda s: print(s, file=sys.stderr)) if args.json else print
-    r = scale.run(run, device=resolve_device(args.device), log=log)
+    r = scale.scale_map(run, device=resolve_device(args.device), log=log)
     r["checkpoint"] = args.checkpoint
     if args.json:
         print(json.dumps(r, indent=1))
     else:
-        figures.print_scale(r)
+        figures_scale.print_scale(r)
     if args.plot:
-        print(f"wrote {figures.plot_scale(r, args.plot)} to {args.plot}", file=sys.stderr)
+        print(f"wrote {figures_scale.plot_scale(r, args.plot)} to {args.plot}", file=sys.stderr)
     return 0 if all(r["identical_to_greedy"].values()) else 1

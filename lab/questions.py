@@ -4,8 +4,8 @@ prompts: its heads train on greedy answers to the train split's questions
 (tools/peer_bench.py --chat, tools/heads_table.py --replay --chat) after the demo's own two.
 
 Each public stdlib function with a docstring (stdlib.functions; no part of its module.qualname
-private) gives one question, in its split (tasks.split_of: no function is asked about in two
-splits), of one of four forms its key picks (tasks.rng): what it does, how to use it, write it
+private) gives one question, in its split (task_text.split_of: no function is asked about in two
+splits), of one of four forms its key picks (task_text.rng): what it does, how to use it, write it
 (from its docstring's first sentence), or explain its source (docstrings removed). Ours: the
 papers train and measure on their models' own data; the only text that ships here offline is
 Python's own, so the questions are made from it.
@@ -14,7 +14,7 @@ import ast
 import functools
 import re
 
-from lab import stdlib, tasks
+from lab import stdlib, task_pools, task_text
 
 EXPLAIN_LINES = 12              # "explain this code" only for functions this short (lines)
 
@@ -46,24 +46,24 @@ def as_request(text):
 def question(fn):
     """One question about `fn`, of a form its key picks."""
     name, said = f"{fn.module}.{fn.qualname}", summary(fn)
-    code = tasks.without_docstrings(fn)
+    code = task_pools.without_docstrings(fn)
     forms = [f"What does {name} do in Python?",
              f"How do I use {fn.qualname} from Python's {fn.module} module? Show a short example."]
     if as_request(said):
         forms.append(f"Write a Python function that {as_request(said)}.")
     if code and code.count("\n") <= EXPLAIN_LINES:      # its source, docstrings removed
         forms.append(f"Explain what this Python code does:\n\n```python\n{code.strip()}\n```")
-    return tasks.rng(fn.key).choice(forms)
+    return task_text.rng(fn.key).choice(forms)
 
 
 @functools.lru_cache(maxsize=None)
 def questions(split):
     """The split's questions, in the stable order of their functions' keys' hashes."""
-    if split not in tasks.SPLITS:
-        raise ValueError(f"unknown split {split!r}; the splits are {', '.join(tasks.SPLITS)}")
-    picked = [fn for fn in stdlib.functions() if tasks.split_of(fn.key) == split
+    if split not in task_text.SPLITS:
+        raise ValueError(f"unknown split {split!r}; the splits are {', '.join(task_text.SPLITS)}")
+    picked = [fn for fn in stdlib.functions() if task_text.split_of(fn.key) == split
               and not any(part.startswith("_") for part in fn.key.split(".")) and summary(fn)]
-    return tuple(question(fn) for fn in sorted(picked, key=lambda fn: tasks.digest(fn.key)))
+    return tuple(question(fn) for fn in sorted(picked, key=lambda fn: task_text.digest(fn.key)))
 
 
 def benchmark_questions(first=()):

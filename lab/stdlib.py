@@ -1,5 +1,5 @@
 """stdlib: the running Python's standard library as material for the tasks (tasks.py) and for
-SmolLM2's training text (training/finetune.py): every module-level function and method that
+SmolLM2's training text (training/smollm_heads.py): every module-level function and method that
 parses, with its source, sorted by a stable key (module.qualname)."""
 import ast
 import collections

@@ -12,7 +12,7 @@ from lab.bench import decode_all
 from lab.stats import pearson, spearman
 import decoders
 from decoders.registry import baseline_name
-from runtime.checkpoint import decode, encode
+from runtime.corpus import decode, encode
 
 
 SUBWORD_TOKENS = (8, 32)      # ours: a subword model decodes its target's length within these

@@ -1,13 +1,13 @@
 """tasks_more: the examples of the tasks added for the real model (tasks of another
-character than the five the character model was fine-tuned on), one function at a time; tasks.py
-keys, splits, deduplicates and caches them (tasks.POOLS), as for the five.
+character than the five the character model was fine-tuned on), one function at a time;
+task_pools.py keys, deduplicates and caches them (doc2code_pool, rename_pool), as for the five.
 
     doc2code  (HumanEval-like): a function's def line and docstring -> its body
     rename    (a copy-heavy edit): a function's source and `# Rename the variable OLD to NEW:`
               -> the same source with OLD renamed, token by token
 
-Each takes the length limits as arguments (tasks.PROMPT_MAX, TARGET_MAX, WINDOW), so that this
-module sits below tasks.py and needs nothing from it.
+Each takes the length limits as arguments (task_text.PROMPT_MAX, TARGET_MAX, WINDOW), so that this
+module sits below task_pools.py and needs nothing from it.
 """
 import ast
 import builtins

@@ -24,7 +24,8 @@ from decoders.method import method
 from decoders.fastlattice import explained_lattice
 from lab import approximate, drawable
 from minibpd import greedy_decode
-from runtime.checkpoint import decode, family_module
+from runtime.checkpoint import family_module
+from runtime.corpus import decode
 from train_heads import writable
 
 MARKER = "minibpd-trace"          # in every file we write, near its start: ours to overwrite

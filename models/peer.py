@@ -9,7 +9,7 @@ import os
 
 import torch
 
-from models import smollm
+from models import smollm_gguf
 
 PEER_INSTALL = "pip install transformers==5.24.0 accelerate==1.15.0"
 
@@ -28,8 +28,8 @@ def transformers_model(dtype=torch.float32, gguf_path=None):
     except ImportError as e:
         raise ImportError(f"the transformers peer needs optional packages ({e.name} is missing): "
                           f"{PEER_INSTALL}") from None
-    smollm.optional_packages()
-    path = smollm.find_gguf() if gguf_path is None else os.fspath(gguf_path)
+    smollm_gguf.optional_packages()
+    path = smollm_gguf.find_gguf() if gguf_path is None else os.fspath(gguf_path)
     logging.set_verbosity_error()
     logging.disable_progress_bar()
     with contextlib.redirect_stderr(io.StringIO()):        # its GGUF reader's progress bar

@@ -27,7 +27,8 @@ import re
 import torch
 
 from minibpd import GreedyRule
-from runtime.kvcache import is_int, padded
+from runtime.ids import is_int
+from runtime.kvcache import padded
 
 EXACT = "exact"
 SPEC = re.compile(r"(top|min)([1-9][0-9]{0,5})")

@@ -5,7 +5,7 @@ CheckedDrafter; the test suite's --drafter option checks the same rules.
 """
 import torch
 
-from runtime.kvcache import is_int, token_ids
+from runtime.ids import is_int, token_ids
 from runtime.sampling import check_proposal
 
 

@@ -17,7 +17,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from minibpd import GPT
-from runtime.kvcache import is_int
+from runtime.ids import is_int
 
 
 def head_states(heads, x, act=F.gelu):

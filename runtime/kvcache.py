@@ -1,13 +1,13 @@
 """kvcache: what the lab needs around minibpd.KVCache: its budget (MAX_CACHE_BYTES, checked
 before anything is allocated), one model call on a sequence's uncached tail plus P drafts
 (model_call), the prefill every decode path shares (prefill_length: models/llama.py runs it
-apart), the cache's shape (KVSpec) and the integer checks of every request.
+apart) and the cache's shape (KVSpec). The integer checks of a request are runtime/ids.py's.
 """
-import numbers
-from operator import index
 from typing import NamedTuple
 
 import torch
+
+from runtime.ids import is_int
 
 
 class KVSpec(NamedTuple):
@@ -21,25 +21,6 @@ class KVSpec(NamedTuple):
 
 def device_of(model):
     return model.lm_head.weight.device
-
-
-def is_int(x):
-    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
-
-
-BOOLS = ("torch.bool", "bool")      # the dtypes of torch's and numpy's bools, by name
-
-
-def token_ids(items):
-    """A sequence of integer token ids as a new list of ints; TypeError otherwise (bools too:
-    True is not a token, nor is a torch or numpy bool, which index() reads as 1)."""
-    if isinstance(items, (str, bytes)) or str(getattr(items, "dtype", "")) in BOOLS:
-        raise TypeError("not token ids")
-    items = list(items)
-    if any(type(t) is not int and (isinstance(t, bool) or str(getattr(t, "dtype", "")) in BOOLS)
-           for t in items):
-        raise TypeError("a bool is not a token id")
-    return [index(t) for t in items]
 
 
 def prefill_length(start, tail, block_size):

@@ -22,12 +22,12 @@ def tiny_ckpt(tmp_path_factory):
 
 def real_model_or_skip():
     """The GGUF's path, or a clean skip naming the install command (SmolLM2 is optional)."""
-    from models import smollm
+    from models import smollm_gguf
     try:
-        smollm.optional_packages()
-        return smollm.find_gguf()
+        smollm_gguf.optional_packages()
+        return smollm_gguf.find_gguf()
     except ImportError:
-        pytest.skip(f"SmolLM2 not installed: {smollm.INSTALL}")
+        pytest.skip(f"SmolLM2 not installed: {smollm_gguf.INSTALL}")
 
 
 def heads_or_skip():

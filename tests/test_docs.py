@@ -108,7 +108,7 @@ def test_the_readme_drafter_shows_an_effect():
     measured here."""
     import torch
     from minibpd import bpd_decode, load_checkpoint
-    from runtime.checkpoint import encode
+    from runtime.corpus import encode
     code = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
     code = next(b for b in re.findall(r"```python\n(.*?)```", code, re.S) if "bpd_decode(" in b)
     cls = re.search(r"^class (\w+):\n(?:(?:    .*)?\n)+", code, re.M)

@@ -38,7 +38,7 @@ import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from models import attention, blocks, llama, peer, smollm  # noqa: E402
+from models import attention, blocks, llama, llama_layers, peer, smollm  # noqa: E402
 from minibpd import KVCache  # noqa: E402
 
 CACHED = 64
@@ -93,7 +93,7 @@ def parts(ours, reps):
     L = cfg.n_layer
     table = {
         "norm + qkv": (lambda r: llama.by_rows(lambda t: b.qkv(b.attn_norm(t)), x, r), L),
-        "rotary (q, k)": (lambda r: (llama.rotate(q, *rope), llama.rotate(k[:, :, :1], *rope)), L),
+        "rotary (q, k)": (lambda r: (llama_layers.rotate(q, *rope), llama_layers.rotate(k[:, :, :1], *rope)), L),
         "attention": (lambda r: attention.attention(q, k, v, bias, r, cfg.key_block), L),
         "out projection": (lambda r: llama.by_rows(b.out, y, r), L),
         "MLP (norm, gate_up, SiLU, down)": (lambda r: llama.by_rows(b.mlp, x, r), L),

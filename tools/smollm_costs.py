@@ -35,7 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from models import smollm
 from minibpd import KVCache
 from runtime.checkpoint import load  # noqa: E402 (the lab's loader: FastGPT, SmolLM2)
-from models import llama
+from models import llama_layers
 
 CACHED, NEW, REPS = 64, (1, 8, 16, 48), 5
 SETTINGS = [(torch.float32, 1), (torch.float32, 2), (torch.bfloat16, 1), (torch.bfloat16, 2)]
@@ -195,7 +195,7 @@ def projection_costs(path, subsets=(2048, 4096, 8192, 16384), prompts=4, tokens=
     model.lm_head.memo_rows = 0                       # every call projects
     for name, fn in cells.items():
         print(f"| {name} | {median_ms(fn):.2f} |")
-    model.lm_head.memo_rows = llama.MEMO_ROWS        # as when verification has just projected z
+    model.lm_head.memo_rows = llama_layers.MEMO_ROWS        # as when verification has just projected z
     print(f"| head 1 copied from lm_head's memo | {median_ms(lambda: model.lm_head(z)):.2f} |")
     inside = torch.zeros(len(W), dtype=torch.bool)
     seen = []

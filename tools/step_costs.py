@@ -22,7 +22,7 @@ from runtime.kvcache import model_call  # noqa: E402
 from runtime.tree import TreeCache, draft_tree, tree_call  # noqa: E402
 from runtime.contract import check_drafts
 from runtime.threads import set_threads
-from runtime.checkpoint import encode
+from runtime.corpus import encode
 
 
 def ms(fn, n):

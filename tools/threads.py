@@ -21,7 +21,7 @@ def child(threads):
     sys.path.insert(0, HERE)
     from minibpd import GPT, GPTConfig, bpd_decode, greedy_decode
     from runtime.checkpoint import load  # noqa: E402 (the lab's loader: FastGPT, SmolLM2)
-    from runtime.checkpoint import encode
+    from runtime.corpus import encode
     from train_heads import joint_loss
     torch.set_num_threads(threads)
     model, ck = load()

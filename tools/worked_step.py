@@ -15,7 +15,7 @@ from lab import analysis  # noqa: E402
 from lab.bench import make_prompts  # noqa: E402
 from minibpd import ArgmaxDrafter  # noqa: E402
 from runtime.checkpoint import load  # noqa: E402 (the lab's loader: FastGPT, SmolLM2)
-from runtime.checkpoint import decode, encode  # noqa: E402
+from runtime.corpus import decode, encode  # noqa: E402
 from runtime.threads import set_threads  # noqa: E402
 
 

@@ -15,9 +15,10 @@ from models.llama import HEAD_FORMS
 from runtime.checkpoint import CHECKPOINT, CheckpointError, read, shipped, train_kind
 from runtime.fast_heads import FastGPT
 from runtime.threads import choose_threads
-from training.finetune import (DISTILL_DEFAULTS, SMOLLM_DEFAULTS, TASKS_DEFAULTS, TEACHERS,
-                               VARIANTS, distill, finetune_tasks, smollm_heads)
-from training.fit import TrainConfig
+from training.finetune import (DISTILL_DEFAULTS, TASKS_DEFAULTS, TEACHERS, VARIANTS, distill,
+                               finetune_tasks)
+from training.shared import RunConfig
+from training.smollm_heads import SMOLLM_DEFAULTS, smollm_heads
 
 
 # ----------------------------------------------------------------------------- the command line
@@ -210,10 +211,10 @@ def check_smollm_args(args):
     if args.draft_vocab == 1 or args.draft_vocab > 49152:
         fail(f"--draft-vocab must be 0 (all tokens) or 2..49152 (SmolLM2's vocabulary), got "
              f"{args.draft_vocab}")
-    from models import smollm
+    from models import smollm_gguf
     try:
-        smollm.optional_packages()
-        smollm.find_gguf()
+        smollm_gguf.optional_packages()
+        smollm_gguf.find_gguf()
     except ImportError as e:
         fail(str(e))
 
@@ -280,20 +281,20 @@ def main(argv=None):
 def run(args):
     if args.smollm:
         from models import smollm
-        (model, extra), threads = with_threads(args, lambda: smollm_heads(TrainConfig.from_args(args)))
+        (model, extra), threads = with_threads(args, lambda: smollm_heads(RunConfig.from_args(args)))
         extra["train"]["threads"] = threads
         smollm.save_heads(model, args.out, extra)
         print(f"saved {args.out} ({extra['train']['seconds'] / 60:.1f} min in all, "
               f"{extra['train']['seconds_generating'] / 60:.1f} generating)")
         return
     if args.tasks:
-        ckpt, threads = with_threads(args, lambda: finetune_tasks(TrainConfig.from_args(args)))
+        ckpt, threads = with_threads(args, lambda: finetune_tasks(RunConfig.from_args(args)))
         ckpt["finetune"]["threads"] = threads
         torch.save(ckpt, args.out)
         print(f"saved {args.out} ({ckpt['finetune']['seconds'] / 60:.1f} min of fine-tuning)")
         return
     if args.distill:
-        ckpt, threads = with_threads(args, lambda: distill(TrainConfig.from_args(args)))
+        ckpt, threads = with_threads(args, lambda: distill(RunConfig.from_args(args)))
         ckpt["distill"]["threads"] = threads
         torch.save(ckpt, args.out)
         d = ckpt["distill"]

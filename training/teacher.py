@@ -1,4 +1,4 @@
-"""teacher: the targets SmolLM2's heads train on (training/finetune.py, "SmolLM2's heads"): head
+"""teacher: the targets SmolLM2's heads train on (training/smollm_heads.py): head
 i's target at each state (head_targets), teacher forcing (the base's argmax at each position of
 offline text, one batched forward a window, no generation) with only the argmaxes that are
 greedy's own tokens kept (forced_targets) or, for chained heads, every argmax with the text's
@@ -54,7 +54,7 @@ def chain_inputs(windows, h):
     """windows [W, T] (the text) -> [W, T, h - 1]: the tokens chained heads read at each state,
     the text's next h - 1 tokens (-1 past the window). Head i's target, the argmax at s + i - 1,
     is the base's choice after exactly those tokens, so every argmax is a fair target for a
-    chained head (llama.ChainedHead), whether or not the text was greedy's."""
+    chained head (llama_layers.ChainedHead), whether or not the text was greedy's."""
     after = torch.cat([windows[:, 1:], windows.new_full((len(windows), 1), -1)], dim=1)
     return head_targets(after, h - 1)
 

@@ -15,7 +15,7 @@ from lab import cli, figures
 import decoders
 import minibpd
 from minibpd import GPT, greedy_decode
-from runtime import checkpoint
+from runtime import checkpoint, corpus
 from runtime.loop import lab_decode
 from tests.helpers import tiny_ckpt  # noqa: F401 (a fixture)
 
@@ -55,7 +55,7 @@ def test_checkpoint_round_trip(tiny_ckpt):
     assert ck2["vocab"] == ck["vocab"] and ck["seed"] == 1337 and "git_revision" in ck
     for k, v in model.state_dict().items():
         assert torch.equal(v, ck["model"][k].float())
-    prompt = checkpoint.encode("The if statement", ck["vocab"])
+    prompt = corpus.encode("The if statement", ck["vocab"])
     assert lab_decode(model, prompt, 30)[0] == greedy_decode(model, prompt, 30)
 
 

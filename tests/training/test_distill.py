@@ -9,11 +9,11 @@ from hypothesis import given, strategies as st
 
 
 import minibpd
-from training import cli, fit as training
+from training import cli, shared as training
 from conftest import examples, tiny_model
 from test_train_heads import CODE, TINY, fails, files_under
 from training import finetune, teacher
-from runtime import checkpoint, loop
+from runtime import checkpoint, corpus, loop
 from runtime.loop import lab_decode
 
 DISTIL = ["--steps", "4", "--batch-size", "4", "--log-every", "1000", "--threads", "1",
@@ -33,7 +33,7 @@ def base(tmp_path_factory):
 
 def prompts_of(ck, n=3, length=5):
     text = ck["splits"]["test"]
-    return [checkpoint.encode(text[i * 40:i * 40 + length], ck["vocab"]) for i in range(n)]
+    return [corpus.encode(text[i * 40:i * 40 + length], ck["vocab"]) for i in range(n)]
 
 
 def test_frozen_keeps_greedy_and_trunk_bit_identical(base, tmp_path):
@@ -224,7 +224,7 @@ def test_replay_heads_is_the_decode_loops_rule():
     """SmolLM2's training record replays BPD from the heads' argmaxes through lab.analysis.replay
     (the decode loop's draft_budget and accept); the same calls as the rule written out: with k
     tokens known, state k - 1's heads 2..n guess tokens k..; the matching prefix plus one."""
-    from training.finetune import replay_heads
+    from training.smollm_heads import replay_heads
     g = torch.Generator().manual_seed(0)
     tokens = torch.randint(5, (3, 17), generator=g)
     right = torch.stack([torch.cat([tokens, tokens.new_full((3, 4), -1)], 1)[:, i:i + 17]

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from runtime import checkpoint
-from lab import tasks
+from lab import task_text, tasks
 from conftest import ROOT
 from tests.helpers import heads_or_skip, real_model_or_skip
 from training import generate, task_heads
@@ -84,22 +84,22 @@ def test_smollm_heads_trains_a_step(monkeypatch, form, targets):
     keys."""
     real_model_or_skip()
     from models import smollm
-    from training import finetune, generate, teacher
-    from training.fit import TrainConfig
+    from training import generate, smollm_heads, teacher
+    from training.shared import RunConfig
     monkeypatch.setattr(generate, "CONTINUATIONS", {"train": 4, "tune": 2})
     monkeypatch.setattr(generate, "CHAT_TUNE", 2)
     monkeypatch.setattr(generate, "GEN_TOKENS", 6)
     monkeypatch.setattr(generate, "GEN_ROWS", 4)
-    monkeypatch.setattr(finetune, "smollm_corpus", lambda: (
-        {s: "def f(x):\n    return x + 1\n" * 60 for s in tasks.SPLITS},
-        {"name": "tiny", "chars": {s: [1560] for s in tasks.SPLITS}}))
-    monkeypatch.setattr(finetune, "teacher_text", lambda train: train * 4)
+    monkeypatch.setattr(smollm_heads, "smollm_corpus", lambda: (
+        {s: "def f(x):\n    return x + 1\n" * 60 for s in task_text.SPLITS},
+        {"name": "tiny", "chars": {s: [1560] for s in task_text.SPLITS}}))
+    monkeypatch.setattr(smollm_heads, "teacher_text", lambda train: train * 4)
     monkeypatch.setattr(teacher, "TEACHER_WINDOW", 16)
-    cfg = TrainConfig(steps=2, lr=1e-3, warmup=1, batch_size=4, heads=3, log_every=1,
+    cfg = RunConfig(steps=2, lr=1e-3, warmup=1, batch_size=4, heads=3, log_every=1,
                       teacher_tokens=40, teacher_steps=2, draft_vocab=20, head_form=form,
                       teacher_targets=targets, continuations={"stern": 0, "chained": 8}[form],
                       chat_continuations={"stern": 0, "chained": 3}[form])
-    model, extra = finetune.smollm_heads(cfg, log=lambda *a: None)
+    model, extra = smollm_heads.smollm_heads(cfg, log=lambda *a: None)
     made = {"stern": 4, "chained": 8 + 3}[form]    # --continuations (else CONTINUATIONS') + chat
     record = extra["train"]
     assert record["continuations"]["train"] == made

@@ -1,5 +1,5 @@
-"""fit: what the lab's training modes share beyond train_heads.py (which holds the joint loss, the
-one fit loop, evaluation and the corpus): the settings of every mode (TrainConfig) and the anchor
+"""shared: what the lab's training modes share beyond train_heads.py (which holds the joint loss, the
+one fit loop, evaluation and the corpus): the settings of every mode (RunConfig) and the anchor
 of self-distillation. Errors are ValueErrors; the command line (training/cli.py) makes them
 one line and exit 2.
 """
@@ -14,10 +14,10 @@ import train_heads
 # ----------------------------------------------------------------------------- the settings of a run
 
 @dataclass
-class TrainConfig(train_heads.TrainConfig):
+class RunConfig(train_heads.TrainConfig):
     """Every setting a training run reads: the base run's (train_heads.TrainConfig) and those of
     the fine-tuning modes, train_heads.py's flags of the same names (argparse stays in
-    training/cli.py: TrainConfig.from_args), so the library takes one typed object. The defaults
+    training/cli.py: RunConfig.from_args), so the library takes one typed object. The defaults
     are the base model's run; --distill, --tasks and --smollm change some (training/finetune.py)."""
     distill: str = None           # --distill: 'frozen' or 'joint'
     base: str = None              # --distill, --tasks: the checkpoint to start from
