@@ -186,8 +186,9 @@ def check_request(model, prompt, max_new_tokens, temperature=0.0, generator=None
                          f"{model.config.vocab_size}) (encode text first)")
     if not is_token(max_new_tokens) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+    T = temperature.item() if hasattr(temperature, "item") else temperature  # numpy: no casts
     if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or \
-            not (temperature == 0 or 1e-6 <= temperature < 1e308):        # True is no temperature
+            not (T == 0 or 1e-6 <= T < 1e308):                            # True is no temperature
         raise ValueError(f"temperature must be 0 (greedy) or in [1e-6, 1e308): got {temperature!r}")
     if temperature > 0 and not isinstance(generator, (torch.Generator, type(None))):
         raise ValueError("generator must be None or a torch.Generator().manual_seed(seed)")

@@ -45,7 +45,7 @@ def decoder_table(r):
 
 def won_tied_lost(c):
     """Counts, not rounded shares: 0/100/0% beside "100% of wins" read as a contradiction when
-    1 step of 998 was won (issue 43, trap 5)."""
+    1 step of 998 was won."""
     return (f"steps won/tied/lost {c['win']}/{c['tie']}/{c['loss']} of {c['steps']}, "
             f"{c['wins_replacing_repeat']} of {c['win']} wins fixed a repeat")
 
@@ -110,13 +110,23 @@ def peeks(name):
     return name in decoders.DECODERS and decoders.DECODERS[name].peeks
 
 
+def code_run(model):
+    """Which implementations the bench timed: the lab's fast twins (tested equal to the paper
+    files' readable code) unless --reference."""
+    if getattr(model, "reference", True):
+        return "the paper files' readable implementations (--reference)"
+    return ("the lab's fast twins: the heads in one product (runtime/fast_heads.py), the p-best DP "
+            "(decoders/fastlattice.py), several drafts as one token tree (runtime/tree.py, "
+            "--verify); --reference runs minibpd.py's and lattice.py's own")
+
+
 def print_report(r, model, color=False):
     """The whole report, at temperature 0 or above it (print_sampled)."""
     if r.temperature:
         return print_sampled(r, model)
     print(f"{r.prompts} prompts x {r.new_tokens} new tokens, {r.checkpoint}, "
           f"{next(model.parameters()).device}, {r.threads} thread(s), {r.seconds:.0f} s"
-          + (f"\nthis CPU: {r.machine}" if r.machine else "") + "\n")
+          + (f"\nthis CPU: {r.machine}" if r.machine else "") + f"\ncode: {code_run(model)}\n")
     decoder_table(r)
     for w in r.timing_warnings:
         print(f"  warning: {w}")
@@ -328,7 +338,7 @@ def human(count):
 
 
 def slower_hint(model, ratio):
-    """Why BPD may lose on this machine, and what to try (issue 43, trap 6)."""
+    """Why BPD may lose on this machine, and what to try."""
     if ratio >= 1:
         return ""
     return ("\n  BPD pays when a verification call of h tokens costs little more than a one-token "

@@ -185,7 +185,7 @@ DEMO_QUESTIONS = ("What does a Python list comprehension do?",
 
 def chat(question):
     """A user turn in SmolLM2-Instruct's ChatML format WITHOUT the system turn, ready for the
-    assistant's answer: the demo's prompt form before issue 22, kept because the tests decode its
+    assistant's answer: the demo's earlier prompt form, kept because the tests decode its
     first question (where tree verification broke pbest0 at token 34). The model's own prompt is
     Vocab.chat (its GGUF template, system turn included), what the demo asks. The model ends an
     answer with token 2, <|im_end|> (token 0 ends a text); minibpd decodes a fixed number of
@@ -264,7 +264,7 @@ def machine_setting(ck, cfg, device, dtype):
     """-> (dtype, row_block, a one-line reason). On a CPU, in batch-invariant mode: what
     models/machine.py measured here (once, cached beside the checkpoint) for `dtype` (a torch
     dtype or INT4), and with dtype None the precision whose BPD verification is fastest here
-    (ours: issue 45; int4 on both CPUs measured, docs/real-model.md). Elsewhere, or for a
+    (ours; int4 on both CPUs measured, docs/real-model.md). Elsewhere, or for a
     checkpoint dict with no file: the checkpoint's dtype and row_block_for."""
     own = getattr(torch, ck.get("dtype", "bfloat16"))
     if str(device) != "cpu" or not cfg.batch_invariant or not ck.get("path"):
