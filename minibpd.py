@@ -468,5 +468,6 @@ if __name__ == "__main__":    # `--demo` is the papers' (lattice.demo); other co
         try:
             from lab.cli import main          # the lab's command line: lab/cli.py
         except ModuleNotFoundError as e:      # the paper files alone run only the demo
-            sys.exit(f"error: {' '.join(sys.argv[1:])}: the lab's (lab/ ...), not here ({e})")
+            sys.exit(f"error: {' '.join(sys.argv[1:])} is the lab's ({e}); the paper files alone run "
+                     "--demo [--checkpoint F] [--max-new-tokens N] [--seed N] [--threads N]")
     raise SystemExit(main() if code is None else code)
