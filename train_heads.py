@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, fields, replace
 import torch
 import torch.nn.functional as F
 
-from minibpd import GPT, GPTConfig
+from minibpd import CHECKPOINT, GPT, GPTConfig
 
 
 @dataclass
@@ -278,7 +278,6 @@ def corpus_splits(args):
 # ----------------------------------------------------------------------------- the command line
 
 FORMAT_VERSION = 1              # of the checkpoint dict (the lab's loader checks it)
-CHECKPOINT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "checkpoints", "minibpd.pt")
 
 
 def parser():

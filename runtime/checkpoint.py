@@ -16,15 +16,13 @@ import importlib
 
 import torch
 
-from minibpd import GPTConfig
+from minibpd import CHECKPOINT, GPTConfig
 from train_heads import FORMAT_VERSION
 from runtime.fast_heads import FastGPT
 from runtime.ids import is_int
 from runtime.kvcache import KVSpec
 
-# The shipped checkpoints, found in the repository whatever the working directory.
-CHECKPOINTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "checkpoints")
-CHECKPOINT = os.path.join(CHECKPOINTS, "minibpd.pt")
+CHECKPOINTS = os.path.dirname(CHECKPOINT)     # the shipped checkpoints, beside minibpd.py
 
 
 class CheckpointError(Exception):
