@@ -137,10 +137,9 @@ def window_start(t, block_size):
 
 
 class KVCache:
-    """Keys and values per layer, preallocated, [rows, heads, block_size + spare, head_dim], and
-    two integers: `start` (slot 0's position), `length` (slots in use). A call writes after
-    `length`; the caller keeps what it accepts (advance): a rejected draft is dropped by not
-    advancing past it, so no position is ever off by one. Rows: p drafts (Kim §7.2's p-best)."""
+    """Keys and values per layer, preallocated, [rows, heads, block_size + spare, head_dim]; `start`
+    is slot 0's position, `length` the slots in use. A call writes after `length` and the caller
+    keeps what it accepts (advance): a rejected draft is dropped by not advancing past it."""
     def __init__(self, model, rows=1, spare=0):
         layers, heads, head_dim, dtype, device = model.kv_spec()
         self.block_size, self.rows, self.start, self.length = model.config.block_size, rows, 0, 0
@@ -151,7 +150,7 @@ class KVCache:
                    for _ in range(layers)]
 
     def write(self, layer, k, v):
-        """k, v [P, heads, L, d] into slots length.. of rows :P (one row: of every row, a shared
+        """k, v [P, heads, L, d] into slots length.. of rows :P (one row: every row's, a shared
         prefix) -> all valid slots' keys, values [P, heads, length + L, d]."""
         P, end = k.shape[0], self.length + k.shape[2]
         rows = slice(None) if P == 1 else slice(0, P)
@@ -186,13 +185,19 @@ def check_request(model, prompt, max_new_tokens, temperature=0.0, generator=None
                          f"{model.config.vocab_size}) (encode text first)")
     if not is_token(max_new_tokens) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+    check_temperature(temperature, generator)
+    return [int(t) for t in seq]
+
+
+def check_temperature(temperature, generator=None):
+    """0 (greedy) or a real number in [1e-6, 1e308) (below, logits / T overflow), of any type but
+    bool; at T > 0 the generator is None or a torch.Generator."""
     T = temperature.item() if hasattr(temperature, "item") else temperature  # numpy: no casts
     if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or \
             not (T == 0 or 1e-6 <= T < 1e308):                            # True is no temperature
         raise ValueError(f"temperature must be 0 (greedy) or in [1e-6, 1e308): got {temperature!r}")
     if temperature > 0 and not isinstance(generator, (torch.Generator, type(None))):
         raise ValueError("generator must be None or a torch.Generator().manual_seed(seed)")
-    return [int(t) for t in seq]
 
 
 def is_token(t):              # an integer, not a bool (True is no token id)
@@ -288,9 +293,8 @@ def draft_budget(t, end, most, block_size):
 
 
 def predict(model, drafter, z, seq, m, most=1):
-    """Stern §3, predict: the heads at the last accepted position (z [C]) give log-probs; head 1's
-    token (seq[-1]) is chosen, so the drafter makes 1 to `most` drafts of up to m + 1 tokens,
-    seq[-1] first."""
+    """Stern §3, predict: the heads' log-probs at the last accepted position (z [C]) -> 1 to
+    `most` drafts of up to m + 1 tokens, each starting with seq[-1] (head 1's, already chosen)."""
     if m == 0:                                   # the window's edge: a plain one-token step
         return [[seq[-1]]]
     logprobs = F.log_softmax(model.head_logits(z, seq[-1])[:m + 1], dim=-1)   # [r, V]
@@ -300,9 +304,8 @@ def predict(model, drafter, z, seq, m, most=1):
 
 
 class Verifier:
-    """Stern §3, verify: ONE model call runs the base model on every draft, P drafts as P rows
-    (several drafts: Kim §7.2's p-best); `keep` moves the cache past the accepted tokens. It
-    counts the tokens run (processed) and the drafted ones among them (verified)."""
+    """Stern §3, verify: ONE call runs the base model on P drafts as P rows (Kim §7.2's p-best);
+    `keep` moves the cache past the accepted tokens. Counts: tokens run, drafted ones among them."""
     def __init__(self, model, n_drafts=1):
         self.model, self.cache = model, KVCache(model, rows=n_drafts)
         self.tail, self.processed, self.verified = 0, 0, 0
@@ -335,9 +338,8 @@ def accept_longest(drafts, choices):
 
 
 class GreedyRule:
-    """Stern §3, accept at temperature 0: the verification call gives greedy's choice after every
-    prefix of every draft; the draft agreeing longest wins and greedy's token after its kept ones
-    comes free. So every call gains at least one token, and every token gained is greedy's."""
+    """Stern §3, accept at temperature 0: the draft agreeing longest with greedy's choices wins,
+    and greedy's token after its kept ones comes free: every call gains >= 1 token, all greedy's."""
     def __init__(self, model):       # a model may project these rows with others: llama.py
         self.logits = getattr(model, "verified_logits", model.lm_head)
 
@@ -409,8 +411,7 @@ class CheckpointError(ValueError):
 
 
 def read_checkpoint(path=None):
-    """The dict train_heads.py saved at `path` (default: the shipped one), read with
-    torch.load(weights_only=True): a checkpoint cannot run code."""
+    """train_heads.py's dict at `path` (default: the shipped one); weights_only: it runs no code."""
     path = CHECKPOINT if path is None else path
     try:
         ck = torch.load(path, map_location="cpu", weights_only=True)
@@ -424,8 +425,8 @@ def read_checkpoint(path=None):
 
 
 def build_gpt(config, state, where, dtype=torch.float32, device="cpu"):
-    """A GPT of a saved config and state dict; a mismatch is one CheckpointError. The shapes are
-    compared on the meta device first: a config asking for more than its weights allocates nothing."""
+    """A GPT of a saved config and state dict, shapes compared on the meta device first (nothing
+    allocated for a config that asks too much); a mismatch is one CheckpointError."""
     try:
         cfg = GPTConfig(**config)
         if cfg.n_layer + cfg.n_bpd_heads > len(state):     # a module per weight at least: no huge build
@@ -445,9 +446,8 @@ def build_gpt(config, state, where, dtype=torch.float32, device="cpu"):
 
 
 def load_checkpoint(path=None, device="cpu", dtype=None):
-    """-> (model, checkpoint dict) of a train_heads.py file: GPT(GPTConfig(**ck["config"])) with
-    ck["model"], ck["vocab"] its characters. Other model families (ck["kind"]: SmolLM2's heads)
-    are the lab's: runtime.checkpoint.load(path) builds them."""
+    """-> (GPT, checkpoint dict) of a train_heads.py file, ck["vocab"] its characters. Other model
+    families (ck["kind"]: SmolLM2's heads) are the lab's: runtime.checkpoint.load builds them."""
     ck = read_checkpoint(path)
     where = f"checkpoint {ck['path']}"
     if ck.get("kind") is not None:

@@ -10,12 +10,12 @@ every draw comes from.
 """
 import torch
 
-from minibpd import ArgmaxDrafter, GreedyRule, KVCache, Verifier, bpd_decode
+from minibpd import ArgmaxDrafter, GreedyRule, KVCache, Verifier, bpd_decode, check_temperature
 from runtime import approximate
 from runtime.contract import CheckedDrafter
 from runtime.kvcache import check_cache_budget
 from runtime.request import check_request
-from runtime.sampling import SampledRule, check_temperature, own_generator, target_probs
+from runtime.sampling import SampledRule, own_generator, target_probs
 from runtime.tree import TreeVerifier
 
 VERIFY_MODES = ("auto", "batch", "tree")

@@ -34,11 +34,11 @@ Temperature 0 is greedy decoding: target_probs is then a one-hot on the argmax, 
 loop takes its greedy rule (minibpd.GreedyRule) instead; SampledRule is the rule above in the
 same shape. decoders.HeadSampler is the drafter that declares a proposal q.
 """
-import math
-import numbers
 
 import torch
 import torch.nn.functional as F
+
+from minibpd import check_temperature
 
 
 def target_probs(logits, temperature):
@@ -50,36 +50,13 @@ def target_probs(logits, temperature):
     return F.softmax(logits / float(temperature), dim=-1)
 
 
-MIN_TEMPERATURE = 1e-6   # 0 is greedy; below this, logits / T can overflow float64 to inf
-
-
-def check_temperature(temperature):
-    """A temperature is a real number (any type: numpy's float32 too; not a bool), 0 or at least
-    MIN_TEMPERATURE, finite. The loop divides by float(temperature)."""
-    real = isinstance(temperature, numbers.Real) and not isinstance(temperature, bool)
-    if not real or not 0 <= temperature < float("inf") or not finite(temperature):
-        raise ValueError(f"temperature must be a number >= 0, got {temperature!r}")
-    if 0 < temperature < MIN_TEMPERATURE:
-        raise ValueError(f"temperature must be 0 (greedy) or at least {MIN_TEMPERATURE:g}, got "
-                         f"{temperature!r}: below that, logits / T overflow to inf")
-
-
-def finite(x):
-    try:
-        return math.isfinite(float(x))
-    except OverflowError:                     # an int past float's range
-        return False
-
-
 def own_generator(generator, temperature):
     """The generator a sampling decode loop draws from: `generator`, or when None a fresh one,
     seeded once by one draw from torch's global generator (torch.manual_seed still reproduces a
     run), so that nothing inside the loop (a drafter calling torch.manual_seed, say) can reach
-    its draws. Temperature 0 draws nothing: `generator` as given."""
-    check_temperature(temperature)
-    if temperature > 0 and not isinstance(generator, (torch.Generator, type(None))):
-        raise ValueError(f"generator must be None or a torch.Generator (e.g. "
-                         f"torch.Generator().manual_seed(seed)), got {generator!r}")
+    its draws. Temperature 0 draws nothing: `generator` as given. Both checked first
+    (minibpd.check_temperature)."""
+    check_temperature(temperature, generator)
     if generator is not None or temperature == 0:
         return generator
     return torch.Generator().manual_seed(int(torch.randint(2 ** 62, (1,))))
