@@ -198,8 +198,8 @@ def _extend(S, term, m, n):
 def unravel(flat, shape):
     """np.unravel_index(flat, shape) by integer arithmetic. numpy 2.x's own returns wrong
     coordinates for an (N, 1) index array of more than 8,192 entries, the shape _select's
-    columns have (numpy issue #31980): p-best then returned the right scores on the wrong
-    paths. -> one int64 array per axis, each of flat's shape."""
+    columns have (a numpy bug, shown by tests/test_lattice.py): p-best then returned the right
+    scores on the wrong paths. -> one int64 array per axis, each of flat's shape."""
     coords, flat = [], np.asarray(flat, dtype=np.int64)
     for size in reversed(shape):
         flat, r = np.divmod(flat, size)

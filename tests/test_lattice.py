@@ -688,8 +688,9 @@ def test_top_k_ids_is_the_stable_sort(h, vocab, k, tied, inf, rs):
 # ----------------------------------------------------------------------------- wide lattices
 # p-best returned the right scores on the wrong paths once the DP held more than 8,192 states of
 # one candidate each: numpy 2.x's np.unravel_index misreads an (N, 1) index array past its
-# iterator's buffer (numpy issue #31980). Small lattices never reach that size, so these tests
-# build wide ones (large k, orders up to 5) and check each returned path's OWN score.
+# iterator's buffer (a numpy bug; the first test below shows it). Small lattices never reach
+# that size, so these tests build wide ones (large k, orders up to 5) and check each returned
+# path's OWN score.
 
 def test_unravel_is_numpy_unravel_index_done_right():
     from decoders.fastlattice import ravel, unravel

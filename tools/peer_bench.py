@@ -294,6 +294,21 @@ def table(rows, n_prompts):
               f"{r['tokens_per_s']:.1f} | {r['vs_hf_greedy']:.2f}x | {same} | {own} |")
 
 
+def ours_heads(args, model):
+    """-> (the model on the heads --heads names, or those fastest here as in --demo and --prompt
+    (decoders.fastest_view); the tuned settings)."""
+    tuned_path = args.tuned or decoders.tuned_path(args.checkpoint)
+    try:
+        tuned = decoders.load_tuned(tuned_path, args.checkpoint, required=args.tuned is not None)
+    except ValueError as e:                  # not JSON, or settings out of range
+        raise SystemExit(f"error: {e}") from None
+    try:
+        return (model.first_heads(args.heads) if args.heads else decoders.fastest_view(
+            model, decoders.tuned_be_by_heads(tuned_path, args.checkpoint))), tuned
+    except ValueError as e:
+        raise SystemExit(f"error: --heads: {e}") from None
+
+
 def main():
     args = parse()
     try:
@@ -318,16 +333,7 @@ def main():
           f"{torch.__version__} ({info['cpu_capability']}), transformers {transformers.__version__}, "
           f"minibpd's products {'on packed weights' if info['packed'] else 'by F.linear'}\n"
           f"minibpd on this CPU: {model.machine}", file=sys.stderr)
-    tuned_path = args.tuned or decoders.tuned_path(args.checkpoint)
-    try:
-        tuned = decoders.load_tuned(tuned_path, args.checkpoint, required=args.tuned is not None)
-    except ValueError as e:                  # not JSON, or settings out of range
-        raise SystemExit(f"error: {e}") from None
-    try:                                     # as --demo and --prompt (decoders.fastest_view)
-        model = model.first_heads(args.heads) if args.heads else decoders.fastest_view(
-            model, decoders.tuned_be_by_heads(tuned_path, args.checkpoint))
-    except ValueError as e:
-        raise SystemExit(f"error: --heads: {e}") from None
+    model, tuned = ours_heads(args, model)
     info.update(heads=model.config.n_bpd_heads, machine=model.machine)
     print(f"minibpd's BPD on {model.config.n_bpd_heads} heads: {model.machine}", file=sys.stderr)
     chosen, res = decoders.settings(tuned), decoders.Resources(model, ck)

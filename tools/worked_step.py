@@ -23,7 +23,8 @@ def show(tokens, vocab):
     return decode(tokens, vocab).replace("\n", "⏎").replace(" ", "␣")
 
 
-def main(argv=None):
+def parse(argv=None):
+    """-> (the parser, its arguments, checked)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--k", type=int, default=3, help="candidates per position: the heads' top k "
                    "(the lattice's width, Kim §6.3)")
@@ -40,6 +41,11 @@ def main(argv=None):
         p.error("--k and --order must be at least 1, --alpha within [0, 1]")
     if args.prompt is not None and not args.prompt:
         p.error("--prompt is empty: give some text to continue")
+    return p, args
+
+
+def main(argv=None):
+    p, args = parse(argv)
     set_threads()
     model, ck = load()
     vocab, res = ck["vocab"], decoders.Resources(model, ck)
