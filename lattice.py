@@ -25,6 +25,7 @@ these and checked against them (tests/test_lattice.py, tests/decoders/): decoder
 LM with its own KV cache); `--reference` runs these instead.
 """
 import argparse
+import importlib.util
 import math
 import random
 import sys
@@ -297,17 +298,28 @@ def demo_args(argv):
     return args if (args.demo or not argv) and not rest else None   # no flags: the demo
 
 
+def the_labs(argv):
+    """None where the lab's folders are here to serve argv (minibpd.py hands it over), else one
+    line and exit status 1: the paper files alone run only this demo."""
+    if importlib.util.find_spec("lab") is not None:
+        return None
+    print(f"error: {' '.join(argv)} is the lab's (its folders are not here); the paper files alone "
+          "run --demo [--checkpoint F] [--max-new-tokens N] [--seed N] [--threads N]", file=sys.stderr)
+    return 1
+
+
 def demo(argv):
     """-> the exit code (0: every decoder's output is greedy's), or None when argv is not this
     demo: a lab flag, or a checkpoint of another model family (SmolLM2's: the lab's demo)."""
     args, t0 = demo_args(argv), time.perf_counter()
     try:
-        if args is None or read_checkpoint(args.checkpoint).get("kind") is not None:
-            return None
+        ck = None if args is None else read_checkpoint(args.checkpoint)     # read once
+        if ck is None or ck.get("kind") is not None:
+            return the_labs(argv)
         if not 1 <= args.max_new_tokens <= 160 or args.threads < 1:
             raise ValueError("--max-new-tokens takes 1 to 160 (the demo fits a terminal; "
                              "--prompt takes more), --threads at least 1")
-        model, ck = load_checkpoint(args.checkpoint)
+        model, ck = load_checkpoint(ck)
     except ValueError as e:               # CheckpointError too: one line, exit status 2
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -234,14 +234,10 @@ def greedy_decode(model, prompt, max_new_tokens):    # what every BPD path must 
 
 class ArgmaxDrafter:
     """Plain BPD's drafter (Stern §3, predict): each head's most likely token. The drafter
-    contract, checked at every step by check_drafts: drafter(logprobs, context) -> drafts, where
-    logprobs [r, V] are heads 1..r's at the last accepted position, context the tokens so far
-    (its last just chosen), drafts 1 to `max_drafts` lists of r token ids in [0, V), each starting
-    with context[-1]. All drafts are verified in one call and the one accepted furthest is kept
-    (our reading of Kim §7.2's "verified in parallel"). Ours: a drafter declaring
-    `max_draft_tokens` may draft up to that many tokens past context[-1], of differing lengths
-    (a copy from the context: decoders/lookup.py). It gets its own copies of both arguments and
-    serves one sequence at a time (it may keep state: a small LM's cache)."""
+    contract (check_drafts states it as code): drafter(logprobs [r, V] of heads 1..r at the last
+    accepted position, the tokens so far) -> 1 to `max_drafts` drafts of r token ids, each
+    starting with context[-1]; ours: up to `max_draft_tokens` past it, if declared (a copy from
+    the context, decoders/lookup.py). It gets its own copies and serves one sequence at a time."""
     name, max_drafts = "bpd", 1
 
     def __call__(self, logprobs, context):
@@ -356,13 +352,13 @@ class GreedyRule:
 def verifier_and_rule(model, most, temperature, verify, accept):
     """The papers' batch Verifier of `most` rows and GreedyRule, or objects of their shapes that
     the lab built; the lab's names (trees, sampling, Stern §5's rules) get one clear error."""
-    if verify not in ("batch", "auto") and isinstance(verify, str) or accept != "exact" and \
-            isinstance(accept, str) or temperature > 0 and isinstance(accept, str):
+    if isinstance(verify, str) and verify not in ("batch", "auto") or \
+            isinstance(accept, str) and (accept != "exact" or temperature > 0):
         raise ValueError(f"verify={verify!r}, accept={accept!r} at temperature {temperature} is "
                          "the lab's (in neither paper): runtime.loop.lab_decode(model, prompt, n, "
                          "drafter, temperature, generator, verify, accept) runs it")
-    verifier = Verifier(model, most) if isinstance(verify, str) else verify
-    return verifier, GreedyRule(model) if isinstance(accept, str) else accept
+    return (Verifier(model, most) if isinstance(verify, str) else verify,
+            GreedyRule(model) if isinstance(accept, str) else accept)
 
 
 @torch.no_grad()
@@ -446,9 +442,10 @@ def build_gpt(config, state, where, dtype=torch.float32, device="cpu"):
 
 
 def load_checkpoint(path=None, device="cpu", dtype=None):
-    """-> (GPT, checkpoint dict) of a train_heads.py file, ck["vocab"] its characters. Other model
-    families (ck["kind"]: SmolLM2's heads) are the lab's: runtime.checkpoint.load builds them."""
-    ck = read_checkpoint(path)
+    """-> (GPT, checkpoint dict) of a train_heads.py file (or of read_checkpoint's dict), ck["vocab"]
+    its characters. Other model families (ck["kind"]: SmolLM2's heads) are the lab's:
+    runtime.checkpoint.load builds them."""
+    ck = path if isinstance(path, dict) else read_checkpoint(path)
     where = f"checkpoint {ck['path']}"
     if ck.get("kind") is not None:
         raise CheckpointError(f"{where} holds a {ck['kind']!r} model: runtime.checkpoint.load builds it")
@@ -463,11 +460,7 @@ if __name__ == "__main__":    # `--demo` is the papers' (lattice.demo); other co
     import sys
 
     import lattice            # built on this file: only the command line imports it here
-    code = lattice.demo(sys.argv[1:])         # None: the lab's (another flag, another model)
+    code = lattice.demo(sys.argv[1:])      # None: the lab's, which lattice.demo found installed
     if code is None:
-        try:
-            from lab.cli import main          # the lab's command line: lab/cli.py
-        except ModuleNotFoundError as e:      # the paper files alone run only the demo
-            sys.exit(f"error: {' '.join(sys.argv[1:])} is the lab's ({e}); the paper files alone run "
-                     "--demo [--checkpoint F] [--max-new-tokens N] [--seed N] [--threads N]")
+        from lab.cli import main           # the lab's command line: lab/cli.py
     raise SystemExit(main() if code is None else code)

@@ -16,17 +16,13 @@ import importlib
 
 import torch
 
-from minibpd import CHECKPOINT, GPTConfig
+from minibpd import CHECKPOINT, CheckpointError, GPTConfig
 from train_heads import FORMAT_VERSION
 from runtime.fast_heads import FastGPT
 from runtime.ids import is_int
 from runtime.kvcache import KVSpec
 
 CHECKPOINTS = os.path.dirname(CHECKPOINT)     # the shipped checkpoints, beside minibpd.py
-
-
-class CheckpointError(Exception):
-    """A checkpoint that is missing, corrupt, or does not match this code."""
 
 
 # A checkpoint's kind (train_kind) -> the train_heads.py mode that makes one afresh.

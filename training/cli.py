@@ -12,7 +12,8 @@ import torch
 import train_heads
 from lab.questions import questions
 from models.llama import HEAD_FORMS
-from runtime.checkpoint import CHECKPOINT, CheckpointError, read, shipped, train_kind
+from minibpd import CHECKPOINT, CheckpointError
+from runtime.checkpoint import read, shipped, train_kind
 from runtime.fast_heads import FastGPT
 from runtime.threads import choose_threads
 from training.finetune import (DISTILL_DEFAULTS, TASKS_DEFAULTS, TEACHERS, VARIANTS, distill,

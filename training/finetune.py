@@ -14,8 +14,8 @@ import torch
 import torch.nn.functional as F
 
 from lab import tasks
-from runtime.checkpoint import (CHECKPOINT, CheckpointError, build_model, file_sha256, load,
-                                train_kind)
+from minibpd import CHECKPOINT, CheckpointError
+from runtime.checkpoint import build_model, file_sha256, load, train_kind
 from runtime.fast_heads import FastGPT
 from runtime.loop import decode_rows
 from train_heads import (as_tensors, batches, evaluate, fit, git_revision, half, head_losses,
