@@ -255,32 +255,6 @@ def heads_speed(plt, s, model):
     return fig
 
 
-def rescorer_sizes(plt, out, model):
-    """Kim §7.1's rescorer sizes (tools/rescorer_sizes.py): for each rescorer, smallest first,
-    neural's block efficiency and its wall-clock speedup over greedy as a pair of bars, plain
-    BPD's as dashed lines. -> the figure."""
-    m, sizes = out["methods"], out["rescorers"]
-    names = sorted(sizes, key=lambda k: sizes[k]["params"])
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for j, (key, label) in enumerate((("block_efficiency", "block efficiency (tokens / call)"),
-                                      ("speedup", "wall-clock speedup over greedy"))):
-        xs = [i + (j - 0.5) * 0.4 for i in range(len(names))]
-        drawn = ax.bar(xs, [m[f"neural {k}"][key] for k in names], 0.4, label=f"neural: {label}")
-        ax.bar_label(drawn, [f"{m[f'neural {k}'][key]:.2f}" for k in names], fontsize=7)
-        ax.axhline(m[decoders.PLAIN][key], linestyle="--", linewidth=1,
-                   color=drawn.patches[0].get_facecolor(), label=f"plain BPD: {label}")
-    ax.set_xticks(range(len(names)), [f"{k}\n{human(sizes[k]['params'])}" for k in names],
-                  fontsize=8)
-    ax.set(xlabel="rescorer (parameters a call multiplies by)",
-           ylabel="tokens per call / speedup (x greedy)",
-           title=f"Kim §7.1: neural rescoring by rescorer size\n{short(model)}, "
-                 f"{out['threads']} thread(s)")
-    ax.set_ylim(0, 1.4 * max(max(m[f"neural {k}"]["block_efficiency"] for k in names),
-                             m[decoders.PLAIN]["block_efficiency"]))     # room for the legend
-    ax.legend(fontsize=7, loc="upper center", ncol=2)
-    return fig
-
-
 def tasks_by_heads(plt, by_task, model):
     """Kim Table 1: plain BPD's block efficiency against the number of heads, a line per task
     ({task: {heads: block efficiency}}). -> the figure."""

@@ -10,7 +10,7 @@ import types
 import torch
 import torch.nn.functional as F
 
-PACKED = True    # False: F.linear everywhere (tools/peer_bench.py and peer_profile.py --unpacked)
+PACKED = True    # False: F.linear everywhere (tools/peer_bench.py --unpacked)
 # Row-invariant products (ours; models/machine.py): {kernel_key: n} where this CPU's kernel gives
 # every row of a product of up to n rows the bits of a one-row product, whatever the row count and
 # the row's place (row_invariance probes it). Such a product needs no fixed block: a batch-
