@@ -278,18 +278,49 @@ def load_choice(path, log=lambda s: None):
     return None
 
 
+BUSY = 0.25        # others' share of the CPUs while timing above which a choice is not cached
+
+
+def others_share(fn):
+    """-> (fn(), the share of all CPUs' time that other processes used while fn ran, or None
+    where /proc/stat is not there to say). Ours: a timing taken while another process competes
+    for the cores can pick another precision (it did: int4 under load, bf16 quiet, on one Xeon),
+    and a cached choice is kept for good, so choice_for does not cache one measured busy."""
+    def busy_s():           # (all CPUs' busy seconds, this process's CPU seconds)
+        with open("/proc/stat", encoding="ascii") as f:
+            ticks = [int(x) for x in f.readline().split()[1:9]]     # user .. steal
+        mine = os.times()
+        return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK"), mine[0] + mine[1]
+    try:
+        before, t0 = busy_s(), time.perf_counter()
+    except (OSError, ValueError, AttributeError):            # not Linux: unknown
+        return fn(), None
+    out = fn()
+    after, wall = busy_s(), time.perf_counter() - t0
+    others = (after[0] - before[0]) - (after[1] - before[1])
+    return out, max(0.0, others) / (wall * (os.cpu_count() or 1))
+
+
+def save_if_quiet(path, data, share):
+    """save_choice unless other processes used more than BUSY of the CPUs while `data` was
+    measured. -> where it went, in words."""
+    if share is not None and share > BUSY:
+        return (f"not cached: other processes used {share:.0%} of the CPUs meanwhile, so the next "
+                "load measures again (`--dtype` pins a precision)")
+    file = save_choice(path, data)
+    return f"cached in {file}" if file else \
+        f"not cached: neither {' nor '.join(cache_files(path))} could be written"
+
+
 def choice_for(path, cfg, h, log=to_stderr):
     """The choice for the checkpoint at `path`: cached, or measured now (once per machine, a
-    few seconds) and cached (save_choice)."""
+    few seconds) and cached (save_if_quiet: not when other processes competed for the CPUs)."""
     data = load_choice(path, log)
     if data is None:
         t0 = time.perf_counter()
-        data = choose(cfg, h)
-        file = save_choice(path, data)
-        where = f"cached in {file}" if file else \
-            f"not cached: neither {' nor '.join(cache_files(path))} could be written"
-        log(f"machine: measured this CPU's products once ({time.perf_counter() - t0:.1f} s), "
-            f"{where}")
+        data, share = others_share(lambda: choose(cfg, h))
+        log(f"machine: measured this CPU's products ({time.perf_counter() - t0:.1f} s), "
+            f"{save_if_quiet(path, data, share)}")
     return data
 
 
@@ -348,10 +379,10 @@ def call_costs_for(path, data, name, model, log=to_stderr):
     got = entry.get("call_ms")
     if not (isinstance(got, list) and len(got) == model.config.n_bpd_heads):
         t0 = time.perf_counter()
-        got = entry["call_ms"] = call_costs(model)
-        save_choice(path, data)
-        log(f"machine: timed {name} decode calls of 1 to {len(got)} rows once "
-            f"({time.perf_counter() - t0:.1f} s)")
+        got, share = others_share(lambda: call_costs(model))
+        entry["call_ms"] = got
+        log(f"machine: timed {name} decode calls of 1 to {len(got)} rows "
+            f"({time.perf_counter() - t0:.1f} s), {save_if_quiet(path, data, share)}")
     return got
 
 

@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -40,6 +41,16 @@ def user_cache(tmp_path, monkeypatch):
     """The user's cache of machine choices, in the test's own folder."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "user-cache"))
     return tmp_path / "user-cache"
+
+
+MEASURED_SHARE = machine.others_share       # the real one, for the test of a busy machine
+
+
+@pytest.fixture(autouse=True)
+def quiet(monkeypatch):
+    """The cache's rules are tested as on a quiet machine (another test's process may be busy
+    beside this one); test_a_choice_measured_beside_busy_processes_is_not_cached makes it busy."""
+    monkeypatch.setattr(machine, "others_share", lambda fn: (fn(), 0.0))
 
 
 def free_or_skip(layer):
@@ -182,6 +193,32 @@ def test_the_log_goes_to_stderr(tmp_path, capsys):
     machine.choice_for(str(tmp_path / "heads.pt"), fake_config(), 3)
     out, err = capsys.readouterr()
     assert out == "" and "measured this CPU" in err
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="others' CPU time is read from /proc/stat")
+def test_a_choice_measured_beside_busy_processes_is_not_cached(tmp_path, monkeypatch):
+    """With a busy process on every core the timings are not the quiet machine's (they picked
+    another precision on one Xeon): the choice runs but is not cached, the log says why, and the
+    next, quiet load measures again and caches. Beside no busy process the share is below BUSY
+    only on an idle machine, so that side is the quiet fixture's."""
+    monkeypatch.setattr(machine, "others_share", MEASURED_SHARE)
+    path, said = str(tmp_path / "heads.pt"), []
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            for _ in range(os.cpu_count() or 1)]
+    try:
+        time.sleep(0.3)                                    # every busy process running
+        _, share = machine.others_share(lambda: time.sleep(0.5))
+        data = machine.choice_for(path, fake_config(), 3, log=said.append)
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+    assert share > machine.BUSY, share
+    assert len(said) == 1 and "not cached: other processes used" in said[0], said
+    assert data["best"] in data["dtypes"] and os.listdir(tmp_path) == []
+    monkeypatch.setattr(machine, "others_share", lambda fn: (fn(), 0.0))
+    machine.choice_for(path, fake_config(), 3, log=said.append)
+    assert len(said) == 2 and "cached in" in said[1] and machine.load_choice(path) is not None
 
 
 MALFORMED = {
