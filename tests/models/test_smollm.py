@@ -770,11 +770,17 @@ def test_positions_past_the_table_are_refused():
         model(torch.zeros(1, 41, dtype=torch.long))
 
 
+def permute_rotary(w, n_heads):
+    """llama.cpp's converter permutation of Q/K weight rows [n_heads d, C] (rotary pairs (2i, 2i+1)
+    instead of HF's (i, i + d/2)); smollm_gguf.unpermute_rotary undoes it."""
+    return w.reshape(n_heads, 2, -1, w.shape[-1]).transpose(1, 2).reshape(w.shape)
+
+
 @examples()
 @given(n_heads=st.integers(1, 4), half=st.integers(1, 4), cols=st.integers(1, 5))
 def test_rotary_permutation_is_undone(n_heads, half, cols):
     w = torch.randn(n_heads * 2 * half, cols)
-    permuted = smollm_gguf.permute_rotary(w, n_heads)
+    permuted = permute_rotary(w, n_heads)
     assert torch.equal(smollm_gguf.unpermute_rotary(permuted, n_heads), w)
     assert half == 1 or not torch.equal(permuted, w)          # the permutation does something
 
@@ -986,8 +992,8 @@ def test_perplexity_catches_the_rotary_permutation_bug(real):
         with torch.no_grad():
             for b in model.blocks:
                 q, k = b.qkv.weight[:split[0]], b.qkv.weight[split[0]:sum(split)]
-                q.copy_(smollm_gguf.permute_rotary(q.clone(), cfg.n_head))
-                k.copy_(smollm_gguf.permute_rotary(k.clone(), cfg.n_kv_head))
+                q.copy_(permute_rotary(q.clone(), cfg.n_head))
+                k.copy_(permute_rotary(k.clone(), cfg.n_kv_head))
         bad = smollm.perplexity(model, tokens)
     finally:
         with torch.no_grad():
