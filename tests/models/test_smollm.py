@@ -265,11 +265,17 @@ def test_chained_heads_sample_the_base_model_exactly(drafter):
     assert l1(counts, probs, N) < bound(len(probs), N)
 
 
+def attend(q, keys, values, bias, rows=None, key_block=None):
+    """Attention under a bias [L, S] or [P, L, S]: its tiles (bias_tiles), then tiled_attention."""
+    tiles = attention.bias_tiles(bias, q.shape[1] // keys.shape[1], rows, key_block)
+    return attention.tiled_attention(q, keys, values, tiles, rows, key_block)
+
+
 @examples()
 @given(seed=st.integers(0, 10**6), n_kv=st.integers(1, 3), group=st.integers(1, 3),
        L=st.integers(1, 9), start=st.integers(0, 9), rows=st.integers(1, 7), tile=st.integers(1, 7))
 def test_attention_is_softmax_attention(seed, n_kv, group, L, start, rows, tile):
-    """Both code paths of llama.attention against torch's scaled_dot_product_attention."""
+    """Both code paths of attention.tiled_attention against torch's scaled_dot_product_attention."""
     g = torch.Generator().manual_seed(seed)
     P, d, S = 2, 4, start + L
     q = torch.randn(P, n_kv * group, L, d, generator=g, dtype=torch.float64)
@@ -278,8 +284,8 @@ def test_attention_is_softmax_attention(seed, n_kv, group, L, start, rows, tile)
     want = torch.nn.functional.scaled_dot_product_attention(
         q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1), attn_mask=mask)
     bias = attention.mask_to_bias(mask, torch.float64)
-    torch.testing.assert_close(attention.attention(q, k, v, bias), want)
-    torch.testing.assert_close(attention.attention(q, k, v, bias, rows, tile), want)
+    torch.testing.assert_close(attend(q, k, v, bias), want)
+    torch.testing.assert_close(attend(q, k, v, bias, rows, tile), want)
 
 
 # ----------------------------------------------------------------------------- batch invariance
@@ -452,14 +458,14 @@ def test_tree_nodes_bit_identical_under_batch_invariance(dtype, m, plen, width, 
 
 
 def test_tree_attention_is_needed_under_batch_invariance(monkeypatch):
-    """The check above can fail: with the tree mask over the call's own slots (attention() on
-    every row, as before tree_attention), some node's float32 state differs from one-token
+    """The check above can fail: with the tree mask over the call's own slots (tiled_attention
+    on every row, as before tree_attention), some node's float32 state differs from one-token
     decoding's (here on 9 of 10 random trees, by up to 2.4e-7; a bf16 argmax flipped on
     SmolLM2)."""
     monkeypatch.setattr(llama, "tree_plan", lambda mask, dtype, g, rows, key_block:
                         attention.mask_to_bias(mask, dtype))
     monkeypatch.setattr(llama_layers, "tree_attention", lambda q, k, v, bias, rows, key_block:
-                        attention.attention(q, k, v, bias, rows, key_block))
+                        attend(q, k, v, bias, rows, key_block))
     failed = 0
     for seed in range(10):
         m = (seed, 40, 2, 4, 90, 1, 3, 8)
