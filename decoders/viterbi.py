@@ -331,26 +331,6 @@ def _automaton(lm, automaton, history, top):
     return auto
 
 
-def best_path_viterbi(lattice, lm, history, alpha, automaton=None):
-    """best_paths(lattice, lm, history, 1, alpha)[0], fast (Kim §7.2, p = 1): (score, tokens),
-    the score bitwise equal. Pass automaton=NgramAutomaton(lm) in a loop: building it walks
-    the whole LM, and its rows are reused from call to call."""
-    check_settings(alpha=alpha)
-    history = [index(t) for t in history]
-    first, lp0 = lattice.tokens[0][0], lattice.logprobs[0][0]
-    tokens = [np.array(t, dtype=np.int64) for t in lattice.tokens[1:]]
-    logprobs = [np.array(x) for x in lattice.logprobs[1:]]
-    if lm is None or alpha == 0.0:  # heads only: rank 0 everywhere (float sums are monotone)
-        score = 0.0
-        for x in lattice.logprobs:  # left to right, as best_paths (the builtin sum() rounds
-            score = score + x[0]    # otherwise from Python 3.12 on: compensated summation)
-        return score, [t[0] for t in lattice.tokens]
-    auto = _automaton(lm, automaton, history, max(max(t) for t in lattice.tokens))
-    with auto.lock:
-        (score, ranks), _ = _viterbi(auto, first, lp0, tokens, logprobs, history, alpha)
-    return score, [first] + [int(t[r]) for t, r in zip(tokens, ranks)]
-
-
 def ngram_draft(logprobs, context, k, alpha, lm, automaton=None, counts=None):
     """The `ngram` drafter's one draft (Kim §7.2, p = 1) from the heads' log-probs [m, V] (a
     tensor or an array) at the last accepted position: exactly best_paths(Lattice.from_logprobs(

@@ -401,17 +401,12 @@ def repeated_positions(tokens, span=12):
     return out
 
 
-def phrase_repetition(tokens, span=12):
-    """Our guard for loops (not in Kim et al.: §6.1's adjacent repetition sees 'll' and runs of
-    one token, not a repeated phrase like '"__del__()", "__del__()", '): the share of one
-    output's generated tokens that lie inside a repeated span-long phrase (repeated_positions).
-    0.0 for an empty output."""
-    return sum(repeated_positions(tokens, span)) / max(1, len(tokens))
-
-
 def phrase_repetition_all(outputs, span=12):
-    """phrase_repetition over several outputs (lists of generated tokens), weighted by length:
-    every generated token counts once, as in the adjacent measure. 0.0 for no tokens."""
+    """Our guard for loops (not in Kim et al.: §6.1's adjacent repetition sees 'll' and runs of
+    one token, not a repeated phrase like '"__del__()", "__del__()", '): the share of the
+    generated tokens of several outputs (lists of generated tokens) that lie inside a span-long
+    phrase repeated in their own output (repeated_positions). Every generated token counts once,
+    as in the adjacent measure; 0.0 for no tokens."""
     marked = [m for out in outputs for m in repeated_positions(out, span)]
     return sum(marked) / max(1, len(marked))
 

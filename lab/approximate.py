@@ -7,7 +7,7 @@ Their output is NOT greedy decoding's, so they are reported in their own section
 rule buys (block efficiency; tokens/s over exact BPD's, timed in one interleaved run) is set
 beside what it costs: the share of generated tokens that differ from greedy's at the same
 position, and the quality of the text: the base model's own perplexity of it (greedy's beside
-it) and its phrase repetition (analysis.phrase_repetition).
+it) and its phrase repetition (analysis.phrase_repetition_all).
 """
 import math
 

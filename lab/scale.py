@@ -15,7 +15,7 @@ the drafting, and block efficiency counts in full. The map measures where that h
      there than in a tight loop (`Profile.refill_ms`: the CPU's caches refilled);
   3. what does grow is timed at every size in SIZES, on random weights (only cost matters): the
      forward pass of 1..64 new tokens on a KV cache and of the decoders' real draft trees
-     (`cached_call_ms`, `tree_ms`), a whole window fed at once, and the BPD heads at one position;
+     (`row_pass`, `tree_pass`), a whole window fed at once, and the BPD heads at one position;
   4. `ms_per_token` combines them. At the model's own size the projection is checked against
      the bench's measured tokens/s (`validation`); `crossover_params` reads the map.
 
@@ -45,7 +45,7 @@ from runtime.tree import draft_tree
 SIZES = [GPTConfig(103, 128, n_layer, n_embd // 32, n_embd, 8)
          for n_layer, n_embd in ((6, 128), (8, 192), (8, 256), (12, 384), (12, 512), (16, 768),
                                  (16, 1024))]
-TOKENS = (1, 2, 4, 8, 16, 32, 64)   # new tokens per call at which cached_call_ms is measured
+TOKENS = (1, 2, 4, 8, 16, 32, 64)   # new tokens per call at which row_pass is timed (call_ms)
 GREEDY = decoders.baseline_name(0.0)
 
 

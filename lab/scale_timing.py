@@ -1,7 +1,8 @@
 """scale_timing: the clocks of the scale map (scale.py): a call of a model timed in a tight
-loop at a given number of new tokens, as a draft tree, or as the heads alone (cached_call_ms,
-tree_ms; interleaved batches, the median kept), and, inside real decodes of the shipped model, the time
-spent in the trunk's forward passes and in the drafter (ForwardTimer, TimedDrafter, InSitu)."""
+loop at a given number of new tokens, as a draft tree, or as the heads alone (row_pass,
+tree_pass, heads_pass, timed together by timed_all: interleaved batches, the median kept), and,
+inside real decodes of the shipped model, the time spent in the trunk's forward passes and in
+the drafter (ForwardTimer, TimedDrafter, InSitu)."""
 import statistics
 import time
 
@@ -48,10 +49,6 @@ def timed_all(fns, reps=None, device="cpu"):
     return {key: 1e3 * statistics.median(t) for key, t in times.items()}
 
 
-def timed(fn, reps=None, device="cpu"):
-    return timed_all({0: fn}, reps, device)[0]
-
-
 def filled_cache(model, cached, spare=0):
     """A one-row KV cache holding `cached` tokens (any tokens: the cost does not depend on them)."""
     cache = KVCache(model, 1, spare)
@@ -69,7 +66,7 @@ def row_pass(model, tokens, cached):
     every repetition sees the same state. -> a function that runs it."""
     B = model.config.block_size
     if not (1 <= tokens and 0 <= cached and cached + tokens <= B):
-        raise ValueError(f"cached_call_ms: tokens ({tokens}) >= 1 and cached ({cached}) >= 0 "
+        raise ValueError(f"row_pass: tokens ({tokens}) >= 1 and cached ({cached}) >= 0 "
                          f"must fit the window together ({B} tokens)")
     cache = filled_cache(model, cached)
     ids = torch.arange(tokens, device=device_of(model))[None] % model.config.vocab_size
@@ -84,7 +81,7 @@ def tree_pass(model, drafts, cached):
     h, B, dev = model.config.n_bpd_heads, model.config.block_size, device_of(model)
     proposed = [d[1:] for d in drafts]
     if not proposed or not 1 <= len(proposed[0]) < h or cached + 1 + len(proposed[0]) > B:
-        raise ValueError(f"tree_ms: drafts of 1 to {h - 1} tokens after the certain one, "
+        raise ValueError(f"tree_pass: drafts of 1 to {h - 1} tokens after the certain one, "
                          f"fitting the window ({B}) after {cached} cached tokens")
     tokens, parents, _ = draft_tree(proposed)
     cache = filled_cache(model, cached, spare=(len(proposed) - 1) * (h - 1))
@@ -99,18 +96,6 @@ def heads_pass(model):
     z = torch.randn(model.config.n_embd, generator=torch.Generator().manual_seed(0))
     z = z.to(model.lm_head.weight)
     return lambda: F.log_softmax(model.head_logits(z), dim=-1)
-
-
-@torch.no_grad()
-def cached_call_ms(model, tokens, cached, reps=None):
-    """Median ms of row_pass(model, tokens, cached)."""
-    return timed(row_pass(model, tokens, cached), reps, device_of(model))
-
-
-@torch.no_grad()
-def tree_ms(model, drafts, cached, reps=None):
-    """Median ms of tree_pass(model, drafts, cached)."""
-    return timed(tree_pass(model, drafts, cached), reps, device_of(model))
 
 
 # ----------------------------------------------------------------------------- inside real decodes

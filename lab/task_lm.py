@@ -1,11 +1,10 @@
 """task_lm: the `lm` task's examples (LAMBADA-like: pydoc_data.topics prose cut at a word
 boundary -> its next <= LM_TARGET characters), split as the base model's own corpus was (tasks.py
 builds them)."""
-import collections
 import functools
 import re
 
-from lab.task_text import PROMPT_MAX, SPLITS, WINDOW, keep_tail, split_of
+from lab.task_text import PROMPT_MAX, WINDOW, keep_tail
 from train_heads import chunk_size, chunk_split, clean_text
 
 
@@ -110,33 +109,5 @@ def lm_pool():
     return pool
 
 
-
 def build_lm(split):
     return [(p, t) for _, s, p, t in lm_pool() if s == split]
-
-
-def last_word_variant(pairs):
-    """LAMBADA proper: (prompt, target) -> (prompt + target up to its last word, that word),
-    for targets ending in a word of >= 3 letters (trailing punctuation left out)."""
-    out = []
-    for prompt, target in pairs:
-        m = re.search(r"(?:^|\s)([A-Za-z]{3,})[.,;:!?)\"']*$", target)
-        if m:
-            head = keep_tail(prompt + target[:m.start(1)], PROMPT_MAX, words=True)
-            if head:
-                out.append((head, m.group(1)))
-    return out
-
-
-def lm_leakage(train_text=None):
-    """{recipe: {split: (targets found verbatim in the base's train text, targets)}} for this
-    recipe and, as the measured reason for it, for a hash split of every tile of the same
-    paragraphs. train_text: a checkpoint's ck["splits"]["train"] (default: recomputed)."""
-    text, starts = topics_text()
-    train_text = base_train_text(text) if train_text is None else train_text
-    hashed = collections.defaultdict(list)
-    for key, _, start, end in topic_paragraphs(text, starts):
-        hashed[split_of(key)] += [text[a:b] for a, b in tiles(text, start, end)]
-    chosen = {s: [t for _, t in build_lm(s)] for s in SPLITS}
-    return {name: {s: (sum(t in train_text for t in got[s]), len(got[s])) for s in SPLITS}
-            for name, got in (("base split", chosen), ("hash split", hashed))}

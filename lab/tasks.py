@@ -19,8 +19,6 @@ raw continuations:
     pairs = tasks.build("qa", "test", vocab)         # mapped into a checkpoint's characters
     data = tasks.build_all(vocab)                    # every task and split, plain lists and str
     tasks.compare(data, "qa", "test")                # None, or a one-line warning
-    tasks.unknown_counts("qa", "test", vocab)        # the characters mapped or dropped
-    task_lm.lm_leakage(ck["splits"]["train"])        # lm targets seen by the base model
 
 Every example has a key (module + qualified name; topic + paragraph index for `lm`); a stable hash
 of the key picks its split, so the splits are disjoint by key and the same on every machine
@@ -84,13 +82,6 @@ def pairs_to_vocab(pairs, vocab, counts=None):
     counts = counts if counts is not None else {}
     return [(corpus.to_vocab(p, vocab, counts), corpus.to_vocab(t, vocab, counts))
             for p, t in pairs]
-
-
-def unknown_counts(name, split, vocab):
-    """{"mapped": {char: n}, "dropped": {char: n}}: what build(name, split, vocab) changed."""
-    counts = {"mapped": {}, "dropped": {}}
-    pairs_to_vocab(build(name, split), vocab, counts)
-    return {k: dict(sorted(v.items())) for k, v in counts.items()}
 
 
 # ----------------------------------------------------------------------------- building

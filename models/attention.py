@@ -13,19 +13,6 @@ from models.blocks import padded_copy
 ALIGN = 16        # elements: attention's batch items start on 64-byte boundaries (batch invariance)
 
 
-def attention(q, keys, values, bias, rows=None, key_block=None):
-    """softmax(q k^T / sqrt(d) + bias) v with grouped-query attention.
-    q [P, H, L, d]; keys, values [P, Hkv, S, d]; bias [L, S] or, one per item, [P, L, S] (0:
-    visible, -inf: hidden).
-    -> [P, H, L, d]. The g = H / Hkv query heads sharing a key head are g L rows against the
-    same keys. rows=None: one product over all rows and keys. rows=R: R-row query blocks against
-    key tiles of key_block slots (a multiple of VECTOR_LOOP), each product one fixed shape, the head
-    size zero-padded to ALIGN so that every tile starts aligned; the tiles' numerators and
-    denominators are added in order, so keys past a query's reach add exact zeros."""
-    tiles = bias_tiles(bias, q.shape[1] // keys.shape[1], rows, key_block)
-    return tiled_attention(q, keys, values, tiles, rows, key_block)
-
-
 def bias_tiles(bias, g, rows, key_block):
     """bias [L, S] or [P, L, S] -> the bias in attention's blocks, [1 or P, 1, nq, nk, R, T]: each
     row repeated for the g query heads of a key head, padded keys hidden, padded rows seeing
@@ -39,7 +26,14 @@ def bias_tiles(bias, g, rows, key_block):
 
 
 def tiled_attention(q, keys, values, tiles, rows, key_block):
-    """attention() with its bias already in blocks (bias_tiles)."""
+    """softmax(q k^T / sqrt(d) + bias) v with grouped-query attention, the bias already in blocks:
+    tiles = bias_tiles(bias, H / Hkv, rows, key_block), bias [L, S] or, one per item, [P, L, S]
+    (0: visible, -inf: hidden). q [P, H, L, d]; keys, values [P, Hkv, S, d].
+    -> [P, H, L, d]. The g = H / Hkv query heads sharing a key head are g L rows against the
+    same keys. rows=None: one product over all rows and keys. rows=R: R-row query blocks against
+    key tiles of key_block slots (a multiple of VECTOR_LOOP), each product one fixed shape, the head
+    size zero-padded to ALIGN so that every tile starts aligned; the tiles' numerators and
+    denominators are added in order, so keys past a query's reach add exact zeros."""
     P, H, L, d = q.shape
     Hkv, S = keys.shape[1], keys.shape[2]
     n = H // Hkv * L                                      # query rows per key head
@@ -77,13 +71,13 @@ def tree_plan(mask, dtype, g, rows, key_block):
 
 
 def tree_attention(q, keys, values, plan, rows, key_block):
-    """attention() for one row holding a token tree (kvcache.tree_layout), batch-invariant. A
-    row whose visible slots are a prefix of the slots (the tail, a first node) sees its keys
-    where one-token decoding does: attention(). A node below another sees its ancestors at
+    """tiled_attention for one row holding a token tree (kvcache.tree_layout), batch-invariant.
+    A row whose visible slots are a prefix of the slots (the tail, a first node) sees its keys
+    where one-token decoding does: tiled_attention. A node below another sees its ancestors at
     scattered slots, and key tiles holding them there would add its terms in another grouping
     (on SmolLM2 in bf16 that flipped an argmax): its visible keys are gathered, in slot order,
     into keys of its own, which then sit slot for slot as in one-token decoding of its path,
-    and attention() runs each such row as an item of its own, as a one-token call does.
+    and tiled_attention runs each such row as an item of its own, as a one-token call does.
     q [1, H, L, d]; keys, values [1, Hkv, S, d]; plan: tree_plan(mask). -> [1, H, L, d]."""
     prefix, tiles, idx, node_tiles = plan
     y = torch.empty_like(q)

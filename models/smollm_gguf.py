@@ -127,13 +127,9 @@ def _sha256(path, size, mtime_ns):
     return h.hexdigest()
 
 
-def permute_rotary(w, n_heads):
-    """llama.cpp's converter permutation of Q/K weight rows [n_heads d, C] (rotary pairs (2i, 2i+1)
-    instead of HF's (i, i + d/2)); unpermute_rotary undoes it."""
-    return w.reshape(n_heads, 2, -1, w.shape[-1]).transpose(1, 2).reshape(w.shape)
-
-
 def unpermute_rotary(w, n_heads):
+    """Undo llama.cpp's converter permutation of Q/K weight rows [n_heads d, C] (rotary pairs
+    (2i, 2i+1) instead of HF's (i, i + d/2))."""
     return w.reshape(n_heads, -1, 2, w.shape[-1]).transpose(1, 2).reshape(w.shape)
 
 

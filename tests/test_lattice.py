@@ -425,7 +425,7 @@ import torch  # noqa: E402
 
 import lattice  # noqa: E402
 from decoders import viterbi  # noqa: E402
-from decoders.viterbi import NgramAutomaton, ViterbiDrafter, best_path_viterbi, ngram_draft  # noqa: E402
+from decoders.viterbi import NgramAutomaton, ViterbiDrafter, ngram_draft  # noqa: E402
 from lattice import head_lattice  # noqa: E402
 
 
@@ -450,6 +450,25 @@ def merge_at(request, monkeypatch):
     (never merging is exact too, but its live set can grow as k^h where ties stop pruning)."""
     monkeypatch.setattr(viterbi, "MERGE_AT", request.param)
     return request.param
+
+
+def best_path_viterbi(lat, lm, history, alpha, automaton=None):
+    """best_paths(lat, lm, history, 1, alpha)[0] by viterbi's search on any Lattice:
+    (score, tokens). ngram_draft runs the same search on the lattice of the heads' top-k; a
+    lattice built by hand reaches the ties and orders that one never makes."""
+    first, lp0 = lat.tokens[0][0], lat.logprobs[0][0]
+    tokens = [np.array(t, dtype=np.int64) for t in lat.tokens[1:]]
+    logprobs = [np.array(x) for x in lat.logprobs[1:]]
+    if lm is None or alpha == 0.0:  # heads only: rank 0 everywhere (float sums are monotone)
+        score = 0.0
+        for x in lat.logprobs:    # left to right, as best_paths (the builtin sum() rounds
+            score = score + x[0]  # otherwise from Python 3.12 on: compensated summation)
+        return score, [t[0] for t in lat.tokens]
+    auto = viterbi._automaton(lm, automaton, history, max(max(t) for t in lat.tokens))
+    with auto.lock:
+        (score, ranks), _ = viterbi._viterbi(auto, first, lp0, tokens, logprobs, list(history),
+                                             alpha)
+    return score, [first] + [int(t[r]) for t, r in zip(tokens, ranks)]
 
 
 def check_viterbi(lat, lm, automaton, history, alpha):
@@ -606,9 +625,6 @@ def test_sparse_automaton_is_the_rows():
 
 
 def test_viterbi_alpha_zero_never_calls_the_lm():
-    lat = Lattice([[3], [1, 2], [0, 4]], [[-0.1], [-0.5, -1.5], [-0.2, -0.3]])
-    want = best_paths(lat, None, [], 1, 0.3)[0]
-    assert best_path_viterbi(lat, NoCallLM(3, 0), [1, 2], 0.0) == want
     lp = torch.log_softmax(torch.randn(4, V), -1)
     assert ngram_draft(lp, [1, 2], 3, 0.0, NoCallLM(3, 0)) == ngram_draft(lp, [1, 2], 3, 0.7, None)
 
@@ -660,11 +676,6 @@ def test_viterbi_errors():
                 "automaton": auto, **bad}
         with pytest.raises(ValueError, match=match):
             ngram_draft(**args)
-    lat = Lattice([[1], [9]], [[0.0], [0.0]])
-    with pytest.raises(ValueError, match="token ids"):
-        best_path_viterbi(lat, lm, [], 0.5, auto)
-    with pytest.raises(ValueError, match="alpha"):
-        best_path_viterbi(lat, lm, [], -0.5, auto)
     with pytest.raises(ValueError, match="k must be"):
         ViterbiDrafter(0, 0.5, lm)
 
@@ -712,7 +723,6 @@ def test_wide_lattices_return_each_path_with_its_own_score(V_, k, order, p, h):
     got = best_paths_fast(lat, lm, history, p, 0.7)
     for s, tokens in got:
         assert abs(path_score(lat, lm, history, tokens, 0.7) - s) <= 1e-9 * max(1, abs(s)), tokens
-    from decoders.viterbi import best_path_viterbi
     best = best_path_viterbi(lat, lm, history, 0.7)
     assert got[0][1] == best[1] and abs(got[0][0] - best[0]) <= 1e-9 * max(1, abs(best[0]))
     scores = [s for s, _ in got]

@@ -1,6 +1,6 @@
-"""generate: the self-distillation data of SmolLM2's heads (smollm_heads.smollm_heads, stage 2; and
-task_heads.finetune_on): the frozen base's greedy continuations of prompts, with the states that
-predicted each token. Two kinds of prompt:
+"""generate: the self-distillation data of SmolLM2's heads (smollm_heads.smollm_heads, stage 2):
+the frozen base's greedy continuations of prompts, with the states that predicted each token.
+Two kinds of prompt:
   text  a train-split line of the offline corpus cut to one token length per batch (PROMPT_TOKENS);
   chat  a train-split question about the standard library (lab/questions.py) in the model's own
         chat template (--chat-continuations; ours: heads that serve chat prompts too),

@@ -1,12 +1,17 @@
-"""Tests for analysis.repeated_positions / phrase_repetition / phrase_repetition_all: the loop guard
-for greedy text. Brute force from the definition, exact shares of known loops, bad spans."""
+"""Tests for analysis.repeated_positions / phrase_repetition_all: the loop guard for greedy text.
+Brute force from the definition, exact shares of known loops, bad spans."""
 import pytest
 from hypothesis import given, strategies as st
 
-from lab.analysis import phrase_repetition, phrase_repetition_all, repeated_positions
+from lab.analysis import phrase_repetition_all, repeated_positions
 from conftest import examples
 
 tokens = st.lists(st.integers(0, 3), max_size=40)      # a small alphabet: repeats happen
+
+
+def phrase_repetition(tokens, span=12):
+    """The share of one output's tokens inside a repeated phrase (0.0 for an empty output)."""
+    return sum(repeated_positions(tokens, span)) / max(1, len(tokens))
 
 
 def brute_force(t, span):

@@ -134,19 +134,21 @@ def test_in_situ_medians_by_hand():
 
 # ----------------------------------------------------------------------------- costs
 
+@torch.no_grad()
 def test_call_ms_grows_with_tokens():
     with torch.random.fork_rng():
         model = GPT(GPTConfig(64, 128, 2, 4, 256, 4)).eval()
-    one = scale_timing.cached_call_ms(model, 1, 32, reps=3)
-    many = scale_timing.cached_call_ms(model, 64, 32, reps=3)
+    ms = lambda fn: scale_timing.timed_all({0: fn}, reps=3)[0]
+    one = ms(scale_timing.row_pass(model, 1, 32))
+    many = ms(scale_timing.row_pass(model, 64, 32))
     assert many > 2 * one > 0
     drafts = [[5] + [t] * 3 for t in range(8)]                  # 8 drafts, a tree of 24 nodes
-    assert scale_timing.tree_ms(model, drafts, 32, reps=3) > \
-        scale_timing.tree_ms(model, drafts[:1], 32, reps=3)
+    assert ms(scale_timing.tree_pass(model, drafts, 32)) > \
+        ms(scale_timing.tree_pass(model, drafts[:1], 32))
     with pytest.raises(ValueError, match="tokens"):
-        scale_timing.cached_call_ms(model, 100, 32)
-    with pytest.raises(ValueError, match="tree_ms"):
-        scale_timing.tree_ms(model, [[5] + [1] * 4], 32)       # 4 drafted: more than h - 1 = 3
+        scale_timing.row_pass(model, 100, 32)
+    with pytest.raises(ValueError, match="tree_pass"):
+        scale_timing.tree_pass(model, [[5] + [1] * 4], 32)     # 4 drafted: more than h - 1 = 3
 
 
 # ----------------------------------------------------------------------------- run, end to end

@@ -265,11 +265,17 @@ def test_chained_heads_sample_the_base_model_exactly(drafter):
     assert l1(counts, probs, N) < bound(len(probs), N)
 
 
+def attend(q, keys, values, bias, rows=None, key_block=None):
+    """Attention under a bias [L, S] or [P, L, S]: its tiles (bias_tiles), then tiled_attention."""
+    tiles = attention.bias_tiles(bias, q.shape[1] // keys.shape[1], rows, key_block)
+    return attention.tiled_attention(q, keys, values, tiles, rows, key_block)
+
+
 @examples()
 @given(seed=st.integers(0, 10**6), n_kv=st.integers(1, 3), group=st.integers(1, 3),
        L=st.integers(1, 9), start=st.integers(0, 9), rows=st.integers(1, 7), tile=st.integers(1, 7))
 def test_attention_is_softmax_attention(seed, n_kv, group, L, start, rows, tile):
-    """Both code paths of llama.attention against torch's scaled_dot_product_attention."""
+    """Both code paths of attention.tiled_attention against torch's scaled_dot_product_attention."""
     g = torch.Generator().manual_seed(seed)
     P, d, S = 2, 4, start + L
     q = torch.randn(P, n_kv * group, L, d, generator=g, dtype=torch.float64)
@@ -278,8 +284,8 @@ def test_attention_is_softmax_attention(seed, n_kv, group, L, start, rows, tile)
     want = torch.nn.functional.scaled_dot_product_attention(
         q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1), attn_mask=mask)
     bias = attention.mask_to_bias(mask, torch.float64)
-    torch.testing.assert_close(attention.attention(q, k, v, bias), want)
-    torch.testing.assert_close(attention.attention(q, k, v, bias, rows, tile), want)
+    torch.testing.assert_close(attend(q, k, v, bias), want)
+    torch.testing.assert_close(attend(q, k, v, bias, rows, tile), want)
 
 
 # ----------------------------------------------------------------------------- batch invariance
@@ -452,14 +458,14 @@ def test_tree_nodes_bit_identical_under_batch_invariance(dtype, m, plen, width, 
 
 
 def test_tree_attention_is_needed_under_batch_invariance(monkeypatch):
-    """The check above can fail: with the tree mask over the call's own slots (attention() on
-    every row, as before tree_attention), some node's float32 state differs from one-token
+    """The check above can fail: with the tree mask over the call's own slots (tiled_attention
+    on every row, as before tree_attention), some node's float32 state differs from one-token
     decoding's (here on 9 of 10 random trees, by up to 2.4e-7; a bf16 argmax flipped on
     SmolLM2)."""
     monkeypatch.setattr(llama, "tree_plan", lambda mask, dtype, g, rows, key_block:
                         attention.mask_to_bias(mask, dtype))
     monkeypatch.setattr(llama_layers, "tree_attention", lambda q, k, v, bias, rows, key_block:
-                        attention.attention(q, k, v, bias, rows, key_block))
+                        attend(q, k, v, bias, rows, key_block))
     failed = 0
     for seed in range(10):
         m = (seed, 40, 2, 4, 90, 1, 3, 8)
@@ -770,11 +776,17 @@ def test_positions_past_the_table_are_refused():
         model(torch.zeros(1, 41, dtype=torch.long))
 
 
+def permute_rotary(w, n_heads):
+    """llama.cpp's converter permutation of Q/K weight rows [n_heads d, C] (rotary pairs (2i, 2i+1)
+    instead of HF's (i, i + d/2)); smollm_gguf.unpermute_rotary undoes it."""
+    return w.reshape(n_heads, 2, -1, w.shape[-1]).transpose(1, 2).reshape(w.shape)
+
+
 @examples()
 @given(n_heads=st.integers(1, 4), half=st.integers(1, 4), cols=st.integers(1, 5))
 def test_rotary_permutation_is_undone(n_heads, half, cols):
     w = torch.randn(n_heads * 2 * half, cols)
-    permuted = smollm_gguf.permute_rotary(w, n_heads)
+    permuted = permute_rotary(w, n_heads)
     assert torch.equal(smollm_gguf.unpermute_rotary(permuted, n_heads), w)
     assert half == 1 or not torch.equal(permuted, w)          # the permutation does something
 
@@ -986,8 +998,8 @@ def test_perplexity_catches_the_rotary_permutation_bug(real):
         with torch.no_grad():
             for b in model.blocks:
                 q, k = b.qkv.weight[:split[0]], b.qkv.weight[split[0]:sum(split)]
-                q.copy_(smollm_gguf.permute_rotary(q.clone(), cfg.n_head))
-                k.copy_(smollm_gguf.permute_rotary(k.clone(), cfg.n_kv_head))
+                q.copy_(permute_rotary(q.clone(), cfg.n_head))
+                k.copy_(permute_rotary(k.clone(), cfg.n_kv_head))
         bad = smollm.perplexity(model, tokens)
     finally:
         with torch.no_grad():
