@@ -10,20 +10,20 @@ call runs its own rows and stays batch-invariant. A one-token call is memory-bou
 weight once, so the fewer bytes a weight the faster; the int4 precision (blocks.int4_linear)
 reads an eighth of float32's for the trunk, whose GGUF weights are 4-bit already.
 
-choose() times, for each candidate (precision: PRECISIONS; rows per block, or the kernel's own rows where it is
-row-invariant), the products of one decode call of the model's shapes: one row (a greedy step)
-and h rows (a BPD verification), and picks the fastest verification, those within 10% of it
-counting as tied, then the fastest step (fastest). The
-answer is cached beside the checkpoint (CHOICE_SUFFIX; in the user's cache where that folder is
-read-only), keyed by the CPU, its kernel caps and torch's version, checked when read (a malformed
-one is measured again), and applied at load (apply). --dtype still chooses the precision; the rest
-follows.
+choose() times, for each candidate (precision: PRECISIONS; rows per block, or the kernel's own
+rows where it is row-invariant), the products of one decode call of the model's shapes: one row
+(a greedy step) and h rows (a BPD verification), and keeps per precision the fastest
+verification, those within 10% of it counting as tied, then the fastest step (fastest). Among
+precisions it keeps the one whose BPD token costs least: a k-row call's products over the block
+efficiency of k heads, the best k (decode_ms; the checkpoint's block efficiency by heads); a
+verification a little dearer but a greedy step much cheaper decodes faster (int4 against bf16
+on a Xeon with AMX: bf16 by verification, int4 1.7x faster by decoding). Times are this
+process's CPU time where torch runs one thread (clock), so that another process's time slices do
+not count. The answer is cached (models/machine_cache.py: beside the checkpoint, per machine,
+not when others competed for the CPUs meanwhile) and applied at load (apply). --dtype still
+chooses the precision; the rest follows.
 """
 import copy
-import hashlib
-import json
-import os
-import platform
 import statistics
 import sys
 import time
@@ -32,32 +32,13 @@ import torch
 
 from minibpd import KVCache
 from models import blocks
+from models.machine_cache import (FORMAT, PRECISIONS, key_text, key_tuple, load_choice,
+                                  machine_key, others_share, save_if_quiet)
 
-CHOICE_SUFFIX = ".machine.json"
-FORMAT = 3         # the cache: {format, machines: [choice, one per machine key]}
-CAPS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
 TIE = 0.1          # verifications within 10% count as tied (fastest)
 ROUNDS = 3         # rounds of timings, their fastest kept (measure)
 MOST_FREE = 8      # rows a row-invariant product takes at once (a call splits into such chunks)
 
-
-def machine_key():
-    """What decides the kernels here: the CPU's flags, the caps set on them, torch's version and
-    its threads (a kernel may split rows among threads differently)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            flags = next((ln for ln in f if ln.startswith("flags")), "")
-    except OSError:
-        flags = platform.processor()
-    caps = {c: os.environ.get(c) for c in CAPS if os.environ.get(c)}
-    return {"cpu_flags": hashlib.sha256(flags.encode()).hexdigest()[:16],
-            "capability": torch.backends.cpu.get_cpu_capability(), "caps": caps,
-            "torch": torch.__version__, "threads": torch.get_num_threads()}
-
-
-PRECISIONS = {"bfloat16": torch.bfloat16, "float32": torch.float32, "int4": torch.float32}
-# a precision's name -> its weights' dtype; int4: the trunk's products on 4-bit groups of its
-# float32 weights (blocks.int4_linear), the output head in float32 (smollm.INT4)
 
 
 class Weight:
@@ -90,15 +71,12 @@ def to_stderr(line):
     print(line, file=sys.stderr)
 
 
-def key_text(key):
-    """A kernel key (blocks.kernel_key) as JSON text, and back (key_tuple)."""
-    shape, *rest = key
-    return json.dumps([list(shape), *rest])
-
-
-def key_tuple(text):
-    shape, *rest = json.loads(text)
-    return (tuple(shape), *rest)
+def clock():
+    """The timer of every measurement here: with one torch thread (the real model's default),
+    this process's CPU time, which leaves out the time slices another process takes on a busy
+    machine (it picked float32 there by wall-clock, int4 when quiet, on a 2-core AMD EPYC);
+    with more threads, wall-clock, as CPU time would add the threads' times up."""
+    return time.process_time() if torch.get_num_threads() == 1 else time.perf_counter()
 
 
 def call_ms(layers, rows, m, free, reps=1):
@@ -117,9 +95,9 @@ def call_ms(layers, rows, m, free, reps=1):
         call()
         times = []
         for _ in range(reps):
-            t0 = time.perf_counter()
+            t0 = clock()
             call()
-            times.append(time.perf_counter() - t0)
+            times.append(clock() - t0)
     finally:
         blocks.FREE.clear()
         blocks.FREE.update(saved)
@@ -175,10 +153,12 @@ def precisions(cfg):
     return ["bfloat16", "float32"] + ["int4"] * fits
 
 
-def choose(cfg, h, names=None):
+def choose(cfg, h, names=None, be=None):
     """The fastest batch-invariant setting of each precision (default: precisions()), and of
     all ("best"): per precision its row_block, the free rows of its kernels when it runs on
-    their own rows, and every timing (call_costs_for adds the loaded model's call_ms)."""
+    their own rows, and every timing (call_costs_for adds the loaded model's call_ms). With `be`
+    ({heads k: block efficiency}, the checkpoint's), "best" is the precision whose BPD costs the
+    fewest ms of products a token (call_rows_ms, decode_ms); without it, the fastest verification."""
     out = {"format": FORMAT, "key": machine_key(), "h": h, "dtypes": {}}
     for name in precisions(cfg) if names is None else names:
         ms, free = measure(cfg, name, h)
@@ -188,8 +168,35 @@ def choose(cfg, h, names=None):
             "free": free if pick == "own rows" else {},
             "ms": {k: [round(a, 3), round(b, 3)] for k, (a, b) in ms.items()}}
     per = out["dtypes"]
-    out["best"] = fastest({d: per[d]["ms"][per[d]["pick"]] for d in per})
+    if be:
+        for name, e in per.items():
+            e["rows_ms"] = call_rows_ms(cfg, name, e, h)
+            e["token_ms"] = round(decode_ms(e["rows_ms"], be)[0], 3)
+        out["best"] = min(per, key=lambda d: per[d]["token_ms"])
+    else:
+        out["best"] = fastest({d: per[d]["ms"][per[d]["pick"]] for d in per})
     return out
+
+
+def call_rows_ms(cfg, precision, entry, h):
+    """ms of the products of a decode call of 1 to h rows in precision's picked setting (entry),
+    the fastest of ROUNDS rounds: a kernel may cost the same for 1 to 4 rows and twice that for
+    5 (int4's on AVX2), which the 1-row and h-row timings alone cannot show."""
+    layers, (one, most) = stand_ins(cfg, precision), entry["ms"][entry["pick"]]
+    own = entry["pick"] == "own rows"
+    mid = [min(call_ms(layers, entry["row_block"], m, own) for _ in range(ROUNDS))
+           for m in range(2, h)]
+    return [round(x, 3) for x in [one, *mid, most][:h]]
+
+
+def decode_ms(rows_ms, be):
+    """-> (ms of products a BPD token costs, on the heads k that make it cheapest): the ms of a
+    k-row call over the block efficiency of k heads (be: {k: tokens a call}; k = 1 is greedy).
+    Ours: a decode is a run of such calls; Python and attention add about the same to each
+    precision, so the products rank them (validated against decoding: docs/real-model.md)."""
+    ks = [k for k in range(1, len(rows_ms) + 1) if 0 < be.get(k, 0) < float("inf")]
+    k = min(ks, key=lambda k: rows_ms[k - 1] / be[k])
+    return rows_ms[k - 1] / be[k], k
 
 
 def fastest(ms):
@@ -200,143 +207,17 @@ def fastest(ms):
     return min((k for k, (_, v) in ms.items() if v <= best * (1 + TIE)), key=lambda k: ms[k][0])
 
 
-def cache_files(path):
-    """Where the choices for the checkpoint at `path` are cached: beside it, and, for a folder
-    that is read-only, in the user's cache ($XDG_CACHE_HOME or ~/.cache, then minibpd/), under
-    a name made from the checkpoint's absolute path."""
-    full = os.path.abspath(path)
-    home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    name = f"{os.path.basename(full)}-{hashlib.sha256(full.encode()).hexdigest()[:12]}"
-    return [full + CHOICE_SUFFIX, os.path.join(home, "minibpd", name + CHOICE_SUFFIX)]
-
-
-def read_cache(file):
-    """The choices cached in `file`, one per machine (a CPU capped at AVX2 is another machine):
-    [choice], [] if none or unreadable."""
-    try:
-        with open(file, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return []
-    ok = isinstance(data, dict) and data.get("format") == FORMAT and \
-        isinstance(data.get("machines"), list)
-    return [c for c in data["machines"] if isinstance(c, dict)] if ok else []
-
-
-def is_count(x, least=0):
-    return isinstance(x, int) and not isinstance(x, bool) and x >= least
-
-
-def is_ms(x):
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x < float("inf")
-
-
-def entry_problem(name, e):
-    """What is wrong with one precision's entry of a cached choice, or None."""
-    if name not in PRECISIONS:
-        return f"unknown precision {name!r}"
-    if not isinstance(e, dict) or not isinstance(e.get("ms"), dict) or \
-            not isinstance(e.get("free"), dict):
-        return f"{name}: not an entry with 'ms' and 'free'"
-    if not is_count(e.get("row_block"), 1) or e.get("pick") not in e["ms"]:
-        return f"{name}: row_block or pick out of range"
-    if not all(isinstance(v, list) and len(v) == 2 and all(map(is_ms, v)) for v in e["ms"].values()):
-        return f"{name}: ms must be pairs of non-negative numbers"
-    if "call_ms" in e and not (isinstance(e["call_ms"], list) and all(map(is_ms, e["call_ms"]))):
-        return f"{name}: call_ms must be non-negative numbers"
-    for text, rows in e["free"].items():
-        try:
-            key_tuple(text)
-        except (ValueError, TypeError):
-            return f"{name}: free kernel {text!r} is not a kernel key"
-        if not is_count(rows, 1):
-            return f"{name}: free rows must be positive integers"
-    return None
-
-
-def choice_problem(c):
-    """What is wrong with a cached choice (hand-edited or damaged), or None: apply and
-    call_costs_for read it without further checks."""
-    if not is_count(c.get("h"), 1) or not isinstance(c.get("dtypes"), dict) or not c["dtypes"]:
-        return "no positive 'h' or no 'dtypes'"
-    if c.get("best") not in c["dtypes"]:
-        return "'best' is not one of its precisions"
-    return next(filter(None, (entry_problem(k, e) for k, e in c["dtypes"].items())), None)
-
-
-def load_choice(path, log=lambda s: None):
-    """The cached choice for the checkpoint at `path` (cache_files), if one was made on this
-    machine and is well formed; else None. A malformed one is logged and ignored."""
-    key = machine_key()
-    for file in cache_files(path):
-        for c in read_cache(file):
-            if c.get("key") == key:
-                problem = choice_problem(c)
-                if problem is None:
-                    return c
-                log(f"machine: ignoring the malformed choice in {file} ({problem})")
-    return None
-
-
-BUSY = 0.25        # others' share of the CPUs while timing above which a choice is not cached
-
-
-def others_share(fn):
-    """-> (fn(), the share of all CPUs' time that other processes used while fn ran, or None
-    where /proc/stat is not there to say). Ours: a timing taken while another process competes
-    for the cores can pick another precision (it did: int4 under load, bf16 quiet, on one Xeon),
-    and a cached choice is kept for good, so choice_for does not cache one measured busy."""
-    def busy_s():           # (all CPUs' busy seconds, this process's CPU seconds)
-        with open("/proc/stat", encoding="ascii") as f:
-            ticks = [int(x) for x in f.readline().split()[1:9]]     # user .. steal
-        mine = os.times()
-        return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK"), mine[0] + mine[1]
-    try:
-        before, t0 = busy_s(), time.perf_counter()
-    except (OSError, ValueError, AttributeError):            # not Linux: unknown
-        return fn(), None
-    out = fn()
-    after, wall = busy_s(), time.perf_counter() - t0
-    others = (after[0] - before[0]) - (after[1] - before[1])
-    return out, max(0.0, others) / (wall * (os.cpu_count() or 1))
-
-
-def save_if_quiet(path, data, share):
-    """save_choice unless other processes used more than BUSY of the CPUs while `data` was
-    measured. -> where it went, in words."""
-    if share is not None and share > BUSY:
-        return (f"not cached: other processes used {share:.0%} of the CPUs meanwhile, so the next "
-                "load measures again (`--dtype` pins a precision)")
-    file = save_choice(path, data)
-    return f"cached in {file}" if file else \
-        f"not cached: neither {' nor '.join(cache_files(path))} could be written"
-
-
-def choice_for(path, cfg, h, log=to_stderr):
-    """The choice for the checkpoint at `path`: cached, or measured now (once per machine, a
-    few seconds) and cached (save_if_quiet: not when other processes competed for the CPUs)."""
+def choice_for(path, cfg, h, log=to_stderr, be=None):
+    """The choice for the checkpoint at `path` (its block efficiency by heads: be): cached, or
+    measured now (once per machine, seconds) and cached (save_if_quiet: not when other processes
+    competed for the CPUs)."""
     data = load_choice(path, log)
     if data is None:
         t0 = time.perf_counter()
-        data, share = others_share(lambda: choose(cfg, h))
+        data, share = others_share(lambda: choose(cfg, h, be=be))
         log(f"machine: measured this CPU's products ({time.perf_counter() - t0:.1f} s), "
             f"{save_if_quiet(path, data, share)}")
     return data
-
-
-def save_choice(path, data):
-    """Cache a machine's choice, with other machines' choices, beside the checkpoint, or in the
-    user's cache where that folder is read-only (cache_files). -> the file written, or None."""
-    for file in cache_files(path):
-        others = [c for c in read_cache(file) if c.get("key") != data["key"]]
-        try:
-            os.makedirs(os.path.dirname(file), exist_ok=True)
-            with open(file, "w", encoding="utf-8") as f:
-                json.dump({"format": FORMAT, "machines": others + [data]}, f, indent=1)
-            return file
-        except OSError:
-            continue
-    return None
 
 
 CALL_CACHED = 64   # tokens in the KV cache when call_costs times a call
@@ -363,10 +244,10 @@ def call_costs(model, reps=5):
     times = {k: [] for k in range(1, h + 1)}
     for rep in range(reps + 1):
         for k in times:
-            t0 = time.perf_counter()
+            t0 = clock()
             call(k)
             if rep:                               # rep 0: the warm-up
-                times[k].append(1e3 * (time.perf_counter() - t0))
+                times[k].append(1e3 * (clock() - t0))
     return [round(statistics.median(times[k]), 3) for k in times]
 
 
@@ -402,5 +283,6 @@ def apply(data, dtype):
         blocks.FREE[key_tuple(text)] = rows
     one, h = entry["ms"][entry["pick"]]
     label = name + " (4-bit trunk weights, bf16 into its products)" * (name == "int4")
+    token = f", of a BPD token {entry['token_ms']:.1f} ms" if "token_ms" in entry else ""
     return entry["row_block"], (f"{label}, {entry['pick']} (products of a greedy step {one:.1f} "
-                                f"ms, of a verification of {data['h']} rows {h:.1f} ms here)")
+                                f"ms, of a verification of {data['h']} rows {h:.1f} ms{token} here)")

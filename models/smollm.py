@@ -249,37 +249,47 @@ def from_checkpoint(ck, device="cpu", dtype=None, gguf_path=None):
                              cfg.get("batch_invariant", True),
                              cfg.get("head_form", "stern"),    # (heads before 2026-12-03)
                              {k: cfg[k] for k in ARCHITECTURE if k in cfg})
-    dtype, row_block, why = machine_setting(ck, arch, device, dtype)
+    dtype, row_block, why, choice = machine_setting(ck, arch, device, dtype)
     model, vocab = build_llama(reader, with_rows(arch, row_block), dtype, device, ck["heads"])
     model.draft_vocab = checked_draft_vocab(ck.get("draft_vocab"), cfg["vocab_size"])
     model.machine = why
-    if str(device) == "cpu" and arch.batch_invariant and ck.get("path"):
-        model.call_ms = call_costs_for(ck["path"], choice_for(ck["path"], arch, arch.n_bpd_heads),
-                                       precision_name(dtype), model,
+    if choice is not None:                  # measured here: the loaded model's calls too
+        model.call_ms = call_costs_for(ck["path"], choice, precision_name(dtype), model,
                                        log=lambda s: print(s, file=sys.stderr))
     return model, vocab
 
 
 def machine_setting(ck, cfg, device, dtype):
-    """-> (dtype, row_block, a one-line reason). On a CPU, in batch-invariant mode: what
-    models/machine.py measured here (once, cached beside the checkpoint) for `dtype` (a torch
-    dtype or INT4), and with dtype None the precision whose BPD verification is fastest here
-    (ours; int4 on both CPUs measured, docs/real-model.md). Elsewhere, or for a
-    checkpoint dict with no file: the checkpoint's dtype and row_block_for."""
+    """-> (dtype, row_block, a one-line reason, the machine's choice or None). On a CPU, in
+    batch-invariant mode: what models/machine.py measured here (once, cached beside the
+    checkpoint) for `dtype` (a torch dtype or INT4), and with dtype None the precision whose BPD
+    costs the fewest ms a token here, by the checkpoint's block efficiency by heads (ours;
+    docs/real-model.md). Elsewhere, or for a checkpoint dict with no file: the checkpoint's
+    dtype and row_block_for, measuring nothing."""
     own = getattr(torch, ck.get("dtype", "bfloat16"))
     if str(device) != "cpu" or not cfg.batch_invariant or not ck.get("path"):
         dtype = own if dtype is None else dtype
         rows = row_block_for(dtype, device)
         return dtype, rows, (f"{precision_name(dtype)}, blocks of {rows} (the checkpoint's "
-                             "dtype; not measured)")
+                             "dtype; not measured)"), None
     data = choice_for(ck["path"], cfg, cfg.n_bpd_heads,
-                      log=lambda s: print(s, file=sys.stderr))
+                      log=lambda s: print(s, file=sys.stderr), be=heads_be(ck))
     dtype = PRECISIONS[data["best"]] if dtype is None else dtype
     rows, why = apply_choice(data, dtype)
     if rows is None:                        # a dtype not measured (float16, float64)
         rows = row_block_for(dtype, device)
         why = f"{why}: blocks of {rows}"
-    return dtype, rows, why
+    return dtype, rows, why, data
+
+
+def heads_be(ck):
+    """The checkpoint's plain BPD block efficiency by heads, {k: tokens a call}, replayed on its
+    tune split when it was trained (training/smollm_heads.py), or None where it has none."""
+    try:
+        got = (ck.get("train") or {})["tune_block_efficiency_by_heads"]
+        return {int(k): float(v) for k, v in got.items()} or None
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return None
 
 
 def check_tensors(ck):
