@@ -123,11 +123,10 @@ def candidates(dtype):
     return [1, 8] + [16] * (amx and dtype == torch.bfloat16)
 
 
-def measure(cfg, precision, h):
+def measure(layers, precision, h):
     """-> ({label: (ms of a 1-row call's products, ms of an h-row call's)}, {kernel: the rows
-    it is row-invariant for}) for one precision (PRECISIONS): fixed blocks, and the kernels' own
-    rows where every shape allows it."""
-    layers = stand_ins(cfg, precision)
+    it is row-invariant for}) for one precision (PRECISIONS) and its stand-in weights (layers):
+    fixed blocks, and the kernels' own rows where every shape allows it."""
     free = {}
     for w in layers:                                      # one probe per kernel
         key = key_text(blocks.kernel_key(w))
@@ -161,28 +160,31 @@ def choose(cfg, h, names=None, be=None):
     fewest ms of products a token (call_rows_ms, decode_ms); without it, the fastest verification."""
     out = {"format": FORMAT, "key": machine_key(), "h": h, "dtypes": {}}
     for name in precisions(cfg) if names is None else names:
-        ms, free = measure(cfg, name, h)
+        layers = stand_ins(cfg, name)          # built once: measure and call_rows_ms time them
+        ms, free = measure(layers, name, h)
         pick = fastest(ms)
         out["dtypes"][name] = {
             "row_block": 1 if pick == "own rows" else int(pick.split()[-1]), "pick": pick,
             "free": free if pick == "own rows" else {},
             "ms": {k: [round(a, 3), round(b, 3)] for k, (a, b) in ms.items()}}
+        if be:
+            e = out["dtypes"][name]
+            e["rows_ms"] = call_rows_ms(layers, e, h)
+            e["token_ms"] = round(decode_ms(e["rows_ms"], be)[0], 3)
     per = out["dtypes"]
     if be:
-        for name, e in per.items():
-            e["rows_ms"] = call_rows_ms(cfg, name, e, h)
-            e["token_ms"] = round(decode_ms(e["rows_ms"], be)[0], 3)
         out["best"] = min(per, key=lambda d: per[d]["token_ms"])
     else:
         out["best"] = fastest({d: per[d]["ms"][per[d]["pick"]] for d in per})
     return out
 
 
-def call_rows_ms(cfg, precision, entry, h):
-    """ms of the products of a decode call of 1 to h rows in precision's picked setting (entry),
-    the fastest of ROUNDS rounds: a kernel may cost the same for 1 to 4 rows and twice that for
-    5 (int4's on AVX2), which the 1-row and h-row timings alone cannot show."""
-    layers, (one, most) = stand_ins(cfg, precision), entry["ms"][entry["pick"]]
+def call_rows_ms(layers, entry, h):
+    """ms of the products of a decode call of 1 to h rows on a precision's stand-in weights
+    (layers) in its picked setting (entry), the fastest of ROUNDS rounds: a kernel may cost the
+    same for 1 to 4 rows and twice that for 5 (int4's on AVX2), which the 1-row and h-row
+    timings alone cannot show."""
+    one, most = entry["ms"][entry["pick"]]
     own = entry["pick"] == "own rows"
     mid = [min(call_ms(layers, entry["row_block"], m, own) for _ in range(ROUNDS))
            for m in range(2, h)]
@@ -192,8 +194,9 @@ def call_rows_ms(cfg, precision, entry, h):
 def decode_ms(rows_ms, be):
     """-> (ms of products a BPD token costs, on the heads k that make it cheapest): the ms of a
     k-row call over the block efficiency of k heads (be: {k: tokens a call}; k = 1 is greedy).
-    Ours: a decode is a run of such calls; Python and attention add about the same to each
-    precision, so the products rank them (validated against decoding: docs/real-model.md)."""
+    Ours: a decode is a run of such calls. The products leave out attention, norms and Python,
+    which narrow the gaps; on the CPU measured the products' order was decoding's
+    (docs/results/real-model-runs.md, runs AG to AI)."""
     ks = [k for k in range(1, len(rows_ms) + 1) if 0 < be.get(k, 0) < float("inf")]
     k = min(ks, key=lambda k: rows_ms[k - 1] / be[k])
     return rows_ms[k - 1] / be[k], k
