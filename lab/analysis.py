@@ -92,10 +92,10 @@ def prepare(model, prompts, n, greedy=None):
     return [(len(p), p + g, heads_along(model, p + g, len(p))) for p, g in zip(prompts, greedy)]
 
 
-def replay_all(run, make):
+def replay_all(run, make, h=None):
     """Replay a drafter over every prompt of a lab.run.Run (its items: each for its own greedy
-    continuation's length); make(answer) -> a fresh drafter."""
-    h, B = run.model.config.n_bpd_heads, run.model.config.block_size
+    continuation's length) with heads 1..h (default all); make(answer) -> a fresh drafter."""
+    h, B = h or run.model.config.n_bpd_heads, run.model.config.block_size
     return [replay(make(answer), heads, answer, plen, len(answer) - plen, h, B)
             for plen, answer, heads in run.items]
 
@@ -106,11 +106,7 @@ def block_eff(runs):
 
 
 def longest_run(tokens):
-    best = cur = 1
-    for a, b in zip(tokens, tokens[1:]):
-        cur = cur + 1 if a == b else 1
-        best = max(best, cur)
-    return best
+    return max((len(list(run)) for _, run in itertools.groupby(tokens)), default=1)
 
 
 def repetition(drafts):
@@ -140,22 +136,16 @@ def entropy_of(lp):
     return -(lp.exp() * lp).sum(-1)
 
 
-def head_entropies(items):
-    """Kim §6.2, Fig. 3a: the entropy (nats) of every head's distribution at every position of
-    analysis.prepare's items -> [positions, h] (float64; one item at a time, since SmolLM2's
-    [positions, h, V] log-probs of all items together take gigabytes)."""
-    return torch.cat([entropy_of(torch.stack([heads[t] for t in sorted(heads)]).double().cpu())
-                      for _, _, heads in items])
-
-
 QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
 
 
 def entropy_quantiles(items, qs=QUANTILES):
-    """Kim Fig. 3a: the distribution of each head's entropy over positions, not only its mean
-    (head_confidence): {quantiles: qs, by_head: [[the qs of head i's entropies]], mean: [h],
-    positions: how many}."""
-    e = head_entropies(items)                                             # [N, h]
+    """Kim §6.2, Fig. 3a: the distribution of each head's entropy (nats) over the positions of
+    analysis.prepare's items, not only its mean (head_confidence): {quantiles: qs, by_head: [[the
+    qs of head i's entropies]], mean: [h], positions: how many}. In float64, one item at a time:
+    SmolLM2's [positions, h, V] log-probs of all items together take gigabytes."""
+    e = torch.cat([entropy_of(torch.stack([heads[t] for t in sorted(heads)]).double().cpu())
+                   for _, _, heads in items])                            # [N, h]
     q = torch.quantile(e, torch.tensor(qs, dtype=e.dtype), dim=0)        # [len(qs), h]
     return {"quantiles": list(qs), "by_head": q.T.tolist(), "mean": e.mean(0).tolist(),
             "positions": len(e)}
@@ -182,13 +172,13 @@ def head_confidence(items):
     return {"head_entropy": entropy, "hmax": hmax, "head_accuracy": accuracy}
 
 
-def compared_steps(run, bpd_runs, names=None):
+def compared_steps(run, bpd_runs):
     """Kim §7.3's comparison, step by step on BPD's own contexts (bpd_runs: its runs, one per
     prompt of the lab.run.Run `run`): {refined drafter (run's settings): [(BPD's draft, the
     drafter's draft that verification keeps (the one gaining most, the first of ties), BPD's
     gain, the drafter's gain)]}. What win_tie_loss and loss_repeats count."""
     out = {}
-    for name in names or decoders.refined():
+    for name in decoders.refined():
         drafter, rows = decoders.make(name, run.res, run.chosen[name]), []
         for (plen, answer, heads), bpd in zip(run.items, bpd_runs):
             for s in bpd["steps"]:
@@ -201,13 +191,13 @@ def compared_steps(run, bpd_runs, names=None):
     return out
 
 
-def win_tie_loss(run, bpd_runs, names=None, compared=None):
+def win_tie_loss(run, bpd_runs, compared=None):
     """Kim §7.3, Table 5 (compared_steps, or `compared` when already computed): how often each
     refined drafter gains more, the same, or fewer tokens than BPD's draft, and the share of its
     wins where BPD's first miss was a repeated token (d_j == d_{j-1}) that the refined draft
     replaced."""
     out = {}
-    for name, rows in (compared or compared_steps(run, bpd_runs, names)).items():
+    for name, rows in (compared or compared_steps(run, bpd_runs)).items():
         w, t, l, fixes = 0, 0, 0, 0
         for base, _, j, new in rows:                                 # j: BPD's first miss
             w, t, l = w + (new > j), t + (new == j), l + (new < j)
@@ -269,17 +259,11 @@ def be_of(run, name, s, res=None):
     return block_eff(replay_all(run, lambda answer: decoders.make(name, res, s, answer)))
 
 
-def heads_be(run, j):
-    """Plain BPD's block efficiency on a lab.run.Run's prompts with heads 1..j only (Stern's
-    block size k = j; Kim Table 1's number of heads), by offline replay."""
-    B = run.model.config.block_size
-    return block_eff([replay(ArgmaxDrafter(), heads, answer, plen, len(answer) - plen, j, B)
-                      for plen, answer, heads in run.items])
-
-
 def be_by_heads(run):
-    """Kim Table 1: heads_be for every number of heads 1..h -> {"1": ..., "h": ...}."""
-    return {str(j): heads_be(run, j) for j in range(1, run.model.config.n_bpd_heads + 1)}
+    """Kim Table 1: plain BPD's block efficiency on a lab.run.Run's prompts with heads 1..j only
+    (Stern's block size k = j), by offline replay, for every j = 1..h -> {"1": ..., "h": ...}."""
+    return {str(j): block_eff(replay_all(run, lambda answer: ArgmaxDrafter(), j))
+            for j in range(1, run.model.config.n_bpd_heads + 1)}
 
 
 def oracle_by_k(run, ks=(1, 2, 4, 8, 16)):

@@ -1,13 +1,8 @@
 """approximate: the bench's APPROXIMATE section (`python minibpd.py --bench --approximate`) and the
 command line's checks of `--accept`: Stern §5's relaxed acceptance rules (runtime/approximate.py)
-on plain BPD's drafts, each set against exact BPD (docs/approximate.md).
-
-Their output is NOT greedy decoding's, so they are reported in their own section
-(BenchReport.approximate, the JSON key `approximate`) and never in identical_to_greedy. What a
-rule buys (block efficiency; tokens/s over exact BPD's, timed in one interleaved run) is set
-beside what it costs: the share of generated tokens that differ from greedy's at the same
-position, and the quality of the text: the base model's own perplexity of it (greedy's beside
-it) and its phrase repetition (analysis.phrase_repetition_all).
+on plain BPD's drafts, each set against exact BPD (docs/approximate.md: what a rule buys and
+costs). Their output is NOT greedy decoding's: their own section (BenchReport.approximate, the
+JSON key `approximate`), never in identical_to_greedy.
 """
 import math
 
@@ -24,10 +19,10 @@ from runtime.loop import lab_decode
 RULES = ("top2", "top3", "top5", "min2", "min3")    # what --bench --approximate runs
 
 
-def check_spec(spec, temperature=0.0):
+def check_spec(spec):
     """--accept SPEC checked before anything is loaded. -> whether it names an approximate rule."""
     try:
-        return runtime.approximate.rule(spec, temperature) is not None
+        return runtime.approximate.rule(spec) is not None
     except ValueError as e:
         raise ValueError(f"--accept {spec}: {e}") from None
 

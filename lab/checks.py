@@ -48,15 +48,11 @@ APPLIES = {"max_new_tokens": ("demo", "prompt"), "decoder": ("prompt", "demo"),
 DEFAULTS = {"decoder": "bpd", "new_tokens": TUNE_SIZE[1], "objective": "block_efficiency"}
 
 
-def mode_of(args):
-    """The mode a command line asks for: one of MODES (none given: demo)."""
-    return next((m for m in MODES[1:] if getattr(args, m) not in (None, False)), "demo")
-
-
 def check_modes(args):
     """Every flag a mode would ignore is refused (APPLIES; --verify with --scale, --sweep and
     --plot when sampling); then the defaults that depend on the mode are set."""
-    mode = args.mode = mode_of(args)
+    mode = args.mode = next((m for m in MODES[1:] if getattr(args, m) not in (None, False)),
+                            "demo")                      # the mode asked for; none: the demo
     for name, modes in APPLIES.items():
         if mode not in modes and getattr(args, name) not in (None, False):
             flag = "--" + name.replace("_", "-")
@@ -217,8 +213,6 @@ def resolve_device(name):
     if name == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda was asked for but CUDA is not available; use --device cpu")
     return name
-
-
 
 
 # ----------------------------------------------------------------------------- against the checkpoint

@@ -1,15 +1,7 @@
-"""cli: the command line behind `python minibpd.py`: --demo, --prompt, --bench and --tune, at
-temperature 0 (greedy: every decoder identical to it) or T > 0 (sampling: every decoder exact in
-distribution).
-
-Every argument is checked before the first model call (lab/checks.py: the flags alone, then
-against the checkpoint's header, before any model is loaded; then the decoders' budgets once it
-is); every error a user can cause is one line on stderr and exit status 2.
-
-Here: main, which checks the flags and runs one mode. The parser is flags.py (the plug-ins
-imported first: plugins.py), the modes demo.py and modes.py, what they load loading.py.
+"""cli: the command line behind `python minibpd.py` (main): every flag checked before the first
+model call (lab/checks.py), then one mode run (demo.py, modes.py), at temperature 0 (greedy: every
+decoder identical to it) or T > 0 (sampling: every decoder exact in distribution).
 """
-import functools
 import sys
 
 import torch
@@ -24,24 +16,12 @@ from runtime.contract import DrafterError
 from runtime.threads import set_threads
 
 
-def interruptible(command):
-    """Ctrl-C (or a KeyboardInterrupt a plug-in or a drafter raises) ends the command with one
-    line, "interrupted", and exit status 130 (the shell's for SIGINT), not a traceback."""
-    @functools.wraps(command)
-    def run(argv=None):
-        try:
-            return command(argv)
-        except KeyboardInterrupt:
-            print("interrupted", file=sys.stderr)
-            return 130
-    return run
-
-
-@interruptible
 def main(argv=None):
-    """The command line: every error a user can cause is one line on stderr and exit status 2."""
-    args = parse_args(argv)
+    """The command line: every error a user can cause is one line on stderr and exit status 2;
+    Ctrl-C (or a KeyboardInterrupt a plug-in or a drafter raises) is one line, "interrupted", and
+    exit status 130 (the shell's for SIGINT), not a traceback."""
     try:
+        args = parse_args(argv)
         check_args(args)                    # every check that needs no checkpoint, first
         set_threads(args.threads)
         torch.manual_seed(args.seed)
@@ -64,6 +44,9 @@ def main(argv=None):
     except DrafterError as e:               # a plug-in drafter failed while decoding
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:                 # e.g. `python minibpd.py --demo | head`
         sys.stderr.close()
         return 0

@@ -124,7 +124,8 @@ def draw_steps(model, res, chosen, stats, answer, plen, vocab, limit=5):
                 for name in [decoders.PLAIN] + decoders.refined()}
     print("\n  how the drafts are checked (• = head 1, the base model's own token; ✓ = equals "
           "greedy, kept; ✗ = first miss, the base model's token replaces it):")
-    repeat = next((s for s in stats["steps"][limit:] if repaired(s)), None)
+    repeat = next((s for s in stats["steps"][limit:]                # BPD's first miss repeats
+                   if analysis.repeats_at(s["drafts"][0], s["accepted"])), None)
     w = decoders.label_width(drafters)
     for step in stats["steps"][:limit] + ([repeat] if repeat else []):
         known = step["context"]
@@ -150,9 +151,3 @@ def draw_tries(model, res, chosen, stats, answer, plen, vocab, limit=6):
                          for _, tok, a, ok in step["tries"])
         print(f"    draft '{show(step['drafts'][0], vocab)}': {tries}  -> +{step['accepted']}")
 
-
-def repaired(step):
-    """BPD's first miss was a repeat of the token before it (Kim §6.1, §7.3). Our criterion: the
-    paper counts improved drafts that repaired a repetition without defining it further."""
-    d, j = step["drafts"][0], step["accepted"]
-    return j < len(d) and d[j] == d[j - 1]

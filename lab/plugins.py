@@ -1,6 +1,6 @@
 """plugins: `--plugin MODULE`, a student's module imported before the flags are parsed, so that
-its decoders.register(...) calls add decoders to every command, --help and --decoder included;
-and the module a `--drafter` names. A module name that is taken, or nowhere, is one clear error.
+its decoders.register(...) calls add decoders to every command, --help and --decoder included.
+A module name that is taken, or nowhere, is one clear error.
 """
 import argparse
 import importlib
@@ -24,13 +24,11 @@ def import_by_name(spec):
                           f"from, or give its path, e.g. path/to/{spec.split('.')[-1]}.py") from None
 
 
-def import_plugin(spec, taken_ok=False):
+def import_plugin(spec):
     """Import a student's module by name (looked up in the current directory first, then as any
-    importable module) or by file path (`my_drafter.py`, `path/to/mine.py`). -> the module.
+    importable module) or by file path (`my_drafter.py`, `path/to/mine.py`).
     A name taken by a module imported before (the project's `ngram`, `lattice`, Python's
-    `json`, ...) is refused, naming it: importing would hand back that module, not run yours.
-    taken_ok (--drafter minibpd:ArgmaxDrafter): such a module is handed back, unless a file of
-    that name in the current directory (or at the path) is not it."""
+    `json`, ...) is refused, naming it: importing would hand back that module, not run yours."""
     path = spec.endswith(".py") or os.sep in spec
     name = os.path.splitext(os.path.basename(spec))[0] if path else spec
     if not path and os.getcwd() not in sys.path:
@@ -39,15 +37,13 @@ def import_plugin(spec, taken_ok=False):
     if taken is not None and name not in PLUGINS:
         yours = os.path.abspath(spec) if path else own_file(spec)
         theirs = getattr(taken, "__file__", None)
-        if not taken_ok or (yours is not None and not same_file(yours, theirs)):
-            raise ImportError(f"the module name {name!r} is taken: {theirs or 'a built-in module'} "
-                              f"is already imported, so {yours or 'your module'} would not run; "
-                              f"rename yours (e.g. my_{name.split('.')[-1]}.py)")
-        return taken
+        raise ImportError(f"the module name {name!r} is taken: {theirs or 'a built-in module'} "
+                          f"is already imported, so {yours or 'your module'} would not run; "
+                          f"rename yours (e.g. my_{name.split('.')[-1]}.py)")
     if not path:
-        module = import_by_name(spec)
+        import_by_name(spec)
         PLUGINS.add(name)
-        return module
+        return
     where = importlib.util.spec_from_file_location(name, os.path.abspath(spec))
     if where is None or not os.path.isfile(spec):
         raise ImportError(f"no such file: {spec}")
@@ -55,7 +51,6 @@ def import_plugin(spec, taken_ok=False):
     sys.modules[name] = module
     PLUGINS.add(name)
     where.loader.exec_module(module)
-    return module
 
 
 def own_file(spec):
@@ -63,10 +58,6 @@ def own_file(spec):
     base = os.path.join(os.getcwd(), *spec.split("."))
     return next((f for f in (base + ".py", os.path.join(base, "__init__.py")) if os.path.isfile(f)),
                 None)
-
-
-def same_file(a, b):
-    return b is not None and os.path.realpath(a) == os.path.realpath(b)
 
 
 def load_plugins(argv):

@@ -2,13 +2,9 @@
 prompts: its heads train on greedy answers to the train split's questions
 (training/generate.py, --chat-continuations) and the benchmarks ask the test split's
 (tools/peer_bench.py --chat, tools/heads_table.py --replay --chat) after the demo's own two.
-
-Each public stdlib function with a docstring (stdlib.functions; no part of its module.qualname
-private) gives one question, in its split (task_text.split_of: no function is asked about in two
-splits), of one of four forms its key picks (task_text.rng): what it does, how to use it, write it
-(from its docstring's first sentence), or explain its source (docstrings removed). Ours: the
-papers train and measure on their models' own data; the only text that ships here offline is
-Python's own, so the questions are made from it.
+One question per public stdlib function with a docstring, in its split, of one of four forms
+(docs/training.md). Ours: the papers train and measure on their models' own data; the only
+text that ships here offline is Python's own.
 """
 import ast
 import functools

@@ -1,11 +1,6 @@
 """run: what one measurement of the lab decodes, built once (lab/modes.py) and handed down to the
-bench, the tuner, the analyses, the tasks, the approximate section and the scale map.
-
-A Run holds the drafters' resources (and through them the one model every call runs: res.model,
-the readable view under --reference), each decoder's settings, the prompts and how many tokens
-to decode after each, and the decode options (temperature, generator, verify). Greedy decoding's
-continuation of each prompt is decoded once, on first use, and so is what the offline replays of
-analysis.py read (items): every section of a report reuses them.
+bench, the tuner, the analyses, the tasks, the approximate section and the scale map: every
+section of a report reuses its greedy continuations and replay items.
 """
 import dataclasses
 from dataclasses import dataclass, field

@@ -1,16 +1,12 @@
 """trace: every step of one decode as a self-contained HTML page (`--trace FILE.html` on --prompt
-and --demo; FILE.json: the same data as JSON, for notebooks). docs/trace.md shows the page.
+and --demo; FILE.json: the same data as JSON, for notebooks). docs/trace.md shows the page and
+the drafter's optional explain() it draws (Kim §7.1, §7.2).
 
 The data are what bpd_decode already records (stats["steps"]: each call's context, drafts,
 winner, kept tokens and, at T = 0, the base model's choices after each prefix of each draft (Stern
 §3), or at T > 0 each try: depth, token, acceptance probability, accepted) and what the drafter
-says about its last call: an optional method explain() -> a JSON-able dict (a lattice for the
-p-best drafters, Kim §7.2; the rescored choice per position for `neural`, Kim §7.1; the copy's
-source for `lookup`). A drafter without one (a student's) shows its drafts only.
-
-A trace never changes what is decoded: Recorder hands every draft back unchanged and the
-drafters keep what explain() reads only while their `record` flag is on (off outside a trace).
-The page (lab/trace.html, read at run time) holds its data inline: no network, no CDN.
+says about its last call. A trace never changes what is decoded (Recorder). The page
+(lab/trace.html, read at run time) holds its data inline: no network, no CDN.
 """
 import json
 import math
@@ -42,15 +38,14 @@ SLOT = "__MINIBPD_TRACE_DATA__"   # where the template takes the data
 
 class Recorder:
     """A drafter as the trace sees it: the wrapped drafter's drafts, unchanged, and after each of
-    its first `limit` calls what it says about that call (explain). Every other attribute the
+    its first MAX_STEPS calls what it says about that call (explain). Every other attribute the
     decode loop reads (max_drafts, max_draft_tokens, name, counts, sample, ...) is the drafter's
     own, so the run is the run without a trace. A drafter with a `record` flag (and the drafter it
     builds on, `base`) is asked to keep what its explain() needs while recording."""
 
-    def __init__(self, drafter, limit=None):
+    def __init__(self, drafter):
         self.drafter, self.explained = drafter, []
-        self.limit = MAX_STEPS if limit is None else limit
-        record(drafter, self.limit > 0)
+        record(drafter, True)
 
     def __getattr__(self, attr):            # only for attributes not set above
         if attr == "drafter":
@@ -67,10 +62,10 @@ class Recorder:
         return self.noted(self.drafter(logprobs, context), logprobs, context)
 
     def noted(self, answer, logprobs, context, sampled=False):
-        if len(self.explained) < self.limit:
+        if len(self.explained) < MAX_STEPS:
             drafts = answer[0] if sampled else answer
             self.explained.append(explain(self.drafter, logprobs, context, drafts))
-            if len(self.explained) == self.limit:
+            if len(self.explained) == MAX_STEPS:
                 record(self.drafter, False)
         return answer
 
@@ -121,14 +116,14 @@ def oracle_lattice(drafter, logprobs, context, drafts):
 
 # ----------------------------------------------------------------------------- the data
 
-def steps_of(stats, seq, plen, explained, limit=None):
-    """One entry per call after the prompt's (the first `limit`): bpd_decode's step where the call
+def steps_of(stats, seq, plen, explained):
+    """One entry per call after the prompt's (the first MAX_STEPS): bpd_decode's step where the call
     drafted, a one-token step where it could not (the window's edge), each with the drafter's
     explanation, the token the call added and the running block efficiency. seq: prompt + output."""
     by_context = {s["context"]: (j, s) for j, s in enumerate(stats["steps"])}
     acc, n, steps = stats["accepted"], len(seq) - plen, []
-    done, limit = acc[0], MAX_STEPS if limit is None else limit
-    for c in range(1, min(len(acc), limit + 1)):
+    done = acc[0]
+    for c in range(1, min(len(acc), MAX_STEPS + 1)):
         context = plen + done
         j, s = by_context.get(context, (None, None))
         step = dict(s) if s else {"context": context, "drafts": [[seq[context - 1]]], "winner": 0,
@@ -313,39 +308,25 @@ def template():
     return page
 
 
-def read(path):
-    """A trace's data, from its .json or its page (tests, notebooks)."""
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
-    if not path.lower().endswith(".json"):
-        start = text.index('<script id="trace-data" type="application/json">')
-        text = text[text.index(">", start) + 1:text.index("</script>", start)]
-    return json.loads(text)
-
-
-def save(path, run, vocab, prompt, out, stats, recorder, check, where=""):
-    """Build the data, write them; -> the line saying what was written (and a warning naming the
-    first error note, where the drafter's explain() gave any: the page shows them per step)."""
-    data = build(run, vocab, prompt, out, stats, recorder.explained, check)
-    write(path, data)
+def finish(args, model, ck, name, settings, prompt, out, stats, recorder, greedy, where=""):
+    """--trace FILE after a run of decoder `name` whose drafter was wrapped in `recorder`: the
+    file written. greedy: greedy's tokens (at T = 0) for the check. -> the line saying what was
+    written (and a warning naming the first error note, where the drafter's explain() gave any:
+    the page shows them per step)."""
+    check = check_of(out, greedy, args.temperature, args.accept, args.seed)
+    run = describe(model, ck, args.checkpoint, name, settings, args)
+    data = build(run, ck["vocab"], prompt, out, stats, recorder.explained, check)
+    write(args.trace, data)
     shown, total = len(data["steps"]), data["steps_total"]
     what = f"all {total} steps" if shown == total else f"the first {shown} of {total} steps"
-    page = "open it in a browser" if not path.lower().endswith(".json") else "JSON"
-    line = f"trace: wrote {path}, {what} of {run['decoder']}'s run{where} ({page})"
+    page = "open it in a browser" if not args.trace.lower().endswith(".json") else "JSON"
+    line = f"trace: wrote {args.trace}, {what} of {name}'s run{where} ({page})"
     notes = [s["explain"]["error"] for s in data["steps"]
              if isinstance(s["explain"], dict) and s["explain"].get("kind") == "error"]
     if notes:
         line += f"\nwarning: {len(notes)} of its steps show an error note, not what the drafter " \
                 f"says; the first: {notes[0]}"
     return line
-
-
-def finish(args, model, ck, name, settings, prompt, out, stats, recorder, greedy, where=""):
-    """--trace FILE after a run of decoder `name` whose drafter was wrapped in `recorder`: the
-    file written. greedy: greedy's tokens (at T = 0) for the check. -> the line saying so."""
-    check = check_of(out, greedy, args.temperature, args.accept, args.seed)
-    run = describe(model, ck, args.checkpoint, name, settings, args)
-    return save(args.trace, run, ck["vocab"], prompt, out, stats, recorder, check, where)
 
 
 def demo(args, model, ck, res, chosen, prompt, n):

@@ -27,6 +27,16 @@ SHIPPED = os.path.join(ROOT, "checkpoints", "minibpd.pt")
 PROMPT = "The import statement"
 
 
+def read(path):
+    """A trace's data, from its .json or its page."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    if not path.lower().endswith(".json"):
+        start = text.index('<script id="trace-data" type="application/json">')
+        text = text[text.index(">", start) + 1:text.index("</script>", start)]
+    return json.loads(text)
+
+
 def run_cli(capsys, *argv):
     code = cli.main(list(argv))
     out, err = capsys.readouterr()
@@ -113,12 +123,12 @@ def test_the_cli_page_is_the_run(shipped, tmp_path, capsys):
     code2, traced, err = run_cli(capsys, *args, "--trace", page)
     assert code == code2 == 0 and traced == plain
     assert f"trace: wrote {page}, all " in err
-    data = trace.read(page)
+    data = read(page)
     out, stats, _ = decode_with(shipped, "pbest", 48, 0.0, traced=False)
     same_run(data, out, stats)
     assert plain == PROMPT + data["output"] + "\n" and data["check"]["ok"] is True
     assert run_cli(capsys, *args, "--trace", data_file)[0] == 0
-    assert trace.read(data_file) == data
+    assert read(data_file) == data
     assert trace.is_trace(page) and trace.is_trace(data_file)
 
 
@@ -139,7 +149,7 @@ def test_a_plugin_without_explain(tmp_path, capsys):
     finally:
         decoders.DECODERS.pop("student_trace", None)
     assert code == code2 == 0 and traced == plain
-    data = trace.read(str(tmp_path / "s.html"))
+    data = read(str(tmp_path / "s.html"))
     assert all(s["explain"] is None and len(s["drafts"]) == 2 for s in data["steps"])
 
 
@@ -181,7 +191,7 @@ def test_exact_rules_by_another_name_say_identical(tmp_path, capsys, accept):
     code, _, err = run_cli(capsys, "--prompt", PROMPT, "--max-new-tokens", "16", "--accept",
                            accept, "--trace", page)
     assert code == 0 and "identical to greedy: yes" in err, err
-    check = trace.read(page)["check"]
+    check = read(page)["check"]
     assert check["kind"] == "greedy" and check["ok"] is True
     assert trace.check_of([1], [1], 0.0, "top2", 0)["kind"] == "approximate"
 
@@ -230,7 +240,7 @@ def test_a_plugin_whose_lattice_the_page_cannot_draw(tmp_path, capsys):
     finally:
         decoders.DECODERS.pop("bad_lattice", None)
     assert code == 0 and "warning: " in err and "field 'positions' must be" in err, err
-    steps = [s for s in trace.read(page)["steps"] if not s.get("edge")]
+    steps = [s for s in read(page)["steps"] if not s.get("edge")]
     assert steps and all(s["explain"]["kind"] == "error" for s in steps)
 
 
@@ -260,7 +270,7 @@ def test_an_int4_run_says_int4(tmp_path, capsys):
     code, _, err = run_cli(capsys, "--checkpoint", heads_or_skip(), "--dtype", "int4", "--prompt",
                            "What is Python?", "--max-new-tokens", "6", "--trace", page)
     assert code == 0, err
-    assert trace.read(page)["dtype"] == "int4"
+    assert read(page)["dtype"] == "int4"
 
 
 def test_a_run_too_long_is_cut(tmp_path, capsys, monkeypatch):
@@ -269,7 +279,7 @@ def test_a_run_too_long_is_cut(tmp_path, capsys, monkeypatch):
     page = str(tmp_path / "t.html")
     code, _, err = run_cli(capsys, "--prompt", PROMPT, "--max-new-tokens", "40", "--trace", page)
     assert code == 0 and "warning: --trace shows the first 3 steps" in err
-    data = trace.read(page)
+    data = read(page)
     assert len(data["steps"]) == 3 < data["steps_total"] == data["calls"] - 1
     assert f"the first 3 of {data['steps_total']} steps" in err
 
@@ -279,7 +289,7 @@ def test_the_demo_names_its_trace(tmp_path, capsys):
     code, out, _ = run_cli(capsys, "--demo", "--max-new-tokens", "30", "--decoder", "lookup",
                            "--trace", page)
     assert code == 0 and out.rstrip().endswith("lookup's run on the demo's first prompt (open it in a browser)")
-    assert trace.read(page)["decoder"] == "lookup"
+    assert read(page)["decoder"] == "lookup"
     code, out, _ = run_cli(capsys, "--demo", "--max-new-tokens", "20")
     assert code == 0 and "add --trace FILE.html" in out.rstrip().splitlines()[-1]
 
@@ -364,7 +374,7 @@ def test_force_and_our_own_file(tmp_path, capsys):
     assert run_cli(capsys, *args, page)[0] == 0
     assert run_cli(capsys, *args, page)[0] == 0          # ours: no --force needed
     assert run_cli(capsys, *args, str(other), "--force")[0] == 0
-    assert trace.read(str(other))["tokens"] == trace.read(page)["tokens"]
+    assert read(str(other))["tokens"] == read(page)["tokens"]
 
 
 # ----------------------------------------------------------------------------- in a browser
@@ -464,7 +474,7 @@ def test_in_a_browser(browser, tmp_path, capsys):
     page = str(tmp_path / "t.html")
     assert run_cli(capsys, "--prompt", PROMPT, "--decoder", "pbest", "--max-new-tokens", "48",
                    "--trace", page)[0] == 0
-    data = trace.read(page)
+    data = read(page)
     errors, requests = opened(browser, page)
     assert errors == [] and requests == []
     steps = data["calls"] - 1
@@ -494,7 +504,7 @@ def test_every_step_renders(browser, tmp_path, capsys, name, T, n):
     page = str(tmp_path / "t.html")
     assert run_cli(capsys, "--prompt", PROMPT, "--decoder", name, "--max-new-tokens", str(n),
                    "--temperature", str(T), "--trace", page)[0] == 0
-    data = trace.read(page)
+    data = read(page)
     assert len(data["steps"]) == data["calls"] - 1
     assert opened(browser, page) == ([], [])
     body = browser.find_element(By.TAG_NAME, "body")
@@ -519,7 +529,7 @@ def test_smollm2_lookup_in_a_browser(browser, tmp_path, capsys):
     page = str(tmp_path / "s.html")
     code, out, _ = run_cli(capsys, "--prompt", PROMPT, "--checkpoint", heads, "--decoder", "lookup",
                            "--max-new-tokens", "48", "--trace", page)
-    data = trace.read(page)
+    data = read(page)
     assert code == 0 and data["check"]["ok"] is True and out == PROMPT + data["output"] + "\n"
     assert [s["accepted"] for s in data["steps"]] == data["accepted"][1:]
     assert len(data["steps"]) == data["calls"] - 1 and sum(data["accepted"]) >= 48
