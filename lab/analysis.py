@@ -224,13 +224,12 @@ def introduces_repeat(base, draft):
 
 
 def loss_repeats(compared):
-    """Kim Table 5's losing side (Kim's: v2 §7.3's Table 5 gives the shares of wins and of
-    losses attributed to repetition; the position-by-position rule and the first-miss count are
-    ours): of the steps each refined drafter lost to BPD (compared_steps' rows whose gain is below
-    BPD's), the share where its draft introduced a consecutive repetition BPD's draft did not
-    have (introduces_repeat, anywhere in the draft), and the share where that repetition is
-    its first miss m (d_m == d_{m-1}: the repeat cost the step; BPD's token there is greedy's,
-    so BPD's draft cannot hold that repeat)."""
+    """Kim §7.3, Table 5's losing side (docs/results/paper-extras.md; the position-by-position
+    rule and the first-miss count are ours): of the steps each refined drafter lost to BPD
+    (compared_steps' rows whose gain is below BPD's), the share where its draft introduced a
+    consecutive repetition BPD's draft did not have (introduces_repeat, anywhere in the draft),
+    and the share where that repeat is its first miss m (d_m == d_{m-1}: it cost the step; BPD's
+    token there is greedy's, so BPD's draft cannot hold it)."""
     out = {}
     for name, rows in compared.items():
         lost = [(base, d, new) for base, d, j, new in rows if new < j]
