@@ -64,12 +64,9 @@ def tuned_be_by_heads(path, checkpoint):
         return {}
     if not isinstance(data, dict) or data.get("checkpoint_sha256") != file_sha256(checkpoint):
         return {}
-    be = data.get("block_efficiency_by_heads")
-    if not isinstance(be, dict):
-        return {}
-    try:
-        out = {int(k): float(v) for k, v in be.items()}
-    except (TypeError, ValueError):
+    try:                                  # absent (None) or not {heads: be}: none
+        out = {int(k): float(v) for k, v in data.get("block_efficiency_by_heads").items()}
+    except (AttributeError, TypeError, ValueError):
         return {}
     return out if all(v > 0 and math.isfinite(v) for v in out.values()) else {}
 

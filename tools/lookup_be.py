@@ -27,8 +27,7 @@ from lab.bench import make_prompts  # noqa: E402
 from lab.run import Run  # noqa: E402
 from decoders.resources import split_text  # noqa: E402
 from minibpd import bpd_decode  # noqa: E402
-from runtime.checkpoint import load  # noqa: E402 (the lab's loader: FastGPT, SmolLM2)
-from runtime.checkpoint import CHECKPOINT  # noqa: E402
+from runtime.checkpoint import CHECKPOINT, load  # noqa: E402 (the lab's loader: FastGPT, SmolLM2)
 from runtime.threads import set_threads  # noqa: E402
 
 NAMES = ("bpd", "lookup", "lookup_pbest", "pbest")
