@@ -8,11 +8,11 @@ from decoders.registry import DECODERS, check
 from runtime.checkpoint import file_sha256
 
 
-def settings(tuned=None, overrides=None, only=None):
+def settings(tuned=None, overrides=None):
     """{name: settings}: each decoder's defaults, updated by the tuned file's settings (`tuned`,
     from load_tuned) and then by `overrides` ({'k': 3, ...}; a decoder takes only the keys it has)."""
     out = {}
-    for name in only or DECODERS:
+    for name in DECODERS:
         s = dict(DECODERS[name].defaults)
         s.update((tuned or {}).get(name, {}))
         s.update({k: v for k, v in (overrides or {}).items() if k in s and v is not None})
