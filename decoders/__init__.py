@@ -13,18 +13,8 @@ A factory gets `res` (a Resources: the base model, the small rescorer LM, n-gram
 tuned file and the command line) and `answer` (prompt + greedy continuation; only the oracle,
 which peeks at it, reads it).
 
-The modules, each importing only those below it:
-  registry.py   DECODERS, register, check, make, active/select: the table and the built-ins
-  tuned.py      settings(): defaults, the tuned file (read and checked), the command line
-  fastest.py    fastest_view: the heads whose BPD is fastest on this machine
-  method.py     Method: the baseline or a decoder's drafter, what the bench times and checks
-  resources.py  Resources: the model, the small LM, the n-gram LMs, shared under one lock
-  sampled.py    HeadSampler, the drafter of 'sampled'
-The drafters come from lattice.py (readable, `--reference`) and their fast twins: fastlattice.py
-(p-best), viterbi.py (p = 1), neural.py (the cached small LM), and lookup.py (prompt lookup, in
-neither paper); budgets.py checks settings and budgets.
-
-This file is the package's API: the names below, each imported from the module that defines it.
+Its modules and the fast twins of lattice.py's drafters: docs/layout.md, "The folders". This file
+is the package's API: the names below, each imported from the module that defines it.
 """
 from decoders.registry import (BASELINES, DECODERS, PLAIN, SPEED_SETTINGS, active, baseline_name,
                                check, label_width, make, names, parse_selection, refined,

@@ -1,9 +1,5 @@
 """budgets: the one home of the drafters' settings checks and budgets (ours, for speed and
-safety; the papers have none): clear errors for impossible settings (check_settings: every
-drafter, the registry, tuned files and the command line), the p-best DP's budget
-(MAX_DP_CELLS, check_dp_budget), the n-gram lookups a lattice costs (lattice_lookups, for the
-cost table) and the token tree's node budget (within_budget). docs/limits.md gives their costs.
-"""
+safety; the papers have none), each below with its use; docs/limits.md gives their costs."""
 import math
 
 from runtime.ids import is_int

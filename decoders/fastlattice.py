@@ -19,9 +19,6 @@ from decoders.budgets import (check_dp_budget, check_settings, lattice_lookups,
                                within_budget)
 from lattice import Lattice, PBestDrafter, head_lattice, interpolate
 
-# best_paths_fast finds exactly best_paths' paths with whole-array operations: the decode loop's
-# version. NgramTable is the n-gram LM's lookup as sorted int64 codes (np.searchsorted).
-
 DENSE_MAX = 2 ** 21   # log-prob tables up to this many entries (16 MB) are precomputed whole
 
 
@@ -47,6 +44,12 @@ def fast_lattice(logprobs, context, k):
     """lattice.head_lattice, its candidates found by top_k_ids: the same lattice."""
     lp = logprobs.detach().double().cpu().numpy()
     return Lattice.from_logprobs(lp, k, first=context[-1], top=top_k_ids(lp, k))
+
+
+def lm_contexts(lm):
+    """Every context an NgramLM has an entry for (a term or a gamma), as tuples."""
+    return [tuple(c) for j in range(lm.order)
+            for c in [*lm.gammas[j], *(c for c, _ in lm.terms[j])]]
 
 
 def lookup_sorted(keys, values, query, default):
@@ -86,10 +89,7 @@ class NgramTable:
     def _suffix_trie(self, lm):
         """Ids of every context of the LM and of its suffixes (() is 0), and the trie's edges:
         key id(c[1:]) x V + c[0] -> id(c), sorted, for prepend."""
-        contexts = {()}
-        for j in range(self.order):
-            for c in [*lm.gammas[j], *(c for c, _ in lm.terms[j])]:
-                contexts.update(tuple(c[a:]) for a in range(len(c)))
+        contexts = {()} | {c[a:] for c in lm_contexts(lm) for a in range(len(c))}
         self.ids = {c: i for i, c in enumerate(sorted(contexts, key=lambda c: (len(c), c)))}
         if len(self.ids) * self.V >= 2 ** 63:
             raise ValueError(f"{len(self.ids):,} contexts x V = {self.V:,} do not fit int64 codes")

@@ -45,30 +45,18 @@ def copied_continuation(context, ngram, length):
 
 
 class PromptLookupDrafter:
-    """Prompt lookup decoding: copy what followed the last time the context's tail was seen
-    (Saxena 2023, "Prompt Lookup Decoding"; Hugging Face transformers' `prompt_lookup_num_tokens`
-    in generate()). Neither Stern nor Kim has it; here it rides on BPD's heads. The copy rule is
-    copied_continuation: for n = ngram down to 1, the latest earlier occurrence of the last n
-    tokens (ours: Saxena's code and transformers take the earliest); the draft is context[-1],
-    then the copied tokens, and where the copy stops short, each remaining head's argmax (ours).
-
-    The drafts, verified in one call: the base drafter's (default ArgmaxDrafter: plain BPD's
-    draft; PBestDrafter for `lookup_pbest`), then the copy, unless no n matched or the copy is
-    already among them. So max_drafts = base.max_drafts + 1, and the copy can only add accepted
-    tokens to the base drafter's. `counts` is the base drafter's (the bench's cost table).
-    nodes > 0 (ours, for speed): the copy only where the drafts' token tree stays within that
-    many drafted tokens (within_budget), so that a call costs what the base drafter's does
-    (SmolLM2: 7 fills an 8-row block with the tail token; docs/lookup.md).
-
-    The fast path keeps an index {n-gram: where it last ended} and adds only the new tokens'
-    n-grams each call; a context that does not extend the one indexed (another sequence) rebuilds
-    it. reference=True runs the reverse scan instead: the same drafts. One drafter object serves
-    one sequence at a time (the drafter contract).
-
-    copy (ours): the most tokens one copy drafts. 0, the default: h - 1, the heads' reach. More
-    (transformers' prompt_lookup_num_tokens is 10) declares max_draft_tokens = copy, so a copy
-    may run past the heads; the base drafter's drafts keep their h tokens (a copy under h - 1
-    shortens every draft to it, as max_draft_tokens does)."""
+    """Prompt lookup decoding (the module's docstring), riding on BPD's heads; docs/lookup.md
+    explains each setting. The copy rule is copied_continuation (ours: the latest earlier
+    occurrence; Saxena's code and transformers take the earliest); the draft is context[-1], then
+    the copied tokens, and where the copy stops short, each remaining head's argmax (ours).
+    The drafts, verified in one call: the base drafter's (default ArgmaxDrafter; PBestDrafter for
+    `lookup_pbest`), then the copy unless no n matched or it is already among them: max_drafts =
+    base.max_drafts + 1; `counts` is the base drafter's. copy (ours): the most tokens one copy
+    drafts (0: h - 1; more declares max_draft_tokens = copy, past the heads). nodes > 0 (ours,
+    for speed): the copy only where the drafts' token tree stays within that many drafted tokens
+    (within_budget). The fast path keeps an index {n-gram: where it last ended}
+    (indexed_continuation); reference=True runs the reverse scan instead: the same drafts. One
+    drafter object serves one sequence at a time (the drafter contract)."""
 
     def __init__(self, ngram=3, base=None, name="lookup", reference=False, copy=0, nodes=0):
         check_ngram(ngram)

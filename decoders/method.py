@@ -6,10 +6,8 @@ from runtime.loop import lab_decode
 
 
 class Method:
-    """Something to decode with: the baseline (drafter None: sample_decode, one token per call) or
-    a registered decoder's drafter in bpd_decode, with its acceptance rule (`accept`: "exact", or
-    an APPROXIMATE one of runtime/approximate.py, whose tokens are not greedy's). decode() ->
-    (tokens, stats) for both."""
+    """The baseline (drafter None) or a decoder's drafter, with its acceptance rule (`accept`:
+    "exact", or an APPROXIMATE one of runtime/approximate.py). decode() -> (tokens, stats)."""
 
     def __init__(self, name, drafter=None, refines=False, accept="exact"):
         if drafter is None and accept != "exact":

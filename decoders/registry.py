@@ -113,22 +113,17 @@ def check(name, s, model=None):
         if "p" in s:                      # prompt lookup (an ngram setting) adds one more draft
             check_cache_budget(model, s["p"] + ("ngram" in s))
         if s.get("copy"):                 # a copy and the other drafts: one token tree
-            check_copy_budget(model, s.get("p", 1) + 1, s["copy"])
+            drafts, copy = s.get("p", 1) + 1, s["copy"]
+            try:                          # the tree runtime.loop.verifier builds for them
+                check_cache_budget(model, 1, (drafts - 1) * copy)
+            except ValueError as e:
+                raise ValueError(f"copy {copy}: a token tree of {drafts} drafts of up to {copy} "
+                                 f"tokens: {e}") from None
         if "k" in s and ("p" in s or "order" in s):
             order = s.get("order", 1) if s.get("alpha", 0) > 0 else 1
             check_dp_budget(s["k"], s.get("p", 1), order, model.config.vocab_size)
     except ValueError as e:
         raise ValueError(f"{name}: {e}") from None
-
-
-def check_copy_budget(model, drafts, copy):
-    """The token tree runtime.loop.verifier builds for `drafts` drafts of up to `copy` tokens
-    (lookup's max_draft_tokens), within the KV cache's budget."""
-    try:
-        check_cache_budget(model, 1, (drafts - 1) * copy)
-    except ValueError as e:
-        raise ValueError(f"copy {copy}: a token tree of {drafts} drafts of up to {copy} tokens: "
-                         f"{e}") from None
 
 
 # ----------------------------------------------------------------------------- the decoders

@@ -50,22 +50,19 @@ class Resources:
         """The rescorer of 'neural' (Kim §7.1): the checkpoint's small GPT, or what its model
         family builds (SmolLM2: an early exit of the base model itself, smollm.EarlyExit)."""
         with self.lock:
-            return self._small_lm()
-
-    def _small_lm(self):
-        if self._small is None:
-            if "rescorer" not in self.ck:
-                raise ValueError("this checkpoint has no rescorer LM for 'neural'; "
-                                 f"{retrain(self.ck.get('path'), train_kind(self.ck))}")
-            family = family_module(self.ck)
-            if family is not None:
-                self._small = family.rescorer(self.model, self.ck).eval()
-            else:
-                w, path = self.model.lm_head.weight, self.ck.get("path")
-                self._small = build_model(self.ck["rescorer_config"], self.ck["rescorer"],
-                                          w.device, w.dtype, "the checkpoint's rescorer", path,
-                                          train_kind(self.ck))
-        return self._small
+            if self._small is None:
+                if "rescorer" not in self.ck:
+                    raise ValueError("this checkpoint has no rescorer LM for 'neural'; "
+                                     f"{retrain(self.ck.get('path'), train_kind(self.ck))}")
+                family = family_module(self.ck)
+                if family is not None:
+                    self._small = family.rescorer(self.model, self.ck).eval()
+                else:
+                    w, path = self.model.lm_head.weight, self.ck.get("path")
+                    self._small = build_model(self.ck["rescorer_config"], self.ck["rescorer"],
+                                              w.device, w.dtype, "the checkpoint's rescorer",
+                                              path, train_kind(self.ck))
+            return self._small
 
     def ngram(self, order):
         """The NgramLM of this order, fitted on train_text() (tokenized once: SmolLM2's BPE

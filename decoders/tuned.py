@@ -8,11 +8,11 @@ from decoders.registry import DECODERS, check
 from runtime.checkpoint import file_sha256
 
 
-def settings(tuned=None, overrides=None, only=None):
+def settings(tuned=None, overrides=None):
     """{name: settings}: each decoder's defaults, updated by the tuned file's settings (`tuned`,
     from load_tuned) and then by `overrides` ({'k': 3, ...}; a decoder takes only the keys it has)."""
     out = {}
-    for name in only or DECODERS:
+    for name in DECODERS:
         s = dict(DECODERS[name].defaults)
         s.update((tuned or {}).get(name, {}))
         s.update({k: v for k, v in (overrides or {}).items() if k in s and v is not None})
@@ -64,12 +64,9 @@ def tuned_be_by_heads(path, checkpoint):
         return {}
     if not isinstance(data, dict) or data.get("checkpoint_sha256") != file_sha256(checkpoint):
         return {}
-    be = data.get("block_efficiency_by_heads")
-    if not isinstance(be, dict):
-        return {}
-    try:
-        out = {int(k): float(v) for k, v in be.items()}
-    except (TypeError, ValueError):
+    try:                                  # absent (None) or not {heads: be}: none
+        out = {int(k): float(v) for k, v in data.get("block_efficiency_by_heads").items()}
+    except (AttributeError, TypeError, ValueError):
         return {}
     return out if all(v > 0 and math.isfinite(v) for v in out.values()) else {}
 

@@ -11,14 +11,13 @@ from operator import index
 import numpy as np
 import torch
 
-from decoders.fastlattice import explained_lattice, fast_lattice, lookup_sorted, top_k_ids
+from decoders.fastlattice import (explained_lattice, fast_lattice, lm_contexts, lookup_sorted,
+                                  top_k_ids)
 from decoders.budgets import check_settings
 from lattice import interpolate, path_score
 
-# ----------------------------------------------------------------------------- p = 1: Viterbi
-# The `ngram` decoder verifies one draft: the single best path (Kim §7.2, p = 1). At p = 1 the
-# DP is Viterbi, one partial path per state, and three things make it cheap enough to run at
-# every decoding step on a CPU:
+# At p = 1 the DP is Viterbi, one partial path per state, and three things make it cheap enough
+# to run at every decoding step on a CPU:
 #   1. NgramAutomaton: the LM as a back-off automaton whose rows (every token's log-prob and
 #      next state after one LM state) are built once, on first use, then shared by all paths,
 #      positions and steps that reach that state; a lookup is one array indexing.
@@ -27,8 +26,6 @@ from lattice import interpolate, path_score
 #      maximum is dropped. Only a few dozen partials survive a step, at any order.
 #   3. A handful of whole-array numpy operations per position: numpy's per-call overhead, not
 #      arithmetic, is the cost at these sizes.
-# The scores use best_paths' float operations and math.log, so they are bitwise best_paths';
-# the ties are settled by the same rule (smaller rank tuple), as argued in _viterbi.
 
 class NgramAutomaton:
     """An NgramLM (anything with order, vocab_size, terms and gammas, as in ngram.py) as a
@@ -53,9 +50,7 @@ class NgramAutomaton:
     def __init__(self, lm, eager=False, sparse=None):
         self.lm, self.order, self.V = lm, index(lm.order), index(lm.vocab_size)
         self.n = self.order - 1                       # tokens of history the LM sees
-        contexts = [c for j in range(self.order)
-                    for c in [*lm.gammas[j], *(c for c, _ in lm.terms[j])]]
-        Q = {()} | {tuple(c[:a]) for c in contexts for a in range(1, len(c) + 1)}
+        Q = {()} | {c[:a] for c in lm_contexts(lm) for a in range(1, len(c) + 1)}
         self.states = sorted(Q, key=lambda q: (len(q), q))   # row -> state, by length; row 0: ()
         self.ids = {q: s for s, q in enumerate(self.states)}
         R, self.lock = len(self.states), threading.Lock()
@@ -339,9 +334,9 @@ def ngram_draft(logprobs, context, k, alpha, lm, automaton=None, counts=None):
     to float64 exactly, as there. counts (a dict), if given, gains the LM log-probs read."""
     use_lm = lm is not None and alpha != 0.0
     check_settings(k, 1, alpha, lm.order if use_lm else 1)
-    a = logprobs.detach().cpu() if isinstance(logprobs, torch.Tensor) else logprobs
-    if isinstance(a, torch.Tensor):
-        a = (a if a.dtype in (torch.float32, torch.float64) else a.double()).numpy()
+    a = logprobs
+    if isinstance(a, torch.Tensor):                      # float32 stays float32: widened below
+        a = (a if a.dtype in (torch.float32, torch.float64) else a.double()).detach().cpu().numpy()
     a = np.asarray(a)
     if a.ndim != 2 or 0 in a.shape or np.isnan(a).any():
         raise ValueError(f"need NaN-free head log-probs [m, V], got shape {a.shape}")

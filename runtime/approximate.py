@@ -2,25 +2,15 @@
 at temperature 0 only. Their output is NOT greedy decoding's: every exactness property of
 minibpd (test_minibpd.py, docs/exactness.md) is about the default rule, "exact", and these rules
 run only when asked for by name: `bpd_decode(..., accept="top2")`, `python minibpd.py --prompt
-TEXT --accept top2`, `python minibpd.py --bench --approximate` (docs/approximate.md).
+TEXT --accept top2`, `python minibpd.py --bench --approximate`.
 
-Both relax Stern's verify substep, which accepts a drafted token only when it equals the
-verifying model's argmax:
-  topK  top-k selection: a drafted token passes when it is among the verifying model's k most
-        likely tokens at its position (ties ordered as argmax orders them: the smaller id first).
-        top1 is the exact rule.
-  minB  a minimum block size: every step gains at least B tokens, as Stern's block size k̂ >= B
-        (the step's block counts the tokens it gains: the drafted tokens kept and the base
-        model's token after them). The first B - 1 drafted tokens pass unchecked, the rest by the
-        exact rule; a draft shorter than that (at the end, at the window) passes whole. min1 is
-        the exact rule.
-A passing drafted token is emitted as drafted, not replaced by the argmax; at the first that
-fails (or after the last) comes the base model's argmax, as in the exact rule. So a rule changes
-only what counts as the verifier's choice at each position (`Relaxed.choices`); choosing the row
-and the prefix stays minibpd.GreedyRule's (RelaxedRule replaces only its choices).
-
-Above temperature 0 the speculative sampling rule (sampling.py) is what makes the output the
-base model's distribution; a relaxed rule there has no meaning we could test, so it is refused.
+Both relax Stern's verify substep: topK (top-k selection: a drafted token passes when it is among
+the verifying model's k most likely) and minB (a minimum block size: the first B - 1 drafted
+tokens pass unchecked); top1 and min1 are the exact rule. docs/approximate.md gives them exactly
+as implemented. A rule changes only what counts as the verifier's choice at each position
+(`Relaxed.choices`); choosing the row and the prefix stays minibpd.GreedyRule's (RelaxedRule
+replaces only its choices). Above temperature 0 a relaxed rule has no meaning we could test
+(sampling.py's rule is what makes the output exact there), so it is refused.
 """
 import re
 

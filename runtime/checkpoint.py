@@ -9,10 +9,9 @@ with torch.load(..., weights_only=True), so a checkpoint cannot run code, and ev
 missing, corrupt or mismatched becomes one CheckpointError with a way out.
 """
 import hashlib
+import importlib
 import os
 import shlex
-
-import importlib
 
 import torch
 
@@ -248,13 +247,10 @@ def tensors_problem(state):
 
 
 def check_state(want, state, where, path=None, kind=None):
-    """A checkpoint's state dict against the model's own (`want`): a dict of dense tensors with
-    the same names and shapes, every value finite (NaN or inf would decode garbage). Raises one
-    CheckpointError naming the tensors, with the way out (retrain: path, kind)."""
+    """A checkpoint's state dict (dense tensors: tensors_problem, checked first) against the
+    model's own (`want`): the same names and shapes, every value finite (NaN or inf would decode
+    garbage). Raises one CheckpointError naming the tensors, with the way out (retrain)."""
     how = retrain(path, kind)
-    problem = tensors_problem(state)
-    if problem:
-        raise CheckpointError(f"{where}: {problem}; {how}")
     wrong = state_mismatch(want, state)
     if wrong:
         raise CheckpointError(f"{where} does not match its config ({wrong}); {how}")

@@ -5,6 +5,7 @@ CheckedDrafter; the test suite's --drafter option checks the same rules.
 """
 import torch
 
+from minibpd import declared
 from runtime.ids import is_int, token_ids
 from runtime.sampling import check_proposal
 
@@ -27,10 +28,8 @@ class CheckedDrafter:
     own."""
 
     def __init__(self, drafter, model, temperature=0.0, generator=None, keep_rng=False):
-        self.drafter, h = drafter, model.config.n_bpd_heads
-        self.max_draft_tokens = max_draft_tokens(drafter, h)
-        self.max_drafts = max_drafts(drafter)
-        self.name, self.h, self.V = drafter_name(drafter), h, model.config.vocab_size
+        self.drafter, self.V, h = drafter, model.config.vocab_size, model.config.n_bpd_heads
+        self.name, self.max_drafts, self.max_draft_tokens = declared(drafter, h)
         self.sampling = temperature > 0 and hasattr(drafter, "sample")
         self.temperature, self.generator = float(temperature), generator   # numpy's too
         self.keep_rng, self.q = keep_rng, None     # q: the proposal declared in the last call
@@ -54,7 +53,9 @@ class CheckedDrafter:
         finally:
             if state is not None:
                 torch.set_rng_state(state)
-        longest = longest_draft(self.drafter, rows, self.h, self.sampling)
+        longest = rows       # past the heads only as declared, and not with a q (a row per head)
+        if hasattr(self.drafter, "max_draft_tokens") and not self.sampling:
+            longest = max(rows, self.max_draft_tokens + 1)
         out = check_drafts(drafts, rows, first, self.V, self.max_drafts, self.drafter, longest)
         self.q = check_proposal(q, out, self.V, self.name) if self.sampling else None
         return out
@@ -67,35 +68,17 @@ def drafter_generator(generator):
     return torch.Generator().manual_seed(int(torch.randint(2 ** 62, (1,), generator=generator)))
 
 
-def declared(drafter, attr, default, least):
-    """A number the drafter declares (the contract): max_drafts (default 1, at least 1) or
-    max_draft_tokens (default h - 1, at least 0), checked."""
-    n = getattr(drafter, attr, default)
-    if not is_int(n) or n < least:
-        raise ValueError(f"drafter {drafter_name(drafter)}: {attr} must be an integer >= {least}, "
-                         f"got {n!r}")
-    return n
-
-
 def max_drafts(drafter):
-    return declared(drafter, "max_drafts", 1, 1)
+    """The drafts a drafter declares it returns at most (minibpd.declared: checked)."""
+    return declared(drafter, 1)[1]
 
 
 def max_draft_tokens(drafter, h):
-    return declared(drafter, "max_draft_tokens", h - 1, 0)
+    return declared(drafter, h)[2]
 
 
 def drafter_name(drafter):
     return getattr(drafter, "name", None) or type(drafter).__name__
-
-
-def longest_draft(drafter, rows, h, sampling=False):
-    """The most tokens a draft may hold when the heads give `rows` rows: `rows`, or up to
-    max_draft_tokens + 1 for a drafter that declares it (drafts past the heads; not with a
-    declared q, which has one row per head)."""
-    if sampling or not hasattr(drafter, "max_draft_tokens"):
-        return rows
-    return max(rows, max_draft_tokens(drafter, h) + 1)
 
 
 def check_drafts(drafts, size, first, V, limit, drafter, longest=None):

@@ -1,4 +1,4 @@
-"""ids: the integer checks every request goes through (runtime/request.py, contract.py and the
+"""ids: the integer checks every request goes through (runtime/loop.py, contract.py and the
 decoders' settings): an int that is not a bool (is_int), and a sequence of token ids as a list of
 ints, refusing bools of every kind (token_ids). Only the standard library."""
 import numbers

@@ -1,20 +1,14 @@
-"""loop: the lab's entry to minibpd's one decode loop (lab_decode), and greedy decoding of P
+"""loop: the lab's entry to minibpd's one decode loop (lab_decode: the lab's names resolved into
+the objects bpd_decode calls, docs/layout.md "The hand-offs"), and greedy decoding of P
 independent sequences at once (decode_rows, for training data).
-
-lab_decode resolves the lab's names into objects of the shapes minibpd.bpd_decode calls, and
-hands them to it: the drafter wrapped so every answer is checked with the lab's fuller messages
-(contract.CheckedDrafter), a verifier (minibpd.Verifier, or tree.TreeVerifier for verify="tree",
-or "auto" with several drafts) and an acceptance rule (minibpd.GreedyRule at T = 0;
-sampling.SampledRule above; approximate.RelaxedRule for Stern §5's rules), with the generator
-every draw comes from.
 """
 import torch
 
-from minibpd import ArgmaxDrafter, GreedyRule, KVCache, Verifier, bpd_decode, check_temperature
+from minibpd import (ArgmaxDrafter, GreedyRule, KVCache, Verifier, bpd_decode, check_request,
+                     check_temperature)
 from runtime import approximate
 from runtime.contract import CheckedDrafter
 from runtime.kvcache import check_cache_budget
-from runtime.request import check_request
 from runtime.sampling import SampledRule, own_generator, target_probs
 from runtime.tree import TreeVerifier
 
@@ -54,7 +48,9 @@ def lab_decode(model, prompt, max_new_tokens, drafter=None, temperature=0.0, gen
     temperature > 0 (speculative sampling: exactly sample_decode's distribution, drawn from
     `generator`), verify ("batch", "tree", "auto": a tree for several drafts), accept ("exact";
     Stern §5's APPROXIMATE "top2", ...: runtime/approximate.py). -> (new tokens, stats)."""
-    seq, own = check_request(model, prompt, max_new_tokens, temperature, generator)
+    seq = check_request(model, prompt, max_new_tokens, temperature, generator)
+    check_cache_budget(model, 1)                # before a cache is allocated
+    own = own_generator(generator, temperature)  # what every draw of the loop comes from
     checked = CheckedDrafter(ArgmaxDrafter() if drafter is None else drafter, model, temperature,
                              own, keep_rng=generator is None and temperature > 0)
     rule = acceptance_rule(model, temperature, own, accept, checked)

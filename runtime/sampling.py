@@ -1,8 +1,9 @@
 """sampling: lossless sampling with BPD drafts (speculative sampling), in a few readable lines.
 
-Kim et al. (v2 §4): "we consider greedy decoding exclusively"; Stern et al. define BPD for greedy decoding. The
-speculative sampling rule (Leviathan, Kalman, Matias 2023; Chen et al. 2023) makes any draft
-*lossless*: the output is distributed exactly as sampling the base model one token at a time.
+Kim et al. (v2 §4): "we consider greedy decoding exclusively"; Stern et al. define BPD for greedy
+decoding. The speculative sampling rule (Leviathan, Kalman, Matias 2023; Chen et al. 2023) makes
+any draft *lossless*: the output is distributed exactly as sampling the base model one token at a
+time.
 
 The rule, for a draft token x proposed with probability q(x), where the base model wants p:
     accept x with probability min(1, p(x) / q(x));
@@ -20,15 +21,12 @@ from r. Which children are tried (children_to_try) depends on where the drafts c
   probability r(child) and removed from r on rejection: the walk samples the node's token from p
   exactly, so the whole output is exact.
 - drafts sampled i.i.d. from one declared proposal q (q[i]: the distribution of every draft's
-  token i): every draft's token, repeats included, in draft order. The precondition: q IS the
-  distribution the drafts were drawn from (each token an independent draw from its row, with the
-  generator the drafter is handed). No check of one answer can see where its drafts came from
-  (check_proposal checks what it can); a q that is not theirs biases the output, and
-  `pytest test_minibpd.py --drafter MODULE:FACTORY` catches it (test_your_drafter_samples_exactly,
-  docs/exactness.md). That is multi-round
+  token i): every draft's token, repeats included, in draft order. That is multi-round
   rejection sampling with i.i.d. proposals, exact for any number of them; de-duplicating would
   bias it (a token drawn twice has two chances). The drafts below an accepted child still hold
-  i.i.d. draws from q[i + 1], because each position was drawn independently.
+  i.i.d. draws from q[i + 1], because each position was drawn independently. Its precondition,
+  that q IS the distribution the drafts were drawn from, no check of one answer can see
+  (check_proposal checks what it can): docs/exactness.md, "The precondition of a declared q".
 
 Temperature 0 is greedy decoding: target_probs is then a one-hot on the argmax, and the decode
 loop takes its greedy rule (minibpd.GreedyRule) instead; SampledRule is the rule above in the

@@ -1,5 +1,4 @@
-"""threads: torch's intra-op thread policy, the one of every command (docs/threads.md has the
-measurements behind it)."""
+"""threads: torch's intra-op thread policy, the one of every command (choose_threads)."""
 import torch
 
 from train_heads import training_threads

@@ -62,10 +62,9 @@ def tree_layout(T, parents, length, device):
 
 def tree_call(model, cache, seq, proposed):
     """model_call with the P drafts verified as ONE row: a token tree with a tree attention mask
-    (each drafted token appears once). -> (z [P, m + 1, C] gathered along each draft's path,
-    a short one's last node repeated,
-    tail length, paths) for the same verification as model_call's; TreeCache.compact keeps the
-    accepted path."""
+    (each drafted token appears once). -> (z [P, m + 1, C] gathered along each draft's path, a
+    short one's last node repeated, tail length, paths) for the same verification as
+    model_call's; TreeCache.compact keeps the accepted path."""
     tail = cache.tail(seq)
     tokens, parents, paths = draft_tree(proposed)
     dev, T = device_of(model), len(tail)

@@ -18,8 +18,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from lab import analysis, bench, questions  # noqa: E402
-from decoders.resources import split_text  # noqa: E402
-from minibpd import ArgmaxDrafter, bpd_decode, greedy_decode  # noqa: E402
+from decoders.resources import Resources, split_text  # noqa: E402
+from lab.run import Run  # noqa: E402
+from minibpd import bpd_decode, greedy_decode  # noqa: E402
 from runtime.checkpoint import load  # noqa: E402 (the lab's loader: FastGPT, SmolLM2)
 from runtime.threads import set_threads  # noqa: E402
 
@@ -30,14 +31,12 @@ def test_loss(ck):
     return record.get("test_loss", [None])[0]
 
 
-def replayed(model, ps, n, heads):
-    """The same block efficiencies by offline replay (lab.analysis: one greedy decode and one
-    forward pass a prompt, no decoding per head count): for the real model, whose decoding is slow."""
-    items = analysis.prepare(model, ps, n)
-    B = model.config.block_size
-    return [analysis.block_eff([analysis.replay(ArgmaxDrafter(), hd, a, plen, n, h, B)
-                                for plen, a, hd in items]) for h in heads], \
-        [a[plen:] for plen, a, _ in items]
+def replayed(model, ck, ps, n, heads):
+    """The same block efficiencies by offline replay (lab.analysis.heads_be: one greedy decode and
+    one forward pass a prompt, no decoding per head count): for the real model, whose decoding
+    is slow. -> (block efficiency per head count, greedy's continuations)"""
+    run = Run(Resources(model, ck), {}, ps, n)
+    return [analysis.heads_be(run, h) for h in heads], run.continuations()
 
 
 def main(paths, heads=(2, 4, 6, 8), prompts=16, n=128):
@@ -57,7 +56,7 @@ def main(paths, heads=(2, 4, 6, 8), prompts=16, n=128):
                 raise SystemExit(f"heads_table: --prompts: {e}")
         else:
             ps = bench.make_prompts(split_text(ck, "test"), ck["vocab"], ps_n)
-        be, greedy = replayed(model, ps, n, heads)
+        be, greedy = replayed(model, ck, ps, n, heads)
         print(" | ".join(f"{h} heads {b:.3f}" for h, b in zip(heads, be)) +
               f" | greedy phrase repeat {100 * analysis.phrase_repetition_all(greedy):.1f}%")
         return

@@ -7,7 +7,7 @@ settings as the bench takes them (the tuned file, else the registry's defaults).
     python tools/lookup_be.py --checkpoint checkpoints/smollm2-heads.pt --first 8 --new-tokens 64
 
 --first N keeps the first N of the bench's --prompts prompts (SmolLM2's greedy decoding, which
-prepare runs, is the slow part). --real N also decodes the first N prompts for real (bpd_decode)
+prepare runs, is the slow part). --real N also decodes the first N prompts for real (as --bench)
 with each of the four: identical to greedy, and the same block efficiency as the replay.
 
 Beside the four: lookup_pbest with pbest's own (tuned) settings, so that it differs from pbest by
@@ -23,12 +23,10 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from lab import analysis  # noqa: E402
 import decoders  # noqa: E402
-from lab.bench import make_prompts  # noqa: E402
+from lab.bench import decode_all, make_prompts  # noqa: E402
 from lab.run import Run  # noqa: E402
 from decoders.resources import split_text  # noqa: E402
-from minibpd import bpd_decode  # noqa: E402
-from runtime.checkpoint import load  # noqa: E402 (the lab's loader: FastGPT, SmolLM2)
-from runtime.checkpoint import CHECKPOINT  # noqa: E402
+from runtime.checkpoint import CHECKPOINT, load  # noqa: E402 (the lab's loader: FastGPT, SmolLM2)
 from runtime.threads import set_threads  # noqa: E402
 
 NAMES = ("bpd", "lookup", "lookup_pbest", "pbest")
@@ -46,18 +44,14 @@ def copy_share(run, s):
 
 
 def real(run, n):
-    """The run's first n prompts decoded for real: {name: (identical to greedy, online block
-    efficiency, the replay's)}."""
-    first, out = run.on(run.prompts[:n], run.n, run.continuations()[:n]), {}
-    for name in NAMES:
-        runs, same = [], True
-        for p, g in zip(first.prompts, first.continuations()):
-            tokens, stats = bpd_decode(run.model, p, len(g),
-                                       decoders.make(name, run.res, run.chosen[name]))
-            same, runs = same and tokens == g, runs + [stats]
-        out[name] = {"identical_to_greedy": same, "block_efficiency": analysis.block_eff(runs),
-                     "replay": analysis.be_of(first, name, run.chosen[name])}
-    return out
+    """The run's first n prompts decoded for real (bench.decode_all, as --bench decodes): {name:
+    (identical to greedy, online block efficiency, the replay's)}."""
+    first = run.on(run.prompts[:n], run.n, run.continuations()[:n])
+    with decoders.select(NAMES):
+        runs, outs, _ = decode_all(first)
+    return {name: {"identical_to_greedy": outs[name] == first.continuations(),
+                   "block_efficiency": analysis.block_eff(runs[name]),
+                   "replay": analysis.be_of(first, name, run.chosen[name])} for name in NAMES}
 
 
 def main():

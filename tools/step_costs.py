@@ -16,6 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import decoders  # noqa: E402
 from decoders.fastlattice import FastPBestDrafter  # noqa: E402
 from decoders.neural import CachedNeuralDrafter  # noqa: E402
+from lab.timing import seconds  # noqa: E402
 from minibpd import GreedyRule, KVCache  # noqa: E402
 from runtime.checkpoint import load  # noqa: E402 (the lab's loader: FastGPT, SmolLM2)
 from runtime.kvcache import model_call  # noqa: E402
@@ -26,14 +27,10 @@ from runtime.corpus import encode
 
 
 def ms(fn, n):
+    """Milliseconds a call of fn, after one warm-up call: the median of 5 batches of n calls."""
     fn()
-    runs = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        runs.append((time.perf_counter() - t0) / n * 1e3)
-    return statistics.median(runs)
+    batches = [seconds(lambda: [fn() for _ in range(n)]) for _ in range(5)]
+    return statistics.median(batches) / n * 1e3
 
 
 @torch.no_grad()

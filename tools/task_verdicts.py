@@ -6,10 +6,8 @@ block efficiency per task with its 95% bootstrap interval, and the spread.
     python minibpd.py --tasks --json > /tmp/w/tasks.json
     python tools/task_verdicts.py /tmp/w/tasks.json [--table]    # --table: docs/results/tasks.md's table
 
-Degenerate: a task whose greedy text scores ROUGE-L < 0.1 against the references (`code`: the
-model writes spaces). Verdict: "reproduces" only if p < 0.05 with n >= 5 non-degenerate tasks and
-the sign Kim's claim expects; "same direction, not established" if the sign agrees; "does not
-reproduce" otherwise; "cannot be tested" if the coefficient is undefined (a constant input).
+Degenerate (greedy ROUGE-L < 0.1) and the four verdicts: docs/tasks.md, by its rule ("reproduces":
+p < 0.05 with n >= 5 non-degenerate tasks and the sign Kim's claim expects).
 """
 import json
 import os
@@ -30,10 +28,6 @@ EXPECTED = {"hmax_vs_bpd_be": +1, "entropy_vs_bpd_be": -1, "gain_vs_bpd_be": -1,
 def is_degenerate(t):
     """The run's own flag (`degenerate`); a JSON written before it had one: the same rule."""
     return t.get("degenerate", t["quality"]["rouge_l"] < DEGENERATE_ROUGE)
-
-
-def degenerate(tasks):
-    return [n for n, t in tasks.items() if is_degenerate(t)]
 
 
 def verdict(entry, key, sign, real):
@@ -58,9 +52,8 @@ def rows(correlation):
 
 
 def main(path):
-    report = json.load(open(path))
-    tasks = report["tasks"]
-    bad = degenerate(tasks)
+    tasks = json.load(open(path))["tasks"]
+    bad = [n for n, t in tasks.items() if is_degenerate(t)]
     real = {n: t for n, t in tasks.items() if n not in bad}
     print(f"degenerate (greedy ROUGE-L < {DEGENERATE_ROUGE}): {', '.join(bad) or 'none'}")
     for label, chosen in (("all tasks", tasks), ("without " + ", ".join(bad), real))[:2 if bad else 1]:
@@ -84,8 +77,7 @@ def main(path):
 
 def table(path):
     """The per-task table of docs/results/tasks.md (markdown) from one `--tasks --json` file."""
-    report = json.load(open(path))
-    tasks = report["tasks"]
+    tasks = json.load(open(path))["tasks"]
     methods = [m for m in next(iter(tasks.values()))["block_efficiency"] if m not in ("greedy", "bpd")]
     print("| task | BPD [95% interval] | " + " | ".join(methods) + " | oracle k=8 | mean head entropy "
           "| h_max | adjacent repeats: BPD -> 2-gram | greedy quality | phrase repetition |")

@@ -15,9 +15,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from lab import bench
 import decoders  # noqa: E402
 from lab.distribution import accepted_share
-from runtime.checkpoint import CHECKPOINT
 from minibpd import bpd_decode, greedy_decode
-from runtime.checkpoint import load  # noqa: E402 (the lab's loader: FastGPT, SmolLM2)
+from runtime.checkpoint import CHECKPOINT, load  # noqa: E402 (the lab's loader: FastGPT, SmolLM2)
 from runtime.threads import set_threads
 
 

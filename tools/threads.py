@@ -20,6 +20,7 @@ def child(threads):
     import torch
     sys.path.insert(0, HERE)
     from minibpd import GPT, GPTConfig, bpd_decode, greedy_decode
+    from lab.timing import seconds
     from runtime.checkpoint import load  # noqa: E402 (the lab's loader: FastGPT, SmolLM2)
     from runtime.corpus import encode
     from train_heads import joint_loss
@@ -30,12 +31,7 @@ def child(threads):
     for name, fn in (("greedy", lambda: greedy_decode(model, prompt, 128)),
                      ("bpd", lambda: bpd_decode(model, prompt, 128))):
         fn()
-        times = []
-        for _ in range(5):
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-        tps[name] = 128 / statistics.median(times)
+        tps[name] = 128 / statistics.median([seconds(fn) for _ in range(5)])
     torch.manual_seed(0)
     net = GPT(GPTConfig(len(ck["vocab"]), 128, 6, 4, 128, 8)).train()
     opt = torch.optim.AdamW(net.parameters(), lr=1e-3)

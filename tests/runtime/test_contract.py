@@ -1,5 +1,5 @@
-"""The decode loop's checks (runtime/contract.py, runtime/request.py): a drafter is held to its
-contract at every step, whatever it hands back, and bad requests fail before any model call.
+"""The decode loop's checks (runtime/contract.py, runtime/loop.lab_decode): a drafter is held to
+its contract at every step, whatever it hands back, and bad requests fail before any model call.
 (test_minibpd.py holds the papers' properties; these are the hardening around them.)"""
 import fractions
 import re

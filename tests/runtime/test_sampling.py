@@ -23,7 +23,7 @@ import torch
 from hypothesis import settings
 
 import decoders
-from runtime import contract, request, sampling
+from runtime import contract, loop, sampling
 from conftest import (DEVICES, bound, exact, l1, model_and_prompt, on_random_models,
                       random_prompt, tiny_model)
 import minibpd
@@ -234,7 +234,7 @@ def test_without_its_own_loop_generator_the_reseeder_is_caught(monkeypatch):
     """Power of the check above: give verification torch's global generator again (the old
     behaviour: own_generator hands back None, and nothing puts torch's generator back after a
     drafter's call) and the same check fails."""
-    monkeypatch.setattr(request, "own_generator", lambda generator, temperature: generator)
+    monkeypatch.setattr(loop, "own_generator", lambda generator, temperature: generator)
     real = contract.CheckedDrafter.__init__
     monkeypatch.setattr(contract.CheckedDrafter, "__init__",
                         lambda self, *a, **k: real(self, *a, **{**k, "keep_rng": False}))
