@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from lab import analysis, bench, questions  # noqa: E402
 from decoders.resources import Resources, split_text  # noqa: E402
 from lab.run import Run  # noqa: E402
-from minibpd import bpd_decode, greedy_decode  # noqa: E402
+from minibpd import ArgmaxDrafter, bpd_decode, greedy_decode  # noqa: E402
 from runtime.checkpoint import load  # noqa: E402 (the lab's loader: FastGPT, SmolLM2)
 from runtime.threads import set_threads  # noqa: E402
 
@@ -32,11 +32,12 @@ def test_loss(ck):
 
 
 def replayed(model, ck, ps, n, heads):
-    """The same block efficiencies by offline replay (lab.analysis.heads_be: one greedy decode and
+    """The same block efficiencies by offline replay (lab.analysis.replay_all: one greedy decode and
     one forward pass a prompt, no decoding per head count): for the real model, whose decoding
     is slow. -> (block efficiency per head count, greedy's continuations)"""
     run = Run(Resources(model, ck), {}, ps, n)
-    return [analysis.heads_be(run, h) for h in heads], run.continuations()
+    plain = [analysis.replay_all(run, lambda answer: ArgmaxDrafter(), h) for h in heads]
+    return [analysis.block_eff(runs) for runs in plain], run.continuations()
 
 
 def main(paths, heads=(2, 4, 6, 8), prompts=16, n=128):
