@@ -96,9 +96,8 @@ def print_by_heads(s):
     """Stern §7.3 (timing.by_heads): a row per block size k, greedy first (Table 4's layout;
     Fig. 4 plots the speedup against the block efficiency column)."""
     print(f"\n  speedup by block size k (Stern §7.3, Table 4; Fig. 4 against block eff.): "
-          f"plain BPD on heads 1..k, one "
-          f"interleaved run, {s['threads']} thread(s)\n  {'k':>6s} {'block eff.':>10s} "
-          f"{'tok/s':>8s} {'speedup':>8s} {'= greedy':>9s}")
+          f"plain BPD on heads 1..k, one interleaved run, {s['threads']} thread(s)\n"
+          f"  {'k':>6s} {'block eff.':>10s} {'tok/s':>8s} {'speedup':>8s} {'= greedy':>9s}")
     for name, m in s["methods"].items():
         print(f"  {name:>6s} {m['block_efficiency']:10.3f} {m['tokens_per_s']:8.0f} "
               f"{m['speedup']:7.2f}x {'yes' if m['identical_to_greedy'] else 'NO':>9s}")
