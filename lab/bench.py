@@ -1,16 +1,12 @@
 """bench: the benchmark and the tuner behind `python minibpd.py --bench` and `--tune`, as
 functions of a lab.run.Run (the model's resources, the settings, the prompts and the decode
 options, built once by modes.py from the flags; figures.py draws the report; task_runs.py runs
-`--tasks` on the same pieces).
-
-Block efficiency (tokens per serial model call) is exact and machine-independent; wall-clock is
-measured as ratios inside one run, after a warm-up, as the median of several repetitions, with
-their spread reported (timing.py). At temperature 0 every decoder must equal greedy decoding token
-for token; above it, every decoder samples the base model's distribution, so the check becomes a
-distribution check (distribution.py) and the baseline is sample_decode.
+`--tasks` on the same pieces). Block efficiency (tokens per serial model call) is exact and
+machine-independent; wall-clock is timing.py's. At temperature 0 every decoder must equal greedy
+decoding token for token; above it the check is distribution.py's and the baseline sample_decode.
 """
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from lab import analysis
 from lab.distribution import sampled_sections
@@ -153,19 +149,15 @@ def run_bench(run, sweep=False, heads=False):
     r = BenchReport(temperature=T or None, seed=run.seed if T else None, block_efficiency=be,
                     prompts=len(run.prompts), new_tokens=run.n, heads=run.model.config.n_bpd_heads,
                     settings=run.chosen)
+    if T:
+        r = replace(r, **sampled_sections(run, runs))
+    r = replace(r, **clock(run))
     if T == 0:
         greedy = run.continuations()
         r.identical_to_greedy = {base: True, **{k: v == greedy for k, v in outs.items()}}
-    else:
-        for key, value in sampled_sections(run, runs).items():
-            setattr(r, key, value)
-    for key, value in clock(run).items():
-        setattr(r, key, value)
-    if T == 0:
         r.verify, r.ngram_perplexity = run.verify, ngram_perplexities(run)
         r.verify_tokens = {k: analysis.verify_tokens(v) for k, v in runs.items()}
-        for key, value in paper_sections(run, be, runs, work, r.tokens_per_s).items():
-            setattr(r, key, value)
+        r = replace(r, **paper_sections(run, be, runs, work, r.tokens_per_s))
     if sweep and T == 0:                # on the tune split, at most 8 prompts x 96 tokens
         tune = make_prompts(split_text(run.ck, "tune"), run.ck["vocab"], min(8, len(run.prompts)))
         r.sweep = analysis.sweep(run.on(tune, min(96, run.n)))
@@ -177,7 +169,7 @@ def run_bench(run, sweep=False, heads=False):
 
 # ----------------------------------------------------------------------------- --tune
 
-def tune_timed(run, objective="block_efficiency", log=print):
+def tune_timed(run, objective="block_efficiency"):
     """Choose each decoder's settings from its grid on the run's prompts, of the tune split (never
     the test split; run.n new tokens each). block_efficiency: exact, by offline replay;
     tokens_per_s: one timed decode of the prompts per setting, verifying as run.verify
@@ -189,4 +181,4 @@ def tune_timed(run, objective="block_efficiency", log=print):
         m.decode(model, prompts[0], min(n, 16), verify=run.verify)             # warm-up
         return len(prompts) * n / seconds(lambda: [m.decode(model, p, n, verify=run.verify)
                                                     for p in prompts])
-    return analysis.tune(run, log=log, objective=objective, speed=speed)
+    return analysis.tune(run, objective=objective, speed=speed)

@@ -96,9 +96,8 @@ def print_by_heads(s):
     """Stern §7.3 (timing.by_heads): a row per block size k, greedy first (Table 4's layout;
     Fig. 4 plots the speedup against the block efficiency column)."""
     print(f"\n  speedup by block size k (Stern §7.3, Table 4; Fig. 4 against block eff.): "
-          f"plain BPD on heads 1..k, one "
-          f"interleaved run, {s['threads']} thread(s)\n  {'k':>6s} {'block eff.':>10s} "
-          f"{'tok/s':>8s} {'speedup':>8s} {'= greedy':>9s}")
+          f"plain BPD on heads 1..k, one interleaved run, {s['threads']} thread(s)\n"
+          f"  {'k':>6s} {'block eff.':>10s} {'tok/s':>8s} {'speedup':>8s} {'= greedy':>9s}")
     for name, m in s["methods"].items():
         print(f"  {name:>6s} {m['block_efficiency']:10.3f} {m['tokens_per_s']:8.0f} "
               f"{m['speedup']:7.2f}x {'yes' if m['identical_to_greedy'] else 'NO':>9s}")
@@ -162,19 +161,12 @@ def pyplot():
     return plt
 
 
-def bars(ax, labels, values, reference=None, ref_label=None, fmt="{:.2f}"):
-    """Bars with their values on top and, optionally, a dashed reference line (e.g. BPD)."""
-    drawn = ax.bar(labels, values, color="#4c72b0")
-    ax.bar_label(drawn, [fmt.format(v) for v in values], fontsize=8, padding=2)
-    if reference is not None:
-        ax.axhline(reference, color="#c44e52", linestyle="--", linewidth=1, label=ref_label)
-        ax.legend(loc="upper left", fontsize=8)
-    ax.margins(y=0.15)
-
-
 def save(fig, folder, name):
+    """Write the figure to folder/name (the folder made if need be) and close it. -> name"""
+    os.makedirs(folder, exist_ok=True)
     fig.tight_layout()
     fig.savefig(os.path.join(folder, name), dpi=120)
+    pyplot().close(fig)
     return name
 
 
@@ -182,7 +174,6 @@ def plot(r, folder):
     """The bench's figures as PNG files in `folder` -> their names: each titled with what it
     reproduces, axes labelled with units, BPD as the reference where it applies."""
     plt = pyplot()
-    os.makedirs(folder, exist_ok=True)
     bpd, names = r.block_efficiency[decoders.PLAIN], []
     specs = [("head_entropy.png", "Kim §6.2: later heads are less sure", "head",
               "mean entropy (nats)", [str(i + 1) for i in range(len(r.head_entropy))],
@@ -195,17 +186,21 @@ def plot(r, folder):
               list(r.block_efficiency.values()), bpd)]
     for name, title, xlabel, ylabel, labels, values, ref in specs:
         fig, ax = plt.subplots(figsize=(6.4, 3.8))
-        bars(ax, labels, values, ref, f"plain BPD {bpd:.2f}" if ref else None)
+        drawn = ax.bar(labels, values, color="#4c72b0")      # the values on top of the bars
+        ax.bar_label(drawn, [f"{v:.2f}" for v in values], fontsize=8, padding=2)
+        if ref is not None:                                   # plain BPD, dashed
+            ax.axhline(ref, color="#c44e52", linestyle="--", linewidth=1,
+                       label=f"plain BPD {bpd:.2f}")
+            ax.legend(loc="upper left", fontsize=8)
+        ax.margins(y=0.15)
         ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
         names.append(save(fig, folder, name))
-        plt.close(fig)
     extras = [("head_entropy_distribution.png", r.head_entropy_quantiles, entropy_boxes),
               ("speedup_by_heads.png", r.speedup_by_heads, heads_speed)]
     for name, data, draw in extras:
         if data:
             fig = draw(plt, data, r.checkpoint)
             names.append(save(fig, folder, name))
-            plt.close(fig)
     return names
 
 
@@ -255,19 +250,6 @@ def heads_speed(plt, s, model):
     return fig
 
 
-def tasks_by_heads(plt, by_task, model):
-    """Kim Table 1: plain BPD's block efficiency against the number of heads, a line per task
-    ({task: {heads: block efficiency}}). -> the figure."""
-    fig, ax = plt.subplots(figsize=(6.4, 4))
-    for name, row in by_task.items():
-        ax.plot([int(k) for k in row], list(row.values()), marker="o", label=name)
-    ax.set_xticks([int(k) for k in row])
-    ax.set(title=f"Kim Table 1: block efficiency by number of heads, per task\n{short(model)}",
-           xlabel="heads used (h)", ylabel="block efficiency (tokens / call)")
-    ax.legend(fontsize=8)
-    return fig
-
-
 def print_sampled(r, model):
     """The bench report at temperature T > 0."""
     print(f"{r.prompts} prompts x {r.new_tokens} new tokens, temperature {r.temperature} "
@@ -287,17 +269,6 @@ def print_sampled(r, model):
     print("\n  accepted: the share of tried draft tokens kept (each with probability min(1, p/q)).\n"
           "  The distribution check compares the first drafted token's empirical distribution\n"
           "  with the exact one; test_sampling.py checks whole outputs on tiny models exactly.")
-
-
-# -------------------------------------------- heads by task (the --tasks report: figures_tasks.py)
-
-def print_heads_by_task(by_task):
-    """Kim Table 1: a row per task, plain BPD's block efficiency by the number of heads used."""
-    heads = list(next(iter(by_task.values())))
-    print("\n  BPD block efficiency by heads used (Kim Table 1)\n  " + f"{'task':12s}" +
-          "".join(f"{h:>6s}" for h in heads))
-    for name, row in by_task.items():
-        print(f"  {name:12s}" + "".join(f"{row[h]:6.2f}" for h in heads))
 
 
 # -------------------------------------------- sizes, the machine (the scale map: figures_scale.py)

@@ -1,11 +1,10 @@
 """figures_scale: the scale map's report (lab/scale.py's result dict): tight-loop costs by size,
 the decoders' profiles, the projection and where each refined decoder overtakes plain BPD, in
 the terminal and, with `--plot DIR`, as a PNG file. The shared drawing tools are figures.py's."""
-import os
 import textwrap
 
 import decoders
-from lab.figures import chart, human
+from lab.figures import chart, human, pyplot, save
 
 
 def print_costs(r):
@@ -84,14 +83,8 @@ def print_scale(r):
 def plot_scale(r, folder):
     """The map as a PNG in `folder`: projected tokens/s against parameters, log axes, one line
     per decoder, BPD and greedy drawn as references, each decoder's measured tokens/s at the
-    model's own size as a cross. matplotlib is optional: imported here. -> the file name."""
-    try:
-        import matplotlib
-    except ImportError:
-        raise ValueError("plot_scale needs matplotlib: pip install matplotlib") from None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    os.makedirs(folder, exist_ok=True)
+    model's own size as a cross. -> the file name."""
+    plt = pyplot()
     rows, fig = r["scale"], plt.figure(figsize=(7, 4.5))
     x = [row["params"] for row in rows]
     for name in rows[0]["projected_tokens_per_s"]:
@@ -109,8 +102,4 @@ def plot_scale(r, folder):
               fontsize=10)
     plt.legend(fontsize=8)
     plt.grid(alpha=0.3, which="both")
-    fig.tight_layout()
-    name = "scale_map.png"
-    fig.savefig(os.path.join(folder, name), dpi=120)
-    plt.close(fig)
-    return name
+    return save(fig, folder, "scale_map.png")

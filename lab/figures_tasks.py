@@ -1,11 +1,8 @@
 """figures_tasks: the --tasks report (lab/tasks.py's tasks, measured by cli.py): block efficiency
 by task and method, the paper's per-task analyses and the cross-task correlations (Kim §6-7), in
-the terminal and, with `--plot DIR`, as PNG files. The shared drawing tools and the heads figures
-are figures.py's."""
-import os
-
+the terminal and, with `--plot DIR`, as PNG files. The shared drawing tools are figures.py's."""
 import decoders
-from lab.figures import chart, print_heads_by_task, pyplot, save, tasks_by_heads
+from lab.figures import chart, pyplot, save, short
 
 
 def print_tasks(r, color=False):
@@ -58,12 +55,20 @@ def print_correlations(c):
         print(f"  {what:24s} {key:>4s} {fmt(e[key]):>5s} {e['n']:3d} {p:>6s} {loo:>18s}")
 
 
+def print_heads_by_task(by_task):
+    """Kim Table 1: a row per task, plain BPD's block efficiency by the number of heads used."""
+    heads = list(next(iter(by_task.values())))
+    print("\n  BPD block efficiency by heads used (Kim Table 1)\n  " + f"{'task':12s}" +
+          "".join(f"{h:>6s}" for h in heads))
+    for name, row in by_task.items():
+        print(f"  {name:12s}" + "".join(f"{row[h]:6.2f}" for h in heads))
+
+
 def plot_tasks(r, folder):
     """--tasks --plot: Kim Fig. 3b (h_max and mean head entropy against BPD block efficiency, one
     point per task, the least-squares line and r), Figs. 5-6 (oracle block efficiency relative to
     BPD by k, a line per task) and block efficiency per task and decoder. -> the file names."""
     plt = pyplot()
-    os.makedirs(folder, exist_ok=True)
     names, tasks_ = [], list(r.tasks.items())
     bpd = [t.block_efficiency[decoders.PLAIN] for _, t in tasks_]
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
@@ -82,7 +87,6 @@ def plot_tasks(r, folder):
         ax.set(xlabel="BPD block efficiency (tokens / call)", ylabel=what)
     fig.suptitle("Kim Fig. 3b: head confidence against block efficiency, one point per task")
     names.append(save(fig, folder, "tasks_hmax.png"))
-    plt.close(fig)
     fig, ax = plt.subplots(figsize=(6.4, 4))
     for name, t in tasks_:
         ks = list(t.oracle_by_k)
@@ -93,11 +97,9 @@ def plot_tasks(r, folder):
            title="Kim Figs. 5-6: oracle headroom of the top-k lattice, by task")
     ax.legend(fontsize=8)
     names.append(save(fig, folder, "tasks_oracle_by_k.png"))
-    plt.close(fig)
     names.append(task_bars(plt, r, folder))
     fig = tasks_by_heads(plt, {n: t.block_efficiency_by_heads for n, t in tasks_}, r.checkpoint)
     names.append(save(fig, folder, "tasks_by_heads.png"))
-    plt.close(fig)
     return names
 
 
@@ -117,9 +119,20 @@ def task_bars(plt, r, folder):
     ax.set(ylabel="block efficiency (tokens / call)",
            title="Block efficiency per task and decoder (dashed: plain BPD)")
     ax.legend(fontsize=7, ncol=4)
-    name = save(fig, folder, "tasks_block_efficiency.png")
-    plt.close(fig)
-    return name
+    return save(fig, folder, "tasks_block_efficiency.png")
+
+
+def tasks_by_heads(plt, by_task, model):
+    """Kim Table 1: plain BPD's block efficiency against the number of heads, a line per task
+    ({task: {heads: block efficiency}}). -> the figure."""
+    fig, ax = plt.subplots(figsize=(6.4, 4))
+    for name, row in by_task.items():
+        ax.plot([int(k) for k in row], list(row.values()), marker="o", label=name)
+    ax.set_xticks([int(k) for k in row])
+    ax.set(title=f"Kim Table 1: block efficiency by number of heads, per task\n{short(model)}",
+           xlabel="heads used (h)", ylabel="block efficiency (tokens / call)")
+    ax.legend(fontsize=8)
+    return fig
 
 
 def least_squares(xs, ys):

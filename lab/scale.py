@@ -1,25 +1,15 @@
 """scale: the scale map. At which model size does each refined decoder beat plain BPD?
 
-Refined drafts (Kim et al. 2024, arXiv 2404.09221v2, §7) raise block efficiency, the tokens each
-serial call gains (Stern et al. 2018, §3), but they verify more tokens per call and draft with
-work of their own. On a CPU a call of the shipped 1.45M-parameter model costs little, so the
-drafting and the extra verified tokens eat the gain; for a big model a call costs far more than
-the drafting, and block efficiency counts in full. The map measures where that happens:
+Refined drafts (Kim et al. 2024, arXiv 2404.09221v2, §7) raise block efficiency (Stern et al.
+2018, §3) but verify more tokens per call and draft with work of their own; the bigger the model,
+the more a call costs beside that work. docs/results/scale-map.md says how the map measures it:
+one real run of the bench's prompts (`Profile`, `measure_decoders`); what does not grow with the
+base model timed inside real decodes of the shipped model (`time_decoders`, `InSitu`,
+`Profile.refill_ms`); what does grow timed at every size in SIZES on random weights (`row_pass`,
+`tree_pass`, `size_costs`); and `ms_per_token`, which combines them, checked at the model's own
+size against the bench (`validation`); `crossover_params` reads the map.
 
-  1. one real run of the bench's prompts (bench.decode_all) gives each decoder's calls, draft
-     steps, whole-window calls and the tokens it verifies per step (`Profile`);
-  2. what does not grow with the base model is timed inside real decodes of the shipped model,
-     beside the bench's own timing of them (`time_decoders`, `InSitu`): the drafter's calls, the
-     rest of each call's work outside the forward pass (its input and tree mask, the heads,
-     acceptance, the cache's bookkeeping, the loop), and the forward passes, which cost more
-     there than in a tight loop (`Profile.refill_ms`: the CPU's caches refilled);
-  3. what does grow is timed at every size in SIZES, on random weights (only cost matters): the
-     forward pass of 1..64 new tokens on a KV cache and of the decoders' real draft trees
-     (`row_pass`, `tree_pass`), a whole window fed at once, and the BPD heads at one position;
-  4. `ms_per_token` combines them. At the model's own size the projection is checked against
-     the bench's measured tokens/s (`validation`); `crossover_params` reads the map.
-
-The clocks of 2. and 3. are scale_timing.py's. Nothing imports this module except modes.py. Measurements go to the report, never to this file.
+The clocks are scale_timing.py's. Nothing imports this module except modes.py.
 """
 import dataclasses
 import itertools
@@ -47,7 +37,6 @@ SIZES = [GPTConfig(103, 128, n_layer, n_embd // 32, n_embd, 8)
                                  (16, 1024))]
 TOKENS = (1, 2, 4, 8, 16, 32, 64)   # new tokens per call at which row_pass is timed (call_ms)
 GREEDY = decoders.baseline_name(0.0)
-
 
 
 # ----------------------------------------------------------------------------- one real run
@@ -83,16 +72,12 @@ class Profile:
         self.refill_ms = self.forward_ms - forward_total(self, cost, name) / self.calls
 
 
-def call_positions(plen, accepted):
-    """The position each call predicts: the prefill predicts plen, call i predicts plen + the
-    tokens gained before it (bpd_decode's Stats.accepted: one entry per call)."""
-    return list(itertools.accumulate(accepted[:-1], initial=plen))
-
-
 def window_tails(plen, accepted, B):
     """Tails of the calls that feed a whole window: the prefill, and each call after the window
-    moved (KVCache.tail empties the cache; the tail is then the new window up to t)."""
-    ts = call_positions(plen, accepted)
+    moved (KVCache.tail empties the cache; the tail is then the new window up to t). ts: the
+    position each call predicts, the prefill plen, call i plen + the tokens gained before it
+    (bpd_decode's Stats.accepted: one entry per call)."""
+    ts = list(itertools.accumulate(accepted[:-1], initial=plen))
     starts = [window_start(t, B) for t in ts]
     return [t - s for i, (t, s) in enumerate(zip(ts, starts)) if i == 0 or s != starts[i - 1]]
 
@@ -210,7 +195,7 @@ def sizes(model):
 
 
 @torch.no_grad()
-def size_costs(cfg, profiles, cached, window, device, dtype, reps=None):
+def size_costs(cfg, profiles, cached, window, device, dtype):
     """Every cost the projection needs at one size, timed together (timed_all) on a random model
     of config cfg: call_ms {tokens: ms}, tree_ms {decoder: ms}, window_ms, heads_ms."""
     with torch.random.fork_rng(devices=[]):          # its random weights leave torch's seed alone
@@ -222,7 +207,7 @@ def size_costs(cfg, profiles, cached, window, device, dtype, reps=None):
     fns.update({("window_ms", None): row_pass(model, window, 0), ("heads_ms", None): heads_pass(model)})
     row = {"params": params(model), "n_layer": cfg.n_layer, "n_embd": cfg.n_embd,
            "call_ms": {}, "tree_ms": {}}
-    for (key, sub), ms in timed_all(fns, reps, device).items():
+    for (key, sub), ms in timed_all(fns, device=device).items():
         if sub is None:
             row[key] = ms
         else:
@@ -318,6 +303,3 @@ def validation(profiles, own, tps):
     full, tight = projected(profiles, own), projected(profiles, own, False)
     return {k: {"measured": tps[k], "projected": full[k], "error": full[k] / tps[k] - 1,
                 "error_tight_loop": tight[k] / tps[k] - 1} for k in profiles}
-
-
-# ----------------------------------------------------------------------------- the report

@@ -7,9 +7,8 @@ With five tasks a correlation coefficient alone says little; these say how littl
     bootstrap_interval(per_example, stat)     # 95% percentile interval, examples resampled
 
 `statistic` is any function of (xs, ys) -> a number or None (undefined, e.g. a constant input),
-such as the coefficients defined first here, pearson and spearman;
-bootstrap_interval's is a function of a list of examples, e.g. block efficiency of
-[(tokens, calls), ...] as sum of tokens / sum of calls.
+such as the coefficients defined first here, pearson and spearman; bootstrap_interval's is a
+function of a list of examples (task_runs.py: analysis.block_eff of a run's stats).
 """
 import itertools
 import math
@@ -77,15 +76,8 @@ def bootstrap_interval(values_per_example, statistic, reps=1000, seed=0):
         raise ValueError("no examples to resample")
     rng = random.Random(seed)
     draws = [statistic(rng.choices(items, k=len(items))) for _ in range(reps)]
-    if reps == 1:
-        return draws[0], draws[0]
     cuts = statistics.quantiles(draws, n=40, method="inclusive")
     return cuts[0], cuts[-1]
-
-
-def block_efficiency(examples):
-    """[(new tokens, calls), ...] -> sum of tokens / sum of calls (analysis.block_eff's)."""
-    return sum(t for t, _ in examples) / sum(c for _, c in examples)
 
 
 def summary(xs, ys, statistic, key):

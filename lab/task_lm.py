@@ -8,7 +8,6 @@ from lab.task_text import PROMPT_MAX, WINDOW, keep_tail
 from train_heads import chunk_size, chunk_split, clean_text
 
 
-# ----------------------------------------------------------------------------- lm (LAMBADA-like)
 # The shipped model was pre-trained on 90% of pydoc_data.topics (corpus.split_corpus:
 # 2,000-character chunks, chunk j to tune if j % 20 == 18, to test if j % 20 == 19). A hash split
 # of paragraphs would put most test targets in its training text, so `lm` takes each paragraph's

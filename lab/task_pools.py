@@ -1,13 +1,12 @@
 """task_pools: the examples of the tasks built from the standard library's functions (qa,
-code2doc, doc2summary, code; doc2code and rename through tasks_more.py): one (key, prompt,
-target) list per task, in key order, deduplicated and cached; tasks.py splits them by key."""
+code2doc, doc2summary, code; doc2code and rename: tasks_more.py): one (key, prompt, target)
+list per task, in key order, deduplicated and cached; tasks.py splits them by key."""
 import ast
 import collections
 import functools
 import re
 import textwrap
 
-from lab import tasks_more
 from lab.stdlib import first_line, functions, signature, source_lines
 from lab.task_text import (PROMPT_MAX, TARGET_MAX, WINDOW, dedupe, keep_tail, paragraphs, rng,
                            split_of, doc_summary)
@@ -78,10 +77,8 @@ CODE2DOC_CUE = "Summary: "
 
 
 def has_docstring(node):
-    body = getattr(node, "body", None)
-    return (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and body
-            and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
-            and isinstance(body[0].value.value, str))
+    return (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            and ast.get_docstring(node, clean=False) is not None)
 
 
 def docstring_spans(node):
@@ -208,20 +205,4 @@ def code_pool():
         prompt = keep_tail("".join(source_lines(fn)[:i]), min(PROMPT_MAX, WINDOW - len(target)))
         if prompt:
             pool.append((fn.key, prompt, target))
-    return dedupe(pool)
-
-
-# ----------------------------------------------------------------- doc2code, rename (tasks_more)
-
-@functools.lru_cache(maxsize=1)
-def doc2code_pool():
-    pool = [(fn.key, *ex) for fn in functions()
-            if (ex := tasks_more.doc2code_example(fn, PROMPT_MAX, TARGET_MAX, WINDOW))]
-    return dedupe(pool)
-
-
-@functools.lru_cache(maxsize=1)
-def rename_pool():
-    pool = [(fn.key, *ex) for fn in functions()
-            if (ex := tasks_more.rename_example(fn, rng(fn.key), PROMPT_MAX, TARGET_MAX, WINDOW))]
     return dedupe(pool)

@@ -176,12 +176,10 @@ def correlations(results):
             "headroom_vs_bpd_be": stats.summary(bpd, headroom, spearman, "rho")}
 
 
-def intervals(runs, reps=1000, seed=0):
+def intervals(runs):
     """{decoder: [lo, hi]}: the 95% bootstrap interval of its block efficiency over the task's
     examples (resampled; block efficiency = their tokens / their calls)."""
-    return {k: list(stats.bootstrap_interval([(s["new_tokens"], s["calls"]) for s in v],
-                                             stats.block_efficiency, reps, seed))
-            for k, v in runs.items()}
+    return {k: list(stats.bootstrap_interval(v, analysis.block_eff)) for k, v in runs.items()}
 
 
 def run_tasks(run, examples, res_in, log=print, tokens=None, python=None, same_in_domain=()):

@@ -11,8 +11,6 @@ WINDOW = 512           # prompt + target
 TARGET_MAX = 160
 
 
-# ----------------------------------------------------------------------------- shared helpers
-
 def digest(key):
     """A stable 64-bit integer for a key (hashlib: `hash()` changes from run to run)."""
     return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big")
@@ -44,10 +42,6 @@ def keep_tail(text, limit, words=False):
     return tail[space.start() + 1:] if space else None
 
 
-def one_line(paragraph):
-    return " ".join(paragraph.split())
-
-
 def paragraphs(doc):
     return [p for p in re.split(r"\n\s*\n", doc.strip()) if p.strip()]
 
@@ -56,7 +50,7 @@ def doc_summary(doc):
     """PEP 257's summary: the docstring's first paragraph as one line. Not the first line: in a
     fifth of the stdlib's docstrings (1,097 of 5,253 in Python 3.11) the first paragraph runs on
     past it, so the first line alone is often half a sentence."""
-    return one_line(paragraphs(doc)[0]) if doc and doc.strip() else ""
+    return " ".join(paragraphs(doc)[0].split()) if doc and doc.strip() else ""
 
 
 def dedupe(pool):

@@ -1,41 +1,24 @@
-"""tasks: seven evaluation tasks built offline from files that ship with CPython itself.
+"""tasks: seven evaluation tasks built offline from files that ship with CPython itself, as
+analogues of Kim et al.'s (arXiv 2404.09221 v2) per-task data sets; docs/tasks.md describes each
+task, its recipe and split, and which ones the character model was fine-tuned on (CHAR_TASKS).
 
-Kim et al. (arXiv 2404.09221 v2) study block efficiency per task: language modelling
-(LAMBADA), extractive QA (SQuAD v1), abstractive and extractive summarisation (XSum,
-CNN/DailyMail), and more. minibpd's character model cannot use those data sets (nothing is
-downloaded), so this module builds analogues, deterministically, from the running Python's
-standard library and from `pydoc_data.topics` (the base model's own corpus); both summarisation
-tasks are abstractive (doc2summary's lead, CNN/DM-style, is never in its prompt), so extractive
-summarisation has no analogue. The character model was fine-tuned and is measured on the first
-five (CHAR_TASKS: its checkpoint stores them); doc2code and rename (tasks_more.py, for the real
-model) add code generation and a copy-heavy edit. INSTRUCTION says which tasks are instructions
-(for an instruct model's chat template: instruction(name, prompt), the user message) and which
-raw continuations:
-
-    import tasks, torch
-    ck = torch.load("checkpoints/minibpd.pt", weights_only=True)
-    vocab = ck["vocab"]
     pairs = tasks.build("qa", "test")                # [(prompt, target), ...], raw text
     pairs = tasks.build("qa", "test", vocab)         # mapped into a checkpoint's characters
     data = tasks.build_all(vocab)                    # every task and split, plain lists and str
     tasks.compare(data, "qa", "test")                # None, or a one-line warning
 
-Every example has a key (module + qualified name; topic + paragraph index for `lm`); a stable hash
-of the key picks its split, so the splits are disjoint by key and the same on every machine
-(`lm` instead follows the base model's own split, see its section). Prompts keep to
-PROMPT_MAX characters and prompt + target to WINDOW, the fine-tuning context; a prompt is cut at
-its start, at a line (or word) boundary, except where the recipe says otherwise.
-
-This module names the tasks and builds them; the examples come from task_lm.py (`lm`) and
-task_pools.py (the rest), both cut with task_text.py's tools.
+A stable hash of each example's key (module + qualified name) picks its split, the same on every
+machine (`lm` follows the base model's own split; its keys: topic + paragraph index).
+This module names the tasks and builds them; the examples come from task_lm.py (`lm`),
+task_pools.py and tasks_more.py (the rest), all cut with task_text.py's tools.
 """
 import collections
-import hashlib
 import sys
 
 from lab.task_lm import build_lm
 from lab.task_pools import (CODE2DOC_CUE, DOC2SUMMARY_CUE, code2doc_pool, code_pool,
-                            doc2code_pool, doc2summary_pool, qa_pool, rename_pool)
+                            doc2summary_pool, qa_pool)
+from lab.tasks_more import doc2code_pool, rename_pool
 from lab.task_text import SPLITS, split_of
 from runtime import corpus
 
@@ -137,16 +120,6 @@ def build_all(vocab=None):
     return data
 
 
-def fingerprint(examples):
-    """sha256 hex digest over the (prompt, target) pairs, in order (lists or tuples alike)."""
-    h = hashlib.sha256()
-    for prompt, target in examples:
-        for text in (prompt, target):
-            data = text.encode("utf-8")
-            h.update(len(data).to_bytes(8, "big") + data)     # length-prefixed: unambiguous
-    return h.hexdigest()
-
-
 def compare(stored, name, split, vocab=None):
     """None if the running Python builds `stored` again, else a one-line message saying how the
     build differs. `stored`: the pairs, or a build_all() dict (its vocab and Python are used)."""
@@ -157,7 +130,7 @@ def compare(stored, name, split, vocab=None):
         python = "Python " + str(stored.get("python", "?")).split()[0]
         stored = stored["tasks"][name][split]
     built = build(name, split, None if vocab is None else list(vocab))
-    if fingerprint(stored) == fingerprint(built):
+    if list(map(tuple, stored)) == built:
         return None
     old = collections.Counter(map(tuple, stored))
     new = collections.Counter(map(tuple, built))

@@ -1,22 +1,21 @@
 """tasks_more: the examples of the tasks added for the real model (tasks of another
-character than the five the character model was fine-tuned on), one function at a time;
-task_pools.py keys, deduplicates and caches them (doc2code_pool, rename_pool), as for the five.
+character than the five the character model was fine-tuned on), one function at a time, and
+their pools (doc2code_pool, rename_pool: keyed, deduplicated and cached, as task_pools.py's).
 
     doc2code  (HumanEval-like): a function's def line and docstring -> its body
     rename    (a copy-heavy edit): a function's source and `# Rename the variable OLD to NEW:`
               -> the same source with OLD renamed, token by token
-
-Each takes the length limits as arguments (task_text.PROMPT_MAX, TARGET_MAX, WINDOW), so that this
-module sits below task_pools.py and needs nothing from it.
 """
 import ast
 import builtins
+import functools
 import io
 import keyword
 import textwrap
 import tokenize
 
-from lab.stdlib import first_line, source_lines
+from lab.stdlib import first_line, functions, source_lines
+from lab.task_text import PROMPT_MAX, TARGET_MAX, WINDOW, dedupe, rng
 
 DOC2CODE_LINES = (2, 12)        # non-blank lines of the body after the docstring
 RENAME_CUE = "# Rename the variable {old} to {new}:\n"
@@ -42,7 +41,7 @@ def docstring_end(node):
 
 # ----------------------------------------------------------------------------- doc2code
 
-def doc2code_example(fn, prompt_max, target_max, window):
+def doc2code_example(fn):
     """(prompt, target): the dedented source up to its docstring's last line (decorators and the
     def line first; blank lines after the docstring too), and the rest of the function without
     its final newline; None for a function with nested definitions, with a body of other than
@@ -57,9 +56,15 @@ def doc2code_example(fn, prompt_max, target_max, window):
     prompt, target = "".join(lines[:k]), "".join(lines[k:]).rstrip("\n")
     body = [line for line in lines[k:] if line.strip()]
     lo, hi = DOC2CODE_LINES
-    if not lo <= len(body) <= hi or len(target) > target_max:
+    if not lo <= len(body) <= hi or len(target) > TARGET_MAX:
         return None
-    return (prompt, target) if len(prompt) <= min(prompt_max, window - len(target)) else None
+    return (prompt, target) if len(prompt) <= min(PROMPT_MAX, WINDOW - len(target)) else None
+
+
+@functools.lru_cache(maxsize=1)
+def doc2code_pool():
+    pool = [(fn.key, *ex) for fn in functions() if (ex := doc2code_example(fn))]
+    return dedupe(pool)
 
 
 # ----------------------------------------------------------------------------- rename
@@ -116,8 +121,8 @@ def rename(code, old, new):
         return None
 
 
-def rename_example(fn, r, prompt_max, target_max, window):
-    """(prompt, target) for a function of <= target_max characters (dedented source): a seeded
+def rename_example(fn, r):
+    """(prompt, target) for a function of <= TARGET_MAX characters (dedented source): a seeded
     local name OLD and a seeded NEW from NEW_NAMES not already a name of the source; None when
     none fits or the rename does not check (rename)."""
     if nested(fn.node):
@@ -126,12 +131,18 @@ def rename_example(fn, r, prompt_max, target_max, window):
     names = local_names(fn.node)
     taken = {name for _, _, name in name_tokens(code)} | set(dir(builtins))
     fresh = [n for n in NEW_NAMES if n not in taken]
-    if len(code) > target_max or not names or not fresh:
+    if len(code) > TARGET_MAX or not names or not fresh:
         return None
     old, new = r.choice(names), r.choice(fresh)
     target = rename(code, old, new)
     prompt = code + RENAME_CUE.format(old=old, new=new)
-    if target is None or len(target) > target_max or target == code:
+    if target is None or len(target) > TARGET_MAX or target == code:
         return None
-    return (prompt, target.rstrip("\n")) if len(prompt) <= min(prompt_max, window - len(target)) \
-        else None
+    fits = len(prompt) <= min(PROMPT_MAX, WINDOW - len(target))
+    return (prompt, target.rstrip("\n")) if fits else None
+
+
+@functools.lru_cache(maxsize=1)
+def rename_pool():
+    pool = [(fn.key, *ex) for fn in functions() if (ex := rename_example(fn, rng(fn.key)))]
+    return dedupe(pool)

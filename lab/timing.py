@@ -1,7 +1,7 @@
 """timing: wall-clock, measured as ratios inside one run, after a warm-up, as the median of
 several repetitions, the methods interleaved so that machine noise hits them alike, with their
 spread and a warning where the ratios may mean little. `--bench`'s tokens per second and speedups,
-and the ablations timed in one run (by_heads: Stern §7.3's block size k).
+and Stern §7.3's ablation of the block size k, timed in one run (by_heads).
 """
 import statistics
 import time
@@ -24,9 +24,8 @@ def seconds(fn):
 def timings(run, methods, max_reps=None, warm_up=True):
     """Seconds per repetition of each Method over all of run's prompts (run.n new tokens each, at
     run.temperature from run.generator, verifying as run.verify): one warm-up (unless warm_up is
-    False: the demo's methods have just run), then method.reps
-    repetitions (fewer for the slow refined decoders, to keep the bench short; at most max_reps),
-    the methods interleaved so that machine noise hits them alike."""
+    False: the demo's methods have just run), then method.reps repetitions (fewer for the slow
+    refined decoders, to keep the bench short; at most max_reps), the methods interleaved."""
     decode = lambda m, p, k: m.decode(run.model, p, k, run.temperature, run.generator, run.verify)
     reps = {m.name: min(m.reps, max_reps or m.reps) for m in methods}
     for m in methods if warm_up else []:
@@ -69,36 +68,26 @@ class OnModel(Method):
         return super().decode(self.own, prompt, n, *args, **kw)
 
 
-def timed_methods(run, methods, max_reps=None):
-    """An ablation in one run at temperature 0 (Stern §7.3's k, Kim §7.1's rescorer sizes): each
-    Method decodes every prompt once for real (its block efficiency; its output checked against
-    greedy's), then all are timed interleaved (timings: a warm-up, then the repetitions; the
-    first method is the baseline of the speedups). -> {methods: {name: {block_efficiency,
-    identical_to_greedy, tokens_per_s, speedup, timing_spread}}, timing_warnings, threads}"""
+def by_heads(run):
+    """Stern §7.3: wall-clock speedup by block size k (Table 4), each k's block efficiency beside
+    it (Fig. 4 plots speedup against that mean accepted block size). Greedy, then plain BPD on
+    heads 1..k for k = 1..h (the model's first_heads(k), as `--heads k`; methods named "1".."h"),
+    each decoding every prompt once for real (its block efficiency; its output checked against
+    greedy's), then all timed interleaved (timings; greedy is the baseline of the speedups).
+    -> {methods: {name: {block_efficiency, identical_to_greedy, tokens_per_s, speedup,
+    timing_spread}}, timing_warnings, threads}"""
+    h = run.model.config.n_bpd_heads
+    methods = [Method(baseline_name(0))] + [
+        OnModel(str(k), run.model.first_heads(k), ArgmaxDrafter()) for k in range(1, h + 1)]
     greedy, out = run.continuations(), {}
     for m in methods:
         decoded = [m.decode(run.model, p, k) for p, k in zip(run.prompts, run.lengths)]
         out[m.name] = {"block_efficiency": analysis.block_eff([s for _, s in decoded]),
                        "identical_to_greedy": [t for t, _ in decoded] == greedy}
-    times, base = timings(run, methods, max_reps), methods[0].name
-    tps = tokens_per_s(times, len(run.prompts) * run.n)
-    for name, t in times.items():
-        out[name].update(tokens_per_s=tps[name], speedup=tps[name] / tps[base],
-                         timing_spread={"min": min(t), "median": statistics.median(t),
-                                        "max": max(t)})
-    return {"methods": out, "timing_warnings": timing_warnings(times, base),
-            "threads": torch.get_num_threads()}
-
-
-def by_heads(run, max_reps=None):
-    """Stern §7.3: wall-clock speedup by block size k (Table 4), each k's block efficiency beside
-    it (Fig. 4 plots speedup against that mean accepted block size):
-    greedy, then plain BPD on heads 1..k for k = 1..h (the model's first_heads(k), as
-    `--heads k`), timed in one interleaved run (timed_methods; methods named "1".."h")."""
-    h = run.model.config.n_bpd_heads
-    return timed_methods(run, [Method(baseline_name(0))] + [
-        OnModel(str(k), run.model.first_heads(k), ArgmaxDrafter()) for k in range(1, h + 1)],
-        max_reps)
+    s = summary(run, timings(run, methods), methods[0].name)
+    for name in out:
+        out[name].update({k: s[k][name] for k in ("tokens_per_s", "speedup", "timing_spread")})
+    return {"methods": out, "timing_warnings": s["timing_warnings"], "threads": s["threads"]}
 
 
 def clock(run):
@@ -107,10 +96,14 @@ def clock(run):
     base = baseline_name(run.temperature)
     methods = [Method(base)] + [decoders.method(k, run.res, run.chosen[k]) for k, d in
                                 decoders.active().items() if not d.peeks]
-    times = timings(run, methods)
+    return {**summary(run, timings(run, methods), base),
+            "machine": getattr(run.model, "machine", None)}
+
+
+def summary(run, times, base):
+    """timings' seconds -> tokens_per_s, speedup over `base`, timing_spread, warnings, threads."""
     tps = tokens_per_s(times, len(run.prompts) * run.n)
     return {"tokens_per_s": tps, "speedup": {k: v / tps[base] for k, v in tps.items()},
             "timing_spread": {k: {"min": min(t), "median": statistics.median(t), "max": max(t)}
                               for k, t in times.items()},
-            "timing_warnings": timing_warnings(times, base), "threads": torch.get_num_threads(),
-            "machine": getattr(run.model, "machine", None)}
+            "timing_warnings": timing_warnings(times, base), "threads": torch.get_num_threads()}

@@ -45,10 +45,8 @@ def ck():
 @pytest.fixture(scope="module")
 def fresh():
     """A build in a fresh process with another hash seed (set or dict order would show), started
-    before this process builds, so that the two builds run side by side: its fingerprints."""
-    code = "import json; from lab import tasks; print(json.dumps([tasks.fingerprint(p) for t in " \
-           "tasks.build_all()" \
-           "['tasks'].values() for p in t.values()]))"
+    before this process builds, so that the two builds run side by side: its tasks, as JSON."""
+    code = "import json; from lab import tasks; print(json.dumps(tasks.build_all()['tasks']))"
     env = dict(os.environ, PYTHONHASHSEED="12345", PYTHONPATH=HERE)
     return subprocess.Popen([sys.executable, "-c", code], cwd=HERE, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -75,8 +73,18 @@ def every(ck, raw, mapped):
     return out
 
 
+def fingerprint(examples):
+    """sha256 hex digest over the (prompt, target) pairs, in order (lists or tuples alike)."""
+    h = hashlib.sha256()
+    for prompt, target in examples:
+        for text in (prompt, target):
+            data = text.encode("utf-8")
+            h.update(len(data).to_bytes(8, "big") + data)     # length-prefixed: unambiguous
+    return h.hexdigest()
+
+
 def fingerprints(data):
-    return {n: {s: tasks.fingerprint(data["tasks"][n][s]) for s in task_text.SPLITS}
+    return {n: {s: fingerprint(data["tasks"][n][s]) for s in task_text.SPLITS}
             for n in tasks.CHAR_TASKS}
 
 
@@ -100,16 +108,16 @@ def test_two_builds_equal(raw):
 
 
 def test_more_tasks_build_the_same_twice():
-    first = {n: [tasks.fingerprint(tasks.build(n, s)) for s in task_text.SPLITS] for n in MORE}
+    first = {n: [fingerprint(tasks.build(n, s)) for s in task_text.SPLITS] for n in MORE}
     for n in MORE:
         tasks.POOLS[n].cache_clear()
-    assert first == {n: [tasks.fingerprint(tasks.build(n, s)) for s in task_text.SPLITS] for n in MORE}
+    assert first == {n: [fingerprint(tasks.build(n, s)) for s in task_text.SPLITS] for n in MORE}
 
 
 def test_fresh_process_builds_the_same(fresh, raw):
     out, err = fresh.communicate(timeout=300)
     assert fresh.returncode == 0, err
-    assert json.loads(out) == [f for t in fingerprints(raw).values() for f in t.values()]
+    assert json.loads(out) == raw["tasks"]
 
 
 def test_split_hash_is_stable_and_80_10_10():
@@ -297,19 +305,16 @@ def differs_at_old_only(code, target, old, new):
     assert old not in [n for _, _, n in tasks_more.name_tokens(target)]
 
 
-LIMITS = (task_text.PROMPT_MAX, task_text.TARGET_MAX, task_text.WINDOW)
-
-
 def test_doc2code_small():
     source = 'class C:\n    @staticmethod\n    def f(a, b):\n        """Sum.\n\n        More."""\n\n' \
              '        # add\n        return a + b\n'
-    prompt, target = tasks_more.doc2code_example(func(source.split("\n", 1)[1]), *LIMITS)
+    prompt, target = tasks_more.doc2code_example(func(source.split("\n", 1)[1]))
     assert prompt == '@staticmethod\ndef f(a, b):\n    """Sum.\n\n    More."""\n\n'
     assert target == "    # add\n    return a + b"
     one_line = 'def f(a):\n    """Doc."""\n    return a\n'           # a body of 1 line
     nested = 'def f(a):\n    """Doc."""\n    def g():\n        pass\n    return g\n'
     same_line = 'def f(a):\n    """Doc."""; a += 1\n    return a\n'
-    assert [tasks_more.doc2code_example(func(s), *LIMITS) for s in (one_line, nested, same_line)] \
+    assert [tasks_more.doc2code_example(func(s)) for s in (one_line, nested, same_line)] \
         == [None] * 3
 
 
@@ -333,8 +338,7 @@ def test_rename_small():
     differs_at_old_only(source, target.rstrip("\n"), "x", "value")
     for bad in ('def f(x):\n    return g(x=x)\n', 'def f(x):\n    return f"{x}"\n'):
         assert tasks_more.rename(bad, "x", "value") is None   # keyword argument; f-string (3.11)
-    prompt, target = tasks_more.rename_example(func(source), random.Random(0),
-                                               *LIMITS)
+    prompt, target = tasks_more.rename_example(func(source), random.Random(0))
     cue = prompt.split("\n")[-2]
     old, new = cue[len("# Rename the variable "):-1].split(" to ")
     assert prompt == source + cue + "\n" and old in ("x", "y") and new in tasks_more.NEW_NAMES
@@ -379,7 +383,7 @@ def test_compare_detects_a_changed_example(raw):
 
 
 def test_fingerprint():
-    f = tasks.fingerprint
+    f = fingerprint
     assert f([("a", "b")]) == f([["a", "b"]]) != f([("ab", "")]) != f([("a", "b")] * 2)
     assert f([]) != f([("", "")])
 
