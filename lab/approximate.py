@@ -47,7 +47,7 @@ def logprobs_along(model, seq, first):
     return out
 
 
-def perplexity(model, prompts, outs):
+def outputs_perplexity(model, prompts, outs):
     """The base model's perplexity of the generated tokens (each output after its prompt), all
     outputs together: every generated token counts once."""
     lp = [x for p, o in zip(prompts, outs) for x in logprobs_along(model, p + o, len(p))]
@@ -83,7 +83,7 @@ def section(run, rules=RULES):
     drafter = lambda: decoders.make(decoders.PLAIN, run.res, {})       # plain BPD's, fresh
     methods = [Method(decoders.PLAIN, drafter())] + [Method(r, drafter(), accept=r) for r in rules]
     tps = timing.tokens_per_s(timing.timings(run, methods), len(prompts) * n)
-    base = {"greedy_perplexity": perplexity(model, prompts, greedy),
+    base = {"greedy_perplexity": outputs_perplexity(model, prompts, greedy),
             "greedy_phrase_repeat": analysis.phrase_repetition_all(greedy)}
     out = {}
     for r in rules:
@@ -93,7 +93,7 @@ def section(run, rules=RULES):
                   "tokens_per_s": tps[r], "speedup_vs_bpd": tps[r] / tps[decoders.PLAIN],
                   "differs_from_greedy": differing(outs, greedy),
                   "first_difference": first_difference(outs, greedy),
-                  "quality": {"perplexity": perplexity(model, prompts, outs),
+                  "quality": {"perplexity": outputs_perplexity(model, prompts, outs),
                               "greedy_perplexity": base["greedy_perplexity"],
                               "phrase_repeat": analysis.phrase_repetition_all(outs),
                               "greedy_phrase_repeat": base["greedy_phrase_repeat"]}}

@@ -10,7 +10,7 @@ from dataclasses import dataclass, fields, replace
 
 from lab import analysis
 from lab.distribution import sampled_sections
-from lab.timing import by_heads, clock, seconds
+from lab.timing import by_heads, seconds, speed_report
 import decoders
 from decoders.registry import baseline_name
 from decoders.resources import split_text
@@ -71,7 +71,7 @@ def ngram_perplexities(run, orders=(1, 2, 3, 4, 5)):
 def paper_sections(run, be, runs, work, tps):
     """Kim et al. §6-7 at small scale, by offline replay along the run's greedy continuations
     (run.items): repetition, head confidence, oracle headroom, relative gains, win/tie/loss and
-    cost (see analysis.py). be, runs, work, tps: the run decoded for real (decode_all, clock)."""
+    cost (see analysis.py). be, runs, work, tps: the run decoded for real (decode_all, speed_report)."""
     by_k, chosen = analysis.oracle_by_k(run), run.chosen
     compared = analysis.compared_steps(run, runs[decoders.PLAIN])     # once, for both counts
     oracle_at = {name: by_k.get(str(chosen[name].get("k"))) or analysis.be_of(
@@ -151,7 +151,7 @@ def run_bench(run, sweep=False, heads=False):
                     settings=run.chosen)
     if T:
         r = replace(r, **sampled_sections(run, runs))
-    r = replace(r, **clock(run))
+    r = replace(r, **speed_report(run))
     if T == 0:
         greedy = run.continuations()
         r.identical_to_greedy = {base: True, **{k: v == greedy for k, v in outs.items()}}

@@ -22,8 +22,8 @@ from train_heads import writable
 
 MAX_NEW_TOKENS = 100_000      # more is refused: greedy alone would run for minutes
 TUNE_SIZE = (16, 128)         # the documented --tune run: prompts x new tokens
-DEMO_TOKENS = 160             # the demo's most new tokens (its text fits a terminal)
-PROMPT_TOKENS = 200           # --prompt's default
+MAX_DEMO_TOKENS = 160         # the demo's most new tokens (its text fits a terminal)
+DEFAULT_PROMPT_TOKENS = 200   # --prompt's default
 TASK_EXAMPLES = 32            # --tasks: test examples per task (the run takes minutes)
 SUBWORD_TASK_EXAMPLES = 5     # ... on SmolLM2 (a call costs ~100x the character model's), and
 SUBWORD_TASK_DECODERS = "neural,ngram,pbest,lookup,lookup_pbest"   # its decoders (and bpd): not
@@ -76,7 +76,7 @@ def check_modes(args):
         args.prompts = TASK_EXAMPLES if args.tasks else TUNE_SIZE[0]
     args.tokens_given = args.max_new_tokens is not None
     if args.max_new_tokens is None:
-        args.max_new_tokens = DEMO_TOKENS if mode == "demo" else PROMPT_TOKENS
+        args.max_new_tokens = MAX_DEMO_TOKENS if mode == "demo" else DEFAULT_PROMPT_TOKENS
 
 
 def check_approximate(args):
@@ -106,9 +106,10 @@ def check_args(args):
     for flag, value in (("--max-new-tokens", args.max_new_tokens), ("--new-tokens", args.new_tokens)):
         if not 1 <= value <= MAX_NEW_TOKENS:
             raise ValueError(f"{flag} must be from 1 to {MAX_NEW_TOKENS:,}, got {value}")
-    if args.mode == "demo" and args.max_new_tokens > DEMO_TOKENS:
-        raise ValueError(f"--demo shows at most {DEMO_TOKENS} new tokens, got --max-new-tokens "
-                         f"{args.max_new_tokens}; use --prompt TEXT for longer generations")
+    if args.mode == "demo" and args.max_new_tokens > MAX_DEMO_TOKENS:
+        raise ValueError(f"--demo shows at most {MAX_DEMO_TOKENS} new tokens, got "
+                         f"--max-new-tokens {args.max_new_tokens}; use --prompt TEXT for longer "
+                         "generations")
     if args.prompts < 1:
         raise ValueError(f"--prompts must be >= 1, got {args.prompts}")
     if not 0 <= args.seed < 2 ** 63:
@@ -276,7 +277,7 @@ def check_budgets(args, ck):
     """The settings of every decoder the run builds (the tuned file's, then the flags) against
     the model's budgets (decoders.check: its KV cache, the p-best DP, lookup's token tree), on
     the model the header's config describes (runtime.checkpoint.outline), before any model is
-    loaded; lab/loading.load checks them again on the model."""
+    loaded; lab.loading.load_mode checks them again on the model."""
     try:
         model = outline(ck, DTYPES[args.dtype] if args.dtype else dtype_of(ck, args.checkpoint))
     except (TypeError, ValueError, KeyError, AttributeError):

@@ -7,9 +7,9 @@ import sys
 import torch
 
 from lab.checks import check_against_checkpoint, check_args
-from lab.demo import demo
+from lab.demo import run_demo
 from lab.flags import parse_args
-from lab.modes import bench_command, generate, scale_command, tasks_command, tune_command
+from lab.modes import bench_command, prompt_command, scale_command, tasks_command, tune_command
 import decoders
 from runtime.checkpoint import read
 from runtime.contract import DrafterError
@@ -36,8 +36,8 @@ def main(argv=None):
             if args.scale:
                 return scale_command(args)
         if args.prompt is not None:
-            return generate(args)
-        return demo(args)
+            return prompt_command(args)
+        return run_demo(args)
     except ValueError as e:                 # minibpd.CheckpointError is one too
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -11,8 +11,8 @@ from lab import figures
 from lab import timing
 from lab import trace
 from lab.bench import make_prompts
-from lab.checks import DEMO_TOKENS
-from lab.loading import build, load
+from lab.checks import MAX_DEMO_TOKENS
+from lab.loading import build_drafters, load_mode
 from lab.run import Run
 import decoders
 from decoders.registry import baseline_name
@@ -22,20 +22,20 @@ from runtime.checkpoint import family_module
 from runtime.corpus import decode
 
 
-def show(tokens, vocab):
+def show_tokens(tokens, vocab):
     return decode(tokens, vocab).replace("\n", "⏎")
 
 
-def demo(args):
+def run_demo(args):
     """Every decoder on one test prompt (SmolLM2: an English and a Python request), the first BPD
     steps drawn, and greedy vs BPD timed."""
     t0 = time.perf_counter()
-    model, ck, chosen, res = load(args, used=[])        # the drafters: those the demo runs, below
+    model, ck, chosen, res = load_mode(args, used=[])    # the drafters: those the demo runs, below
     family = family_module(ck)
     # A real model's demo leaves out its family's DEMO_SKIP (for time: they took 45 s).
     skip = [k for k in decoders.active() if k in getattr(family, "DEMO_SKIP", ())]
     with decoders.select([k for k in decoders.active() if k not in skip]):
-        build(decoders.active(), chosen, res)
+        build_drafters(decoders.active(), chosen, res)
         return show_demo(args, model, ck, chosen, res, family, t0, skip)
 
 
@@ -44,8 +44,8 @@ def show_demo(args, model, ck, chosen, res, family, t0, skip):
     loaded = time.perf_counter() - t0
     vocab, T = ck["vocab"], args.temperature
     real = family is not None
-    n = min(args.max_new_tokens, family.DEMO_TOKENS if real else DEMO_TOKENS)  # more: refused
-    prompts = family.demo_prompts(vocab) if real else demo_prompts(args, ck, vocab)
+    n = min(args.max_new_tokens, family.DEMO_TOKENS if real else MAX_DEMO_TOKENS)  # more: refused
+    prompts = family.demo_prompts(vocab) if real else split_prompt(args, ck, vocab)
     print(f"minibpd demo: {model.config.n_bpd_heads} BPD heads on a "
           f"{sum(p.numel() for p in model.parameters()):,}-parameter "
           f"{family.NAME if real else 'character GPT'} "
@@ -64,7 +64,7 @@ def show_demo(args, model, ck, chosen, res, family, t0, skip):
                                             names, left)
         all_same &= same
         if i == 0:
-            (draw_tries if T else draw_steps)(model, res, chosen, plain, prompt + greedy,
+            (draw_tries if T else draw_decoder_steps)(model, res, chosen, plain, prompt + greedy,
                                               len(prompt), vocab)
     base, prompt = baseline_name(T), prompts[0][1]
     methods = [decoders.Method(base), decoders.method(decoders.PLAIN, res, {})]
@@ -74,20 +74,20 @@ def show_demo(args, model, ck, chosen, res, family, t0, skip):
           f"{base} {tps[base]:.0f} tok/s, BPD {tps[decoders.PLAIN]:.0f} tok/s: "
           f"{tps[decoders.PLAIN] / tps[base]:.2f}x (`--bench` times every decoder)"
           + figures.slower_hint(model, tps[decoders.PLAIN] / tps[base]))
-    traced = trace.demo(args, model, ck, res, chosen, prompts[0][1], n)
+    traced = trace.trace_demo(args, model, ck, res, chosen, prompts[0][1], n)
     print(f"\n(load {loaded:.1f} s, decoding {time.perf_counter() - t0 - loaded:.1f} s)")
     print("\n" + traced)
     return 0 if all_same else 1
 
 
-def demo_prompts(args, ck, vocab):
+def split_prompt(args, ck, vocab):
     """-> [(label, token ids)]: one prompt of the test split, chosen by --seed (a model family
     brings its own: its module's demo_prompts)."""
     text = split_text(ck, "test")
     if len(text) < 160:
         raise ValueError(f"checkpoint {args.checkpoint} holds no test text for the demo; use --prompt")
     prompt = random.Random(args.seed).choice(make_prompts(text, vocab, 8, 80))
-    return [(f"(test split): '{show(prompt, vocab)}'", prompt)]
+    return [(f"(test split): '{show_tokens(prompt, vocab)}'", prompt)]
 
 
 def demo_decoders(model, res, chosen, label, prompt, n, gen, args, names, left):
@@ -99,7 +99,7 @@ def demo_decoders(model, res, chosen, label, prompt, n, gen, args, names, left):
                                "runs one)" if left else ""))
     greedy = greedy_decode(model, prompt, n)
     if T == 0:
-        print(f"greedy, {n} calls: '{show(greedy, vocab)}'\n")
+        print(f"greedy, {n} calls: '{show_tokens(greedy, vocab)}'\n")
     all_same, plain, w = True, None, decoders.label_width(decoders.DECODERS)
     for name in names:
         m = decoders.method(name, res, chosen[name], prompt + greedy)
@@ -107,7 +107,7 @@ def demo_decoders(model, res, chosen, label, prompt, n, gen, args, names, left):
         all_same &= T > 0 or out == greedy
         plain = stats if name == decoders.PLAIN else plain
         sets = ", ".join(f"{a}={b}" for a, b in chosen[name].items())
-        what = (f"'{show(out[:40], vocab)}…'" if T else
+        what = (f"'{show_tokens(out[:40], vocab)}…'" if T else
                 f"{'identical to greedy ✓' if out == greedy else 'DIFFERENT from greedy ✗'}  {sets}")
         print(f"  {name:{w}s} {stats['calls']:3d} calls, block efficiency "
               f"{stats['block_efficiency']:.2f}  {what}")
@@ -115,7 +115,7 @@ def demo_decoders(model, res, chosen, label, prompt, n, gen, args, names, left):
     return greedy, plain, all_same
 
 
-def draw_steps(model, res, chosen, stats, answer, plen, vocab, limit=5):
+def draw_decoder_steps(model, res, chosen, stats, answer, plen, vocab, limit=5):
     """The first BPD calls: the heads guess (predict), the base model checks (verify), the prefix
     equal to greedy is kept (accept; Stern §3); under each, the refined drafts from the same
     context and head log-probs (Kim §7), with the tokens each would have gained."""
@@ -132,13 +132,13 @@ def draw_steps(model, res, chosen, stats, answer, plen, vocab, limit=5):
         pending, m = known - 1, len(step["drafts"][0]) - 1
         if step is repeat:
             print("    ... later, a repeated token in BPD's draft, replaced by the refined drafts:")
-        print(f"    after '…{show(answer[max(0, known - 24):known - 1], vocab)}':")
+        print(f"    after '…{show_tokens(answer[max(0, known - 24):known - 1], vocab)}':")
         for name, drafter in drafters.items():
             d = drafter(heads[pending][:m + 1], answer[:known])
             best = max(d, key=lambda x: analysis.marks(x, answer, pending)[1])
             tick, ok = analysis.marks(best, answer, pending)
             more = f" (best of {len(d)})" if len(d) > 1 else ""
-            print(f"      {name:{w}s} '{show(best, vocab)}'  {tick}  +{ok}{more}")
+            print(f"      {name:{w}s} '{show_tokens(best, vocab)}'  {tick}  +{ok}{more}")
 
 
 def draw_tries(model, res, chosen, stats, answer, plen, vocab, limit=6):
@@ -147,7 +147,7 @@ def draw_tries(model, res, chosen, stats, answer, plen, vocab, limit=6):
     print("\n  how BPD's draft tokens are checked (✓ kept, ✗ rejected; then a token is sampled"
           " from what is left of p):")
     for step in stats["steps"][:limit]:
-        tries = " ".join(f"'{show([tok], vocab)}' {'✓' if ok else '✗'} p={a:.2f}"
+        tries = " ".join(f"'{show_tokens([tok], vocab)}' {'✓' if ok else '✗'} p={a:.2f}"
                          for _, tok, a, ok in step["tries"])
-        print(f"    draft '{show(step['drafts'][0], vocab)}': {tries}  -> +{step['accepted']}")
+        print(f"    draft '{show_tokens(step['drafts'][0], vocab)}': {tries}  -> +{step['accepted']}")
 

@@ -1,7 +1,7 @@
 """drawable: what a drafter's explain() says, checked against what the trace page (lab/trace.html)
 draws for its kind, before it is written. The page draws a "lattice", "neural", "lookup" or
 "error" explanation from named fields (any other kind is shown as JSON); a field it cannot draw
-would stop its script and leave the page blank, so check() names the field instead (lab/trace.py
+would stop its script and leave the page blank, so check_drawable() names the field instead (lab/trace.py
 shows it as the step's error note).
 """
 import numbers
@@ -15,7 +15,7 @@ class Undrawable(ValueError):
     """An explanation with a field the page cannot draw (the message names it)."""
 
 
-def check(said):
+def check_drawable(said):
     """Undrawable naming the first field of `said` the page cannot draw; None where it can."""
     if isinstance(said, dict) and said.get("kind") in CHECKS:
         CHECKS[said["kind"]](said, "")
@@ -30,12 +30,12 @@ def is_number(x):               # a score: a real number or None (JSON's null, a
     return x is None or isinstance(x, numbers.Real) and not isinstance(x, bool)
 
 
-def is_token(x):
+def is_token_id(x):
     return is_int(x) and x >= 0
 
 
 def scored(c):                  # one candidate: [token, heads' log-prob, LM log-prob, score]
-    return isinstance(c, list) and len(c) == 4 and is_token(c[0]) and all(map(is_number, c[1:]))
+    return isinstance(c, list) and len(c) == 4 and is_token_id(c[0]) and all(map(is_number, c[1:]))
 
 
 def lattice(x, at):
@@ -56,7 +56,7 @@ def lattice(x, at):
          "a list of {score, tokens}")
     for p in paths:
         tokens = p.get("tokens")
-        need(isinstance(tokens, list) and len(tokens) <= h and all(map(is_token, tokens)),
+        need(isinstance(tokens, list) and len(tokens) <= h and all(map(is_token_id, tokens)),
              at + "paths.tokens", f"a list of at most {h} token ids")
         need(is_number(p.get("score")), at + "paths.score", "a number")
 
@@ -73,17 +73,17 @@ def neural(x, at):
         need(isinstance(c, list) and len(c) <= k and all(map(scored, c)), at + "positions.candidates",
              f"a list of at most k = {k} candidates [token id, heads' log-prob, LM log-prob or None, "
              "score]")
-        need(is_token(p.get("chosen")), at + "positions.chosen", "a token id")
+        need(is_token_id(p.get("chosen")), at + "positions.chosen", "a token id")
 
 
 def lookup(x, at):
     """kind "lookup" (decoders.lookup): the copy and where it matched; a base drafter's lattice."""
     copy = x.get("copy")
-    need(isinstance(copy, list) and all(map(is_token, copy)), at + "copy", "a list of token ids")
+    need(isinstance(copy, list) and all(map(is_token_id, copy)), at + "copy", "a list of token ids")
     need(is_int(x.get("ngram")) and x["ngram"] >= 1, at + "ngram", "an integer >= 1")
     need(is_int(x.get("matched")) and x["matched"] >= 0, at + "matched", "an integer >= 0")
     for field in ("match_start", "copy_start"):
-        need(x.get(field) is None or is_token(x[field]), at + field,
+        need(x.get(field) is None or is_token_id(x[field]), at + field,
              "a position (an integer >= 0) or None")
     base = x.get("base")
     if isinstance(base, dict) and base.get("kind") == "lattice":

@@ -6,8 +6,8 @@ import argparse
 
 from lab import analysis
 from lab import approximate
-from lab.checks import (DEMO_TOKENS, MAX_NEW_TOKENS, MAX_TEXT_BYTES, PROMPT_TOKENS, TASK_EXAMPLES,
-                        SUBWORD_TASK_DECODERS, SUBWORD_TASK_EXAMPLES)
+from lab.checks import (DEFAULT_PROMPT_TOKENS, MAX_DEMO_TOKENS, MAX_NEW_TOKENS, MAX_TEXT_BYTES,
+                        TASK_EXAMPLES, SUBWORD_TASK_DECODERS, SUBWORD_TASK_EXAMPLES)
 from lab import trace
 from lab.plugins import load_plugins
 import decoders
@@ -55,7 +55,7 @@ def add_modes(p):
 def add_model_flags(p):
     """Which model, decoder and settings."""
     p.add_argument("--max-new-tokens", type=int, default=None, help=f"--prompt (default "
-                   f"{PROMPT_TOKENS}), --demo (default and at most {DEMO_TOKENS})")
+                   f"{DEFAULT_PROMPT_TOKENS}), --demo (default and at most {MAX_DEMO_TOKENS})")
     p.add_argument("--decoder", default=None, help="decoder for --prompt (default bpd): greedy, "
                    + ", ".join(decoders.DECODERS) + f"; with --demo --trace: the decoder traced "
                    f"(default {trace.DEMO_DECODER})")

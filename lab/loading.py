@@ -8,7 +8,7 @@ from lab.checks import overrides, resolve_device
 from runtime.checkpoint import DTYPES, load as load_fast
 
 
-def load(args, used=None):
+def load_mode(args, used=None):
     """(model, checkpoint, {decoder: settings}, Resources), the settings of the decoders `used`
     (default: all) checked against the model's budgets; no model call yet."""
     # the lab's loader: FastGPT (minibpd.GPT's heads in one product) or another model family
@@ -20,11 +20,11 @@ def load(args, used=None):
                                       args.mode in ("prompt", "demo"))
     chosen = decoders.settings(args.tuned_settings, overrides(args))    # read by the checks
     res = Resources(model, ck, reference=args.reference)    # --reference: the one switch
-    build(decoders.active() if used is None else used, chosen, res)
+    build_drafters(decoders.active() if used is None else used, chosen, res)
     return res.model, ck, chosen, res
 
 
-def build(names, chosen, res):
+def build_drafters(names, chosen, res):
     """Check each decoder's settings against the model's budgets, and build its drafter (every
     drafter builds before any model call)."""
     for name in names:

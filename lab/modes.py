@@ -20,7 +20,7 @@ from lab import tasks
 from lab import trace
 from lab.bench import make_prompts
 from lab.checks import resolve_device
-from lab.loading import load
+from lab.loading import load_mode
 from lab.run import Run
 import decoders
 from decoders.registry import baseline_name
@@ -32,11 +32,11 @@ from runtime.corpus import decode, encode
 
 # ----------------------------------------------------------------------------- --prompt
 
-def generate(args):
+def prompt_command(args):
     """One continuation of --prompt with --decoder; at T = 0 checked against greedy."""
     T = args.temperature
     name = baseline_name(T) if args.decoder in decoders.BASELINES else args.decoder
-    model, ck, chosen, res = load(args, [name] if name in decoders.DECODERS else [])
+    model, ck, chosen, res = load_mode(args, [name] if name in decoders.DECODERS else [])
     if getattr(model, "machine", None):
         print(figures.machine_line(model).strip(), file=sys.stderr)
     prompt, n = encode(args.prompt, ck["vocab"]), args.max_new_tokens
@@ -72,9 +72,9 @@ def bench_prompts(ck, args):
 
 
 def bench_run(args):
-    """load(args), then the lab.run.Run of --bench, --scale and --tune: the bench's prompts x
+    """load_mode(args), then the lab.run.Run of --bench, --scale and --tune: the bench's prompts x
     --new-tokens, at --temperature with --seed and --verify."""
-    _, ck, chosen, res = load(args)
+    _, ck, chosen, res = load_mode(args)
     return Run(res, chosen, bench_prompts(ck, args), args.new_tokens, args.temperature,
                args.seed, args.verify)
 
@@ -128,7 +128,7 @@ def tasks_command(args):
     fitted on the tasks' train examples, built by the running Python; the character model's small
     LM fine-tuned on them, stored). The character model runs the five tasks stored in its
     checkpoint; a subword model (SmolLM2) every task of tasks.TASKS, built here."""
-    model, ck, chosen, res = load(args)          # it holds tasks: check_against_checkpoint
+    model, ck, chosen, res = load_mode(args)          # it holds tasks: check_against_checkpoint
     subword = family_module(ck) is not None
     examples, python, text, small = subword_tasks(args, ck) if subword else char_tasks(args, ck, model)
     res_in = Resources(model, ck, small=small, reference=args.reference, text=text)

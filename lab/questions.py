@@ -15,10 +15,9 @@ from lab import stdlib, task_pools, task_text
 EXPLAIN_LINES = 12              # "explain this code" only for functions this short (lines)
 
 
-def summary(fn):
+def first_sentence(fn):
     """The docstring's first sentence on one line ('' without a docstring)."""
-    doc = ast.get_docstring(fn.node) or ""
-    first = " ".join(doc.strip().split("\n\n")[0].split())
+    first = task_text.doc_summary(ast.get_docstring(fn.node))
     return re.split(r"(?<=[.!?])\s", first)[0].rstrip(".")
 
 
@@ -41,7 +40,7 @@ def as_request(text):
 
 def question(fn):
     """One question about `fn`, of a form its key picks."""
-    name, said = f"{fn.module}.{fn.qualname}", summary(fn)
+    name, said = f"{fn.module}.{fn.qualname}", first_sentence(fn)
     code = task_pools.without_docstrings(fn)
     forms = [f"What does {name} do in Python?",
              f"How do I use {fn.qualname} from Python's {fn.module} module? Show a short example."]
@@ -58,7 +57,7 @@ def questions(split):
     if split not in task_text.SPLITS:
         raise ValueError(f"unknown split {split!r}; the splits are {', '.join(task_text.SPLITS)}")
     picked = [fn for fn in stdlib.functions() if task_text.split_of(fn.key) == split
-              and not any(part.startswith("_") for part in fn.key.split(".")) and summary(fn)]
+              and not any(part.startswith("_") for part in fn.key.split(".")) and first_sentence(fn)]
     return tuple(question(fn) for fn in sorted(picked, key=lambda fn: task_text.digest(fn.key)))
 
 

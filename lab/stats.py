@@ -16,7 +16,7 @@ import random
 import statistics
 
 MAX_EXACT = 8           # 8! = 40,320 pairings: exact; more would take long in pure Python
-TIE = 1e-12             # a permuted coefficient this close to the observed one counts as as large
+PERMUTATION_TIE = 1e-12             # a permuted coefficient this close to the observed one counts as as large
 
 
 def pearson(xs, ys):
@@ -56,7 +56,7 @@ def exact_permutation_p(xs, ys, statistic):
     for perm in itertools.permutations(ys):
         value = statistic(xs, list(perm))
         total += 1
-        hits += value is not None and abs(value) >= abs(observed) - TIE
+        hits += value is not None and abs(value) >= abs(observed) - PERMUTATION_TIE
     return hits / total
 
 

@@ -124,7 +124,7 @@ def quality_of(greedy, examples, metric, vocab):
     texts = [(decode(up_to_stop(g, vocab), vocab), decode(t, vocab))
              for g, (_, t) in zip(greedy, examples)]
     return {name: sum(fn(g, t) for g, t in texts) / len(texts)
-            for name, fn in sorted(analysis.QUALITY.items(), key=lambda kv: kv[0] != metric)} | {
+            for name, fn in sorted(analysis.METRICS.items(), key=lambda kv: kv[0] != metric)} | {
         "phrase_repeat": analysis.phrase_repetition_all(greedy)}
 
 

@@ -45,7 +45,7 @@ TASKS = {
                    "local name, a seeded fresh one) -> the source renamed token by token"),
 }
 CHAR_TASKS = ("lm", "qa", "code2doc", "doc2summary", "code")    # the character model's (stored)
-QUALITY = {"lm": "rouge_l", "qa": "exact_match", "code2doc": "rouge_l",   # analysis.QUALITY's
+QUALITY = {"lm": "rouge_l", "qa": "exact_match", "code2doc": "rouge_l",   # analysis.METRICS's
            "doc2summary": "rouge_l", "code": "rouge_l", "doc2code": "rouge_l",
            "rename": "exact_match"}
 INSTRUCTION = {"lm": None, "code": None,            # raw continuations (no instruction)

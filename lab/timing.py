@@ -84,23 +84,23 @@ def by_heads(run):
         decoded = [m.decode(run.model, p, k) for p, k in zip(run.prompts, run.lengths)]
         out[m.name] = {"block_efficiency": analysis.block_eff([s for _, s in decoded]),
                        "identical_to_greedy": [t for t, _ in decoded] == greedy}
-    s = summary(run, timings(run, methods), methods[0].name)
+    s = speed_summary(run, timings(run, methods), methods[0].name)
     for name in out:
         out[name].update({k: s[k][name] for k in ("tokens_per_s", "speedup", "timing_spread")})
     return {"methods": out, "timing_warnings": s["timing_warnings"], "threads": s["threads"]}
 
 
-def clock(run):
+def speed_report(run):
     """The baseline and every decoder that does not peek, timed in one run (timings) -> the
     report's tokens_per_s, speedup, timing_spread, timing_warnings, threads and machine."""
     base = baseline_name(run.temperature)
     methods = [Method(base)] + [decoders.method(k, run.res, run.chosen[k]) for k, d in
                                 decoders.active().items() if not d.peeks]
-    return {**summary(run, timings(run, methods), base),
+    return {**speed_summary(run, timings(run, methods), base),
             "machine": getattr(run.model, "machine", None)}
 
 
-def summary(run, times, base):
+def speed_summary(run, times, base):
     """timings' seconds -> tokens_per_s, speedup over `base`, timing_spread, warnings, threads."""
     tps = tokens_per_s(times, len(run.prompts) * run.n)
     return {"tokens_per_s": tps, "speedup": {k: v / tps[base] for k, v in tps.items()},

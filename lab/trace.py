@@ -25,7 +25,7 @@ from runtime.corpus import decode
 from train_heads import writable
 
 MARKER = "minibpd-trace"          # in every file we write, near its start: ours to overwrite
-FORMAT = MARKER + "/1"
+TRACE_FORMAT = MARKER + "/1"
 MAX_STEPS = 1000                  # steps a page shows (the first ones); more: said on the page
 MAX_EXPLAIN_BYTES = 100_000       # what one step keeps of a drafter's explain() (a plug-in's)
 DEMO_DECODER = "pbest"            # what --demo --trace shows without --decoder
@@ -84,7 +84,7 @@ def explain(drafter, logprobs, context, drafts):
     """What a drafter says about the call just made: its explain(), or for lattice.OracleDrafter
     (in the paper layer, no explain) its lattice computed here; None for a drafter with neither.
     An explain() that fails, returns what JSON cannot hold or what the page cannot draw
-    (drawable.check) becomes an error note: it never stops the decode nor blanks the page."""
+    (drawable.check_drawable) becomes an error note: it never stops the decode nor blanks the page."""
     try:
         if callable(getattr(drafter, "explain", None)):
             said = drafter.explain()
@@ -96,7 +96,7 @@ def explain(drafter, logprobs, context, drafts):
         if size > MAX_EXPLAIN_BYTES:
             return {"kind": "error", "error": f"explain() returned {size:,} bytes of JSON; a step "
                     f"keeps at most {MAX_EXPLAIN_BYTES:,}"}
-        drawable.check(said)
+        drawable.check_drawable(said)
         return said
     except drawable.Undrawable as e:
         return {"kind": "error", "error": f"explain() returned a {said['kind']} the page cannot "
@@ -162,13 +162,13 @@ def check_of(out, greedy, temperature, accept, seed):
             "distribution of sampling the base model one token at a time (docs/exactness.md)"}
 
 
-def build(run, vocab, prompt, out, stats, explained, check):
+def trace_data(run, vocab, prompt, out, stats, explained, check):
     """The trace's data: the run's description (`run`, see describe), the prompt and output as
     text and token ids, the calls and tokens accepted per call, the check, the steps (steps_of)
     and the text of every token id they hold."""
     seq = list(prompt) + list(out)
     steps = steps_of(stats, seq, len(prompt), explained)
-    data = {"format": FORMAT, **run, "prompt": decode(prompt, vocab), "output": decode(out, vocab),
+    data = {"format": TRACE_FORMAT, **run, "prompt": decode(prompt, vocab), "output": decode(out, vocab),
             "prompt_tokens": list(prompt), "tokens": list(out), "calls": stats["calls"],
             "accepted": stats["accepted"], "block_efficiency": len(out) / stats["calls"],
             "check": check, "steps_total": stats["calls"] - 1, "steps": steps}
@@ -315,7 +315,7 @@ def finish(args, model, ck, name, settings, prompt, out, stats, recorder, greedy
     the page shows them per step)."""
     check = check_of(out, greedy, args.temperature, args.accept, args.seed)
     run = describe(model, ck, args.checkpoint, name, settings, args)
-    data = build(run, ck["vocab"], prompt, out, stats, recorder.explained, check)
+    data = trace_data(run, ck["vocab"], prompt, out, stats, recorder.explained, check)
     write(args.trace, data)
     shown, total = len(data["steps"]), data["steps_total"]
     what = f"all {total} steps" if shown == total else f"the first {shown} of {total} steps"
@@ -329,7 +329,7 @@ def finish(args, model, ck, name, settings, prompt, out, stats, recorder, greedy
     return line
 
 
-def demo(args, model, ck, res, chosen, prompt, n):
+def trace_demo(args, model, ck, res, chosen, prompt, n):
     """The demo's last lines: one decoder (--decoder, default pbest) on its first prompt, traced
     to --trace FILE; without --trace, the flag that writes one. Its own generator (seeded by
     --seed): the demo's runs draw exactly as without a trace."""

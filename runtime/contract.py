@@ -17,7 +17,7 @@ class DrafterError(RuntimeError):
 class CheckedDrafter:
     """A drafter as the decode loop calls it. Its declared numbers are read and checked once
     (a drafter that changes them later is held to the first: the cache was sized by them); each
-    answer is checked against the contract (check_drafts) and handed back as fresh lists, and
+    answer is checked against the contract (check_answer) and handed back as fresh lists, and
     an exception inside the drafter becomes a DrafterError naming it. At temperature T > 0 a
     drafter with sample(logprobs, context, T, generator) -> (drafts, q) is called that way, with
     a generator of its own each call (drafter_generator) and its q checked (exact only if q is
@@ -56,7 +56,7 @@ class CheckedDrafter:
         longest = rows       # past the heads only as declared, and not with a q (a row per head)
         if hasattr(self.drafter, "max_draft_tokens") and not self.sampling:
             longest = max(rows, self.max_draft_tokens + 1)
-        out = check_drafts(drafts, rows, first, self.V, self.max_drafts, self.drafter, longest)
+        out = check_answer(drafts, rows, first, self.V, self.max_drafts, self.drafter, longest)
         self.q = check_proposal(q, out, self.V, self.name) if self.sampling else None
         return out
 
@@ -81,9 +81,10 @@ def drafter_name(drafter):
     return getattr(drafter, "name", None) or type(drafter).__name__
 
 
-def check_drafts(drafts, size, first, V, limit, drafter, longest=None):
-    """The drafter contract (see ArgmaxDrafter) -> the drafts as new lists of ints, or a
-    ValueError naming the rule broken and the drafter. Each draft holds `size` ints, or from
+def check_answer(drafts, size, first, V, limit, drafter, longest=None):
+    """A drafter's answer checked by the rules of minibpd.check_drafts, each broken one named with
+    a hint to mend it -> the drafts as new lists of ints, or a ValueError naming the rule broken
+    and the drafter. Each draft holds `size` ints, or from
     `size` to `longest` where a drafter declares max_draft_tokens. At most p x h ints:
     microseconds."""
     longest = size if longest is None else longest

@@ -102,7 +102,7 @@ def test_perplexity_reads_the_decode_loops_windows():
     heads = analysis.heads_along(model, seq, 5)
     want = [float(heads[t][0, seq[t]]) for t in range(5, 30)]
     assert approximate.logprobs_along(model, seq, 5) == pytest.approx(want, rel=1e-9)
-    ppl = approximate.perplexity(model, [seq[:5]], [seq[5:]])
+    ppl = approximate.outputs_perplexity(model, [seq[:5]], [seq[5:]])
     assert ppl == pytest.approx(math.exp(-sum(want) / len(want)), rel=1e-9)
     assert approximate.differing([[1, 2, 3], [4]], [[1, 0, 3], [5]]) == 0.5
     assert approximate.first_difference([[1, 2, 3], [4, 5]], [[1, 0, 3], [4, 5]]) == 1.5

@@ -417,8 +417,8 @@ def test_rouge_l_by_hand_and_exact_match():
     assert analysis.rouge_l(" the sum\n", "the sum") == 1.0
     assert analysis.exact_match(" the sum\n", "the sum") == 1.0
     assert analysis.exact_match("sum", "Sum") == 0.0
-    assert analysis.QUALITY[tasks.QUALITY["qa"]]("a", "ab") == 0.0
-    assert analysis.QUALITY[tasks.QUALITY["lm"]]("a", "ab") == pytest.approx(2 / 3)
+    assert analysis.METRICS[tasks.QUALITY["qa"]]("a", "ab") == 0.0
+    assert analysis.METRICS[tasks.QUALITY["lm"]]("a", "ab") == pytest.approx(2 / 3)
 
 
 # ----------------------------------------------------------------------------- bad input

@@ -87,7 +87,7 @@ def test_a_trace_changes_nothing(shipped, name, T):
     assert [s["drafts"] for s in stats2["steps"]] == [s["drafts"] for s in stats["steps"]]
     model, ck, chosen, _ = shipped
     prompt = encode(PROMPT, ck["vocab"])
-    data = trace.build({"decoder": name}, ck["vocab"], prompt, out2, stats2, recorder.explained,
+    data = trace.trace_data({"decoder": name}, ck["vocab"], prompt, out2, stats2, recorder.explained,
                        trace.check_of(out2, out2, T, "exact", 0))
     same_run(json.loads(json.dumps(data)), out, stats)
     assert decode(data["tokens"], ck["vocab"]) == data["output"]
@@ -352,7 +352,7 @@ def test_a_template_without_its_slot_is_refused(tmp_path, monkeypatch):
     old.write_text("<html><meta content=minibpd-trace></html>")
     monkeypatch.setattr(trace, "TEMPLATE", str(old))
     with pytest.raises(ValueError, match="no data slot"):
-        trace.write(str(tmp_path / "t.html"), {"format": trace.FORMAT})
+        trace.write(str(tmp_path / "t.html"), {"format": trace.TRACE_FORMAT})
     assert not (tmp_path / "t.html").exists()
 
 
