@@ -1,4 +1,3 @@
-"""models: model families beside minibpd.py's character GPT, each one module that
-runtime.checkpoint.MODEL_FAMILIES names by checkpoint kind: llama (a batch-invariant Llama with BPD heads,
-built from llama_layers) and smollm (SmolLM2-135M-Instruct's heads checkpoint, loaded from the
-GGUF and tokenizer that smollm_gguf reads)."""
+"""models: model families beside minibpd.py's character GPT: a batch-invariant Llama with BPD
+heads (llama, its layers in llama_layers) and SmolLM2-135M-Instruct loaded into it from its GGUF
+(smollm, the module runtime.checkpoint.MODEL_FAMILIES names; the file read by smollm_gguf)."""

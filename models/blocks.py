@@ -175,14 +175,9 @@ def by_rows(fn, x, rows):
     tensor: every operation inside fn sees one shape and one memory alignment (BLAS kernels
     branch on both), whatever N is (batch invariance, module docstring)."""
     flat = x.reshape(-1, x.shape[-1])
-    out = blocks(fn, padded_rows(flat, rows), rows)[:len(flat)]
+    padded = flat.contiguous() if rows is None else padded_copy(flat, rows, 1)    # [M, K]
+    out = blocks(fn, padded, rows)[:len(flat)]
     return out.view(*x.shape[:-1], out.shape[-1])
-
-
-def padded_rows(flat, rows):
-    """flat [N, K] -> a fresh [M, K], M = N rounded up to a multiple of rows (zero rows below);
-    rows=None: flat itself, contiguous."""
-    return flat.contiguous() if rows is None else padded_copy(flat, rows, 1)
 
 
 def linear_rows(layer, x, rows, wide=False):
@@ -228,11 +223,9 @@ def row_invariance(layer, most):
 
 def widened(layer, x):
     """A bf16 Linear's product computed in float32 on the same bf16 values: the inputs rounded to
-    bf16, each product of two bf16 numbers exact in float32 (8-bit significands), the sums in
-    float32 as a bf16 kernel's are (in another order, as any two kernels' are), the result
-    rounded to bf16. Ours: on a CPU without bf16 dot products a bf16 product's cost grows with
-    its rows and a float32 one's far less (docs/real-model.md, "Prefill"), so a prefill of many
-    rows runs this way (LlamaConfig.wide_prefill). x [M, K] -> [M, K']."""
+    bf16, each product of two bf16 numbers exact in float32, the sums in float32, the result
+    rounded to bf16. Ours, for a prefill where bf16 has no dot products (LlamaConfig.wide_prefill;
+    docs/real-model.md, "Prefill"). x [M, K] -> [M, K']."""
     bias = None if layer.bias is None else layer.bias.float()
     out = F.linear(x.to(torch.bfloat16).float(), layer.weight.float(), bias)
     return out.to(torch.bfloat16).to(x.dtype)

@@ -1,10 +1,8 @@
-"""llama: the Llama decoder that smollm.py loads SmolLM2-135M into, with BPD heads and a
-batch-invariant mode: RMSNorm, rotary position embeddings, grouped-query attention, SwiGLU, an
-output head tied to the token embedding, plus BPD proposal heads after Stern §6, ours (Stern et
-al. 2018, "Blockwise Parallel Decoding for Deep Autoregressive Models") or chained, each reading
-the token drafted before it (ChainedHead; ours, after Hydra). It offers the interface
-of minibpd.GPT (config, forward with a KV cache or a token tree, lm_head, head_logits, kv_spec,
-first_heads), so bpd_decode runs it unchanged. Only torch and the standard library.
+"""llama: the Llama decoder that smollm.py loads SmolLM2-135M into (RMSNorm, rotary position
+embeddings, grouped-query attention, SwiGLU, an output head tied to the token embedding), with
+BPD proposal heads after Stern §6 (Stern et al. 2018) or chained, each reading the token drafted
+before it (ChainedHead; ours, after Hydra), and a batch-invariant mode. It offers minibpd.GPT's
+interface (docs/layout.md, "A new model family"), so bpd_decode runs it unchanged.
 
 Batch invariance. BPD returns greedy's tokens only if a position's logits do not depend on how
 many positions one call computes (Stern §3: verification must reproduce the greedy choices).
@@ -209,11 +207,8 @@ class Llama(nn.Module):
         """forward() whose first n tokens, a prompt's or a new window's (the decode loop passes
         the uncached tail but its last token), run ONCE, as one row in plain products (no fixed
         blocks; bf16 widened with cfg.wide_prefill), and the rest in fixed blocks as ever, layer
-        by layer in one pass. Exactness needs no more: every decoder prefills the same tokens
-        with this same call, so the prefilled keys and values are the same in all of them, and
-        the rows after them stay batch-invariant. What it saves: a prefill of n rows costs n
-        blocks' products otherwise (docs/real-model.md, "Prefill"). Ours: the papers are silent.
-        -> z [P, L, C]."""
+        by layer in one pass: every decoder prefills the same tokens with this same call, so
+        exactness holds (ours; docs/real-model.md, "Prefill"). -> z [P, L, C]."""
         P, L = idx.shape
         if not 0 < n < L or not torch.equal(idx[:, :n], idx[:1, :n].expand(P, n)):
             raise ValueError(f"a prefill is 1 to L - 1 = {L - 1} tokens shared by every row, got {n}")
@@ -245,7 +240,8 @@ class Llama(nn.Module):
         zs = self.head_rows(z)                                            # [..., h, C]
         if self.draft_vocab is None or torch.is_grad_enabled():
             return self.lm_head(zs)
-        return torch.cat([self.lm_head(zs[..., :1, :]), self._draft_logits(zs[..., 1:, :])], -2)
+        drafts = self._filled(self._draft_rows(zs[..., 1:, :], self.lm_head.rows))
+        return torch.cat([self.lm_head(zs[..., :1, :]), drafts], -2)
 
     def chained_logits(self, z, last=None):
         """Heads 1..h in chained form (ChainedHead): z [..., C] -> [..., h, V]. Head i reads head
@@ -272,10 +268,8 @@ class Llama(nn.Module):
         return out.view(*z.shape[:-1], len(self.heads) + 1, -1)
 
     def head_rows(self, z):
-        """z [..., C] -> the states heads 1..h project, [..., h, C] (z itself first)."""
-        if self.config.head_form != "stern":       # a chained head needs the token before it
-            raise ValueError("head_rows holds Stern-form heads' states; chained heads run in "
-                             "chained_logits (head_logits)")
+        """z [..., C] -> the states Stern-form heads 1..h project, [..., h, C] (z itself first;
+        chained heads need the token before theirs: chained_logits)."""
         zs = by_rows(self._head_states, z, self.lm_head.rows)             # [..., h C]
         return zs.view(*z.shape[:-1], len(self.heads) + 1, z.shape[-1])
 
@@ -296,13 +290,9 @@ class Llama(nn.Module):
         heads = self.head_rows(z[0, :k])[:, 1:].reshape(-1, C)           # [k (h - 1), C]
         return self.lm_head(torch.cat([z.reshape(n, C), heads]))[:n].view(*z.shape[:-1], -1)
 
-    def _draft_logits(self, zs):
-        """Heads 2..h's logits [..., h - 1, V]: over draft_vocab by fixed-shape row blocks (the
-        embedding rows of those tokens, copied once), DRAFT_FILL elsewhere."""
-        return self._filled(self._draft_rows(zs, self.lm_head.rows))
-
     def _draft_rows(self, zs, rows):
-        """zs [..., C] -> logits over draft_vocab only [..., S], by fixed blocks of `rows`."""
+        """zs [..., C] -> logits over draft_vocab only [..., S], by fixed blocks of `rows` (the
+        embedding rows of those tokens, copied once)."""
         W, ids = self.lm_head.weight, self.draft_vocab
         sub_head = derived(self, "_draft_head", (W.data_ptr(), W._version, W.dtype, id(ids)),
                            lambda: types.SimpleNamespace(weight=W[ids].detach().contiguous(),

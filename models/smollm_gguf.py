@@ -4,7 +4,6 @@ and its trunk's tensors as llama.Llama's state dict (the rotary rows unpermuted 
 llama.cpp's layout). The optional `gguf` and `tokenizers` packages are imported where a file is
 read, so that the project imports without them."""
 import functools
-import hashlib
 import importlib.metadata
 import os
 import re
@@ -13,6 +12,7 @@ import numpy as np
 import torch
 
 from models.llama import LlamaConfig
+from runtime.checkpoint import file_sha256
 from runtime.corpus import check_unicode
 
 
@@ -120,11 +120,7 @@ def gguf_sha256(path):
 
 @functools.lru_cache(maxsize=16)
 def _sha256(path, size, mtime_ns):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    return file_sha256(path)
 
 
 def unpermute_rotary(w, n_heads):

@@ -1,7 +1,7 @@
 """The command line of train_heads.py: its flags (parse_args; the help text is train_heads.py's
 docstring), every check before any work (check_args: a typo should cost a second, not a training
-run), and the hand-off: the base run to train_heads.run_base, --distill, --tasks and --smollm to
-training/finetune.py. Bad input: one `error:` line on stderr, exit status 2.
+run), and the hand-off: the base run to train_heads.run_base, --distill and --tasks to finetune.py,
+--smollm to smollm_heads.py. Bad input: one `error:` line on stderr, exit status 2.
 """
 import math
 import os
@@ -55,7 +55,7 @@ def parse_args(argv=None):
 def add_distill_args(p, arg):
     """--distill and its flags (arg: parse_args' helper, a help line required)."""
     arg("--distill", "self-distil the heads of --base instead of training a model: 'frozen' "
-        "(trunk + head 1 frozen) or 'joint' (see 'self-distillation' in train_heads.py). Then "
+        "(trunk + head 1 frozen) or 'joint' (see training/finetune.py's self-distillation). Then "
         f"--steps, --lr, --warmup and --out default to {DISTILL_DEFAULTS['steps']}, "
         f"{DISTILL_DEFAULTS['lr']}, {DISTILL_DEFAULTS['warmup']} and "
         "checkpoints/minibpd-distilled.pt (default: off)", metavar="VARIANT")
@@ -302,14 +302,9 @@ def run(args):
         print(f"saved {args.out} ({d['seconds'] / 60:.1f} min of distillation, "
               f"{d['seconds_generating'] / 60:.1f} generating)")
         return
-    run_base(args)
-
-
-def run_base(args):
-    """train_heads.run_base with the stacked heads (runtime.fast_heads.FastGPT): the same forward
-    pass to rounding, but their gradients sum in another order, and training amplifies the last bits. The
-    shipped checkpoint was trained this way: `python -m training.cli --force --threads 2`
-    repeats it bit for bit."""
+    # The stacked heads (FastGPT): the same forward pass to rounding, but their gradients sum in
+    # another order, and training amplifies the last bits. The shipped checkpoint was trained
+    # this way: `python -m training.cli --force --threads 2` repeats it bit for bit.
     train_heads.run_base(args, cls=FastGPT)
 
 

@@ -20,21 +20,19 @@ from runtime.fast_heads import FastGPT
 from runtime.loop import decode_rows
 from train_heads import (as_tensors, batches, evaluate, fit, git_revision, half, head_losses,
                          train)
-from training.shared import anchor_kl
 
 
 # ----------------------------------------------------------------------------- self-distillation
-# Verification accepts draft token t + i only when it equals the base model's greedy token, but
-# trained heads learn the corpus's next tokens. A greedily generated sequence is its own target:
-# inside its generated part, the model's greedy continuation of any prefix IS the sequence's next
-# tokens. So "head i predicts token t + i" on greedy windows trains heads 2..h on what
-# verification checks. Variants (--distill, starting from a trained --base):
+# Heads 2..h learn the model's own greedy continuations, what verification checks (a greedy
+# window is its own target: docs/training.md, "Self-distilled heads"). Variants (--distill,
+# starting from a trained --base):
 #   frozen  trunk and head 1 frozen (greedy output provably unchanged); heads 2..h learn.
 #   joint   everything trains: head 1 keeps learning the corpus (quality), heads 2..h the greedy
 #           future, regenerated every --regen-every steps from the current model.
 # --teacher base: a frozen copy of --base generates the data instead (a control: the data then
 # cannot follow the trunk). --anchor X (joint): X x KL(base || model) of head 1 on the greedy
-# windows, so that the model cannot buy predictability by looping (docs/training.md: the honest guard). The rescorer, vocabulary and splits are copied from --base.
+# windows, so that the model cannot buy predictability by looping (docs/training.md: the honest
+# guard). The rescorer, vocabulary and splits are copied from --base.
 
 DISTILLED = os.path.join(os.path.dirname(CHECKPOINT), "minibpd-distilled.pt")
 VARIANTS, TEACHERS = ("frozen", "joint"), ("current", "base")
@@ -57,6 +55,15 @@ def greedy_windows(model, data, rows, gen):
     return windows, (torch.arange(T) >= plen - 1).expand(rows, T)
 
 
+def anchor_kl(base, inputs, own, mask):
+    """KL(base || model) of head 1 over the masked positions: own [B, T, V] the model's head-1
+    logits on inputs [B, T], base a frozen model. Holds the next-token distribution to the base's
+    on the model's own greedy text, so drifting into loops costs loss where it happens."""
+    with torch.no_grad():
+        ref = F.log_softmax(base.lm_head(base(inputs))[mask], dim=-1)            # [N, V]
+    return F.kl_div(F.log_softmax(own[mask], dim=-1), ref, log_target=True, reduction="batchmean")
+
+
 def greedy_agreement(model, data, rows=64, seed=0):
     """Per-head top-1 agreement with the model's own greedy tokens on continuations of `data`
     prompts (heads 2..h; head 1 is greedy by definition): what BPD's verification checks."""
@@ -67,7 +74,7 @@ def greedy_agreement(model, data, rows=64, seed=0):
 
 def distill_loss(model, splits, cfg, gen, teacher, base=None):
     """-> loss_at(step) for fit: joint: head 1 on a corpus batch plus head_weight x heads 2..h and
-    anchor x head 1's KL from `base` (training.anchor_kl) on a greedy batch, a weighted mean as
+    anchor x head 1's KL from `base` (anchor_kl) on a greedy batch, a weighted mean as
     joint_loss; frozen: heads 2..h only."""
     T, h, w, a, pool = (model.config.block_size, model.config.n_bpd_heads, cfg.head_weight,
                         cfg.anchor, {})
@@ -111,10 +118,8 @@ def distill(cfg, log=print):
     log(f"base {cfg.base}: test loss head 1 {base_loss:.3f}; tune agreement with greedy, heads "
         f"2..{model.config.n_bpd_heads}: " + " ".join(f"{a:.0%}" for a in base_agree))
     if cfg.distill == "frozen":       # only heads 2..h learn; lm_head is the tied embedding
-        for p in model.parameters():
-            p.requires_grad_(False)
-        for p in model.heads.parameters():
-            p.requires_grad_(True)
+        model.requires_grad_(False)
+        model.heads.requires_grad_(True)
     base = copy.deepcopy(model).eval() if cfg.teacher == "base" or cfg.anchor else None
     teacher = base if cfg.teacher == "base" else model
     loss_at, pool = distill_loss(model, splits, cfg, gen, teacher, base)
@@ -137,14 +142,10 @@ def distill(cfg, log=print):
 
 
 # ----------------------------------------------------------------------------- fine-tuning on the tasks
-# Kim et al. fine-tune the BPD model per task; we fine-tune ONE model on the mixture of the five
-# tasks' train splits (tasks.py), trunk and heads jointly (joint_loss), keeping the vocabulary
-# (our choice: one checkpoint to ship). The window grows to --block-size (512: a task's prompt
-# and target), the new learned positions starting as copies of the last (widen). The loss covers
-# whole examples, prompt and target: the targets are short (a median of 41-124 characters) and the
-# prompts are the same kinds of text (code, docstrings, prose), so they triple the signal;
-# quality is measured on targets only. The rescorers stay the base's, task-independent (as
-# Kim's C4 rescorers); an in-domain control small LM is fine-tuned on the same examples.
+# ONE model on the mixture of the five tasks' train splits (tasks.py), trunk and heads jointly,
+# where Kim et al. fine-tune per task (our choice, docs/tasks.md, "The model"): the window grown
+# to --block-size (widen), the loss on whole examples, the base's rescorers kept and an
+# in-domain control small LM fine-tuned on the same examples.
 
 TASKS_OUT = os.path.join(os.path.dirname(CHECKPOINT), "minibpd-tasks.pt")
 TASKS_DEFAULTS = {"steps": 2000, "lr": 1e-3, "warmup": 50, "batch_size": 8, "block_size": 512,
@@ -153,9 +154,8 @@ TASKS_DEFAULTS = {"steps": 2000, "lr": 1e-3, "warmup": 50, "batch_size": 8, "blo
 
 def widen(model, block_size):
     """The model with a context window of block_size: its learned positions [B0, C] kept, the new
-    ones started as copies of the last (our choice: of four starts measured on the tasks' tune
-    text before fine-tuning, head-1 loss 5.11 nats; linear interpolation 5.51, tiling 5.72; the
-    base at its own 128-character window 3.29; docs/tasks.md)."""
+    ones started as copies of the last (our choice: the best of four starts measured on the
+    tasks' tune text, docs/results/tasks.md)."""
     old = model.pos_emb.weight.detach()[:block_size]
     new = torch.cat([old, old[-1:].expand(block_size - len(old), -1)])
     wide = FastGPT(dataclasses.replace(model.config, block_size=block_size))

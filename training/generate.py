@@ -1,10 +1,7 @@
-"""generate: the self-distillation data of SmolLM2's heads (smollm_heads.smollm_heads, stage 2):
-the frozen base's greedy continuations of prompts, with the states that predicted each token.
-Two kinds of prompt:
-  text  a train-split line of the offline corpus cut to one token length per batch (PROMPT_TOKENS);
-  chat  a train-split question about the standard library (lab/questions.py) in the model's own
-        chat template (--chat-continuations; ours: heads that serve chat prompts too),
-        sorted by token length and cut to each batch's shortest by dropping its start.
+"""generate: the self-distillation data of SmolLM2's heads (smollm_heads.smollm_heads, stage 1;
+docs/training.md): the frozen base's greedy continuations of prompts, with the states that
+predicted each token. The prompts: train-split lines of the offline corpus (prompt_batches) and,
+with --chat-continuations, train-split questions in the model's chat template (chat_batches).
 Generation runs without the fixed-shape blocks (the plain, faster kernels); the rare argmax it
 flips at a near-tie changes a training target, not the model.
 """
@@ -87,7 +84,8 @@ def greedy_states(model, rows, n):
 
 def generate(model, batches, n, log, label=""):
     """greedy_states over each batch of prompts, fast: the fixed-shape blocks off and a
-    GEN_WINDOW-slot cache (prompt + continuation fit). -> (tokens [N, n], z [N, n, C], exit)"""
+    GEN_WINDOW-slot cache (prompt + continuation fit). -> the dict the losses read: {"tokens"
+    [N, n], "z" [N, n, C], "exit" [N, n, C], "targets" [N, n, h] (head_targets)}"""
     model.batch_invariant = False
     fast = model.first_heads(1)
     fast.config = dataclasses.replace(fast.config, block_size=GEN_WINDOW)
@@ -100,7 +98,9 @@ def generate(model, batches, n, log, label=""):
                 f"{done * n / (time.time() - t0):.0f} tok/s")
     finally:
         model.batch_invariant = True
-    return tuple(torch.cat(parts) for parts in zip(*out))
+    tokens, z, exits = (torch.cat(parts) for parts in zip(*out))
+    return {"tokens": tokens, "z": z, "exit": exits,
+            "targets": head_targets(tokens, model.config.n_bpd_heads)}
 
 
 def smollm_data(model, vocab, texts, gen, log, train=0, chat=0):
@@ -115,17 +115,10 @@ def smollm_data(model, vocab, texts, gen, log, train=0, chat=0):
         if split == "train" and chat:
             more, cut = chat_batches(vocab, "train", chat, gen)
             batches += more
-        data[split] = with_targets(generate(model, batches, n, log, f" {split}"), model)
+        data[split] = generate(model, batches, n, log, f" {split}")
         data[split].update(chat=chat if split == "train" else 0, cut=cut)
     if chat:
         batches, cut = chat_batches(vocab, "tune", CHAT_TUNE, gen)
-        data["tune chat"] = with_targets(generate(model, batches, n, log, " tune chat"), model)
+        data["tune chat"] = generate(model, batches, n, log, " tune chat")
         data["tune chat"].update(chat=CHAT_TUNE, cut=cut)
     return data
-
-
-def with_targets(generated, model):
-    """(tokens, z, exit) -> the dict the losses read, with each head's targets."""
-    tokens, z, exits = generated
-    return {"tokens": tokens, "z": z, "exit": exits,
-            "targets": head_targets(tokens, model.config.n_bpd_heads)}

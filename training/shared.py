@@ -1,12 +1,8 @@
 """shared: what the lab's training modes share beyond train_heads.py (which holds the joint loss, the
-one fit loop, evaluation and the corpus): the settings of every mode (RunConfig) and the anchor
-of self-distillation. Errors are ValueErrors; the command line (training/cli.py) makes them
-one line and exit 2.
+one fit loop, evaluation and the corpus): the settings of every mode (RunConfig). Errors are
+ValueErrors; the command line (training/cli.py) makes them one line and exit 2.
 """
 from dataclasses import dataclass, fields
-
-import torch
-import torch.nn.functional as F
 
 import train_heads
 
@@ -37,14 +33,3 @@ class RunConfig(train_heads.TrainConfig):
     def from_args(cls, args):
         """The settings from an argparse Namespace (training.cli.parse_args), by field name."""
         return cls(**{f.name: getattr(args, f.name) for f in fields(cls) if hasattr(args, f.name)})
-
-
-# ----------------------------------------------------------------------------- quality guards
-
-def anchor_kl(base, inputs, own, mask):
-    """KL(base || model) of head 1 over the masked positions: own [B, T, V] the model's head-1
-    logits on inputs [B, T], base a frozen model. Holds the next-token distribution to the base's
-    on the model's own greedy text, so drifting into loops costs loss where it happens."""
-    with torch.no_grad():
-        ref = F.log_softmax(base.lm_head(base(inputs))[mask], dim=-1)            # [N, V]
-    return F.kl_div(F.log_softmax(own[mask], dim=-1), ref, log_target=True, reduction="batchmean")

@@ -1,6 +1,12 @@
-"""smollm_heads: BPD heads for a frozen pretrained LM, SmolLM2-135M (--smollm; models/smollm.py
-and models/llama.py): the training text, the teacher-forced pre-training, the heads and the
-early-exit adapter trained on the base's own greedy output, and the run's record.
+"""smollm_heads: BPD heads for a frozen pretrained LM, SmolLM2-135M (--smollm; models/smollm.py):
+Medusa-1 on the frozen base, heads 2..h chained (--head-form chained, the default:
+llama_layers.ChainedHead) or in Stern §6's form, learn its own greedy future (self-distillation:
+the base, hence greedy output, never changes). The corpus (smollm_corpus), then the stages that
+docs/training.md describes: 1. generate greedy continuations and their states
+(training/generate.py); 2. teacher forcing on more train-split text (--teacher-tokens,
+training/teacher.py); 3. train the heads, and the early-exit adapter beside them, on the
+generated states; then the run's record. --draft-vocab S: heads 2..h train on, and draft among,
+the S tokens the base chose most often (Llama.draft_vocab; exact: verification keeps all).
 training/cli.py is the command line; train_heads.py holds the fit loop.
 """
 import dataclasses
@@ -20,36 +26,6 @@ from runtime.checkpoint import CHECKPOINT
 from train_heads import fit, git_revision
 from training.generate import EXIT_LAYERS, GEN_TOKENS, smollm_data
 from training.teacher import TEACHER_WINDOW, draft_vocabulary, in_vocab, teacher_forced
-
-
-# ----------------------------------------------------------------------------- SmolLM2's heads
-# Medusa-1 on a frozen pretrained LM (smollm.py): heads 2..h, chained (--head-form chained, the
-# default: each reads the token the head before it drafted, llama_layers.ChainedHead) or like
-# Stern §6's form, learn the frozen base's own greedy future (self-distillation: the base, hence
-# greedy output, never changes).
-#   1. corpus   text that ships offline: pydoc_data.topics, stdlib function sources (code and
-#               docstrings), the tasks' prompts (tasks.py); tune and test splits held out.
-#   2. generate (training/generate.py) --continuations N greedy continuations of train-split
-#               text prompts and --chat-continuations M of train-split chat questions, P rows of one
-#               KV cache, keeping the trunk's final hidden state z at every generated position
-#               (the states that predicted each token: no second pass) and the residual stream
-#               after EXIT_LAYERS blocks (for the early-exit rescorer).
-#   3. teacher  (--teacher-tokens N, 0: skip) more train-split text (teacher_text: every
-#               train-split stdlib function, past the cap of 1.) in windows of TEACHER_WINDOW
-#               tokens, one batched forward a window and no generation (more positions per CPU
-#               second than generating them, docs/training.md): head i at state s is scored on
-#               the base's argmax at s + i - 1, which is greedy's own token i - 1 steps on where
-#               the text's tokens in between were the argmaxes. teacher.forced_targets keeps
-#               only those (exact targets, Stern heads' default); --teacher-targets all keeps
-#               every argmax (chained heads' default: they read the text's tokens in between,
-#               teacher.chain_inputs, so the argmax follows what they read; docs/training.md).
-#               The heads pre-train on it for --teacher-steps.
-#   4. train    the heads on the generated states alone: head i at state s is scored on generated
-#               token s + i - 1, the output projection (the tied embedding, frozen) in bf16,
-#               batched over all heads. The early-exit rescorer's adapter trains beside them.
-# --draft-vocab S (0: all): heads 2..h are trained, and draft, over the S tokens the base chose
-# most often on the teacher text (Llama.draft_vocab; exact: verification keeps every token):
-# their projection is then S/V of a full one, in training and in each step.
 
 SMOLLM_OUT = os.path.join(os.path.dirname(CHECKPOINT), "smollm2-heads.pt")
 SMOLLM_DEFAULTS = {"steps": 6000, "lr": 1e-3, "warmup": 50, "batch_size": 160, "heads": 5,
@@ -111,20 +87,17 @@ def teacher_text(train):
 
 def projected_loss(states, targets, weight):
     """Cross entropy of states [B, H, C] under the tied output projection (weight [V, C], frozen,
-    bf16: one matmul for all heads), targets [B, H] (-1: none). -> (mean loss, per head [H],
-    top-1 hits per head [H], counted per head [H])"""
+    bf16: one matmul for all heads), targets [B, H] (-1: none). -> (mean loss, per head [H])"""
     logits = F.linear(states.to(weight.dtype), weight).float()              # [B, H, V]
     ce = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-1,
                          reduction="none").view(targets.shape)
     valid = (targets >= 0).float()
-    counted = valid.sum(0)
-    per_head = (ce * valid).sum(0) / counted.clamp_min(1)
-    hits = ((logits.argmax(-1) == targets).float() * valid).sum(0)
-    return per_head.mean(), per_head, hits, counted
+    per_head = (ce * valid).sum(0) / valid.sum(0).clamp_min(1)
+    return per_head.mean(), per_head
 
 
 class SmolHeads(torch.nn.Module):
-    """What trains: heads 2..h (model.heads) and the early-exit adapter (llama_layers.exit_head,
+    """What trains: heads 2..h (model.heads) and the early-exit adapter (llama_layers.SternHead,
     BPDHead form, on the base's final norm of the residual stream after EXIT_LAYERS blocks).
     Chained heads (llama_layers.ChainedHead) read the tokens before theirs: teacher forcing, where
     a drafted token only matters when every one before it was greedy's (ChainedHead)."""
@@ -192,7 +165,7 @@ def smollm_loss(trainee, weight, data, cfg, gen, ids=None, exit=True):
     def loss_at(step):
         pick = keep[torch.randint(len(keep), (cfg.batch_size,), generator=gen)]
         ys, ex = trainee(z[pick], None if exits is None else exits[pick], inputs[pick])
-        heads, per_head, _, _ = projected_loss(ys, future[pick], sub)
+        heads, per_head = projected_loss(ys, future[pick], sub)
         exit_loss = projected_loss(ex, targets[pick, :1], weight)[0] if exit else torch.zeros(())
         return heads + exit_loss, lambda: ("heads 2..h " + " ".join(f"{x:.2f}" for x in per_head.tolist())
                                            + (f" | exit {exit_loss.item():.2f}" if exit else ""))
@@ -249,7 +222,7 @@ def smollm_heads(cfg, log=print):
     torch.manual_seed(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
     model, vocab = smollm.load(dtype=torch.bfloat16, n_bpd_heads=cfg.heads, head_form=cfg.head_form)
-    exit_head = llama_layers.exit_head(model.config)
+    exit_head = llama_layers.SternHead(model.config.n_embd)     # BPDHead's form, as EarlyExit's
     texts, corpus = smollm_corpus()
     log(f"corpus: {corpus['name']}, characters train/tune/test " +
         " / ".join(f"{sum(corpus['chars'][s]):,}" for s in task_text.SPLITS))
@@ -293,15 +266,14 @@ def smollm_heads(cfg, log=print):
     return model.eval(), extra
 
 
-def smollm_trainee(model, exit_head, train_exit=True):
-    """-> (SmolHeads: heads 2..h and (train_exit) the exit adapter in fp32, the only parameters
-    that train; the tied embedding [V, C] bf16, frozen)."""
+def smollm_trainee(model, exit_head):
+    """-> (SmolHeads: heads 2..h and the exit adapter in fp32, the only parameters that train;
+    the tied embedding [V, C] bf16, frozen)."""
     model.heads.float()                            # fp32 heads train on the bf16 trunk's states
     trainee = SmolHeads(model, exit_head)
-    for p in model.parameters():
-        p.requires_grad_(False)
-    for p in [*trainee.heads.parameters(), *(trainee.exit.parameters() if train_exit else ())]:
-        p.requires_grad_(True)
+    model.requires_grad_(False)
+    trainee.heads.requires_grad_(True)
+    trainee.exit.requires_grad_(True)
     return trainee, model.lm_head.weight.detach()
 
 

@@ -1,9 +1,7 @@
-"""teacher: the targets SmolLM2's heads train on (training/smollm_heads.py): head
-i's target at each state (head_targets), teacher forcing (the base's argmax at each position of
-offline text, one batched forward a window, no generation) with only the argmaxes that are
-greedy's own tokens kept (forced_targets) or, for chained heads, every argmax with the text's
-tokens that lead to it (chain_inputs), and the draft vocabulary heads 2..h train on and
-draft among (draft_vocabulary, in_vocab; models.llama.Llama.draft_vocab).
+"""teacher: the targets SmolLM2's heads train on (training/smollm_heads.py): head i's target at
+each state (head_targets), teacher forcing on offline text (teacher_forced, forced_targets,
+chain_inputs), and the draft vocabulary heads 2..h train on and draft among (draft_vocabulary,
+in_vocab; models.llama.Llama.draft_vocab).
 """
 import time
 

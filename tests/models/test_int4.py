@@ -25,7 +25,7 @@ from models import blocks, llama, machine, smollm
 from lab import bench
 from runtime import checkpoint
 from runtime.checkpoint import DTYPES
-from tests.models.test_smollm import TopTwoDrafter
+from tests.models.test_smollm import TopTwoDrafter, perplexity
 from tests.helpers import SMOLLM_HEADS as HEADS, heads_or_skip
 from runtime.loop import lab_decode
 
@@ -236,6 +236,6 @@ def test_int4_perplexity_is_float32s_within_a_percent(shipped_int4):
     model, ck, _ = shipped_int4
     m32, _ = checkpoint.load(HEADS, dtype=torch.float32)
     ids = ck["vocab"].encode(ck["splits"]["test"][:2000])[:256]
-    p4, p32 = smollm.perplexity(model, ids), smollm.perplexity(m32, ids)
+    p4, p32 = perplexity(model, ids), perplexity(m32, ids)
     print(f"perplexity on 256 test tokens: int4 {p4:.3f}, float32 {p32:.3f}")
     assert abs(p4 / p32 - 1) < 0.01

@@ -49,6 +49,27 @@ from runtime.loop import lab_decode
 HERE = ROOT  # the repository
 
 
+def chat(question):
+    """A user turn in SmolLM2-Instruct's ChatML format WITHOUT the system turn, ready for the
+    assistant's answer: the demo's earlier prompt form (smollm.chat until it moved here), kept
+    because the tests decode its first question (where tree verification broke pbest0 at token
+    34). The model's own prompt is Vocab.chat (its GGUF template, system turn included), what
+    the demo asks. The model ends an answer with token 2, <|im_end|> (token 0 ends a text);
+    minibpd decodes a fixed number of tokens, so what follows an end is still greedy's."""
+    return f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n"
+
+
+@torch.no_grad()
+def perplexity(model, tokens):
+    """exp(mean negative log-likelihood) of tokens[1:] given their prefixes, one causal pass."""
+    if len(tokens) < 2 or len(tokens) > model.config.n_positions:
+        raise ValueError(f"perplexity needs 2 to {model.config.n_positions} tokens, "
+                         f"got {len(tokens)}")
+    idx = torch.tensor([tokens], device=model.lm_head.weight.device)
+    logits = model.lm_head(model(idx[:, :-1]))[0].double()                # [T - 1, V]
+    return math.exp(F.cross_entropy(logits, idx[0, 1:]).item())
+
+
 def tiny_llama(seed, vocab, n_layer, h, block, n_kv, group, head_dim, hidden=12,
                dtype=torch.float64, batch_invariant=False, rows=1, key_block=64, std=0.5,
                head_form="stern"):
@@ -983,14 +1004,14 @@ def test_demo_prompts_are_the_models_own_chat_template(gguf_vocab):
             messages=[{"role": "user", "content": question}], add_generation_prompt=True)
         assert vocab.chat(question) == want and ids == vocab.encode(want) and question in label
         assert want.startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM")
-        assert want.endswith(smollm.chat(question))        # the old demo prompt: no system turn
+        assert want.endswith(chat(question))        # the old demo prompt: no system turn
 
 
 def test_perplexity_catches_the_rotary_permutation_bug(real):
     """The converter's Q/K row permutation, left in place, still writes plausible text: only the
     perplexity shows it. Bound 20, between the two."""
     model, tokens = real[torch.float32], real["vocab"].encode(ENGLISH)
-    good = smollm.perplexity(model, tokens)
+    good = perplexity(model, tokens)
     cfg = model.config
     split = [cfg.n_head * cfg.head_dim, cfg.n_kv_head * cfg.head_dim]
     saved = [b.qkv.weight.detach().clone() for b in model.blocks]
@@ -1000,7 +1021,7 @@ def test_perplexity_catches_the_rotary_permutation_bug(real):
                 q, k = b.qkv.weight[:split[0]], b.qkv.weight[split[0]:sum(split)]
                 q.copy_(permute_rotary(q.clone(), cfg.n_head))
                 k.copy_(permute_rotary(k.clone(), cfg.n_kv_head))
-        bad = smollm.perplexity(model, tokens)
+        bad = perplexity(model, tokens)
     finally:
         with torch.no_grad():
             for b, w in zip(model.blocks, saved):
@@ -1128,14 +1149,14 @@ def test_every_decoder_equals_greedy_on_the_real_model(shipped):
     """The product on the real model, bf16: every decoder of the registry at its tuned settings
     returns greedy's tokens, on three of the bench's test prompts (32 tokens each) and on the
     demo's first question as the demo asked it before, without the system turn
-    (smollm.chat; 48 tokens: where tree verification, before llama.tree_attention, broke pbest0
+    (chat; 48 tokens: where tree verification, before llama.tree_attention, broke pbest0
     at token 34; there the drafters of several drafts are verified as rows too). The demo's
     own prompts (the model's chat template) are test_demo_on_the_real_model's."""
     model, ck, res = shipped
     tuned = decoders.load_tuned(decoders.tuned_path(HEADS), HEADS)
     chosen = decoders.settings(tuned)
     cases = [(p, 32) for p in bench.make_prompts(ck["splits"]["test"], ck["vocab"], 16)[::6]]
-    cases.append((ck["vocab"].encode(smollm.chat(smollm.DEMO_QUESTIONS[0])), 48))
+    cases.append((ck["vocab"].encode(chat(smollm.DEMO_QUESTIONS[0])), 48))
     for prompt, n in cases:
         greedy = greedy_decode(model, prompt, n)
         for name in decoders.DECODERS:

@@ -9,7 +9,7 @@ from hypothesis import given, strategies as st
 
 
 import minibpd
-from training import cli, shared as training
+from training import cli
 from conftest import examples, tiny_model
 from test_train_heads import CODE, TINY, fails, files_under
 from training import finetune, teacher
@@ -184,14 +184,14 @@ def test_distill_defaults(tmp_path):
 @examples(0.4)
 @given(seed=st.integers(0, 10**6), plen=st.integers(1, 8))
 def test_the_anchor_by_brute_force(seed, plen):
-    """training.anchor_kl is KL(base || model) of head 1 averaged over the kept positions."""
+    """finetune.anchor_kl is KL(base || model) of head 1 averaged over the kept positions."""
     model, other = tiny_model(seed, 5, 1, 3, 8), tiny_model(seed + 1, 5, 1, 3, 8)   # h 3, T 8
     g = torch.Generator().manual_seed(seed)
     windows = torch.randint(5, (4, 11), generator=g)
     mask = (torch.arange(8) >= plen - 1).expand(4, 8)
     own = model.lm_head(model(windows[:, :8]))
-    kl = training.anchor_kl(other, windows[:, :8], own, mask)
-    assert training.anchor_kl(model, windows[:, :8], own, mask).abs() < 1e-12
+    kl = finetune.anchor_kl(other, windows[:, :8], own, mask)
+    assert finetune.anchor_kl(model, windows[:, :8], own, mask).abs() < 1e-12
     logp, ref = torch.log_softmax(own, -1), torch.log_softmax(other.lm_head(other(windows[:, :8])), -1)
     kept = [(b, t) for b in range(4) for t in range(8) if t >= plen - 1]
     want = sum((ref[b, t].exp() * (ref[b, t] - logp[b, t])).sum() for b, t in kept) / len(kept)
