@@ -446,4 +446,4 @@ if __name__ == "__main__":      # --distill, --tasks, --smollm: the lab's comman
         import training.cli
     except ModuleNotFoundError as e:        # the paper files alone train the character model
         sys.exit(f"error: --distill, --tasks and --smollm are the lab's (training/ ...): {e}")
-    training.cli.main()
+    training.cli.train_main()

@@ -1,4 +1,4 @@
-"""checks: every check of the command line before any model is loaded: `check_args` (the flags
+"""checks: every check of the command line before any model is loaded: `check_flags` (the flags
 alone) and, once the checkpoint's header is read, `check_against_checkpoint` (the flags against
 it). Every refusal is a ValueError (or a CheckpointError), one line on stderr and exit status 2.
 """
@@ -97,7 +97,7 @@ def check_approximate(args):
                          "--temperature (sampling keeps the exact rule)")
 
 
-def check_args(args):
+def check_flags(args):
     """Every check that needs no checkpoint, before anything is loaded or run."""
     decoder = args.decoder                # None unless given (check_modes sets the default)
     check_modes(args)

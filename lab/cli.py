@@ -6,7 +6,7 @@ import sys
 
 import torch
 
-from lab.checks import check_against_checkpoint, check_args
+from lab.checks import check_against_checkpoint, check_flags
 from lab.demo import run_demo
 from lab.flags import parse_args
 from lab.modes import bench_command, prompt_command, scale_command, tasks_command, tune_command
@@ -22,7 +22,7 @@ def main(argv=None):
     exit status 130 (the shell's for SIGINT), not a traceback."""
     try:
         args = parse_args(argv)
-        check_args(args)                    # every check that needs no checkpoint, first
+        check_flags(args)                   # every check that needs no checkpoint, first
         set_threads(args.threads)
         torch.manual_seed(args.seed)
         check_against_checkpoint(args, read(args.checkpoint, needs=("config",)))   # no model yet

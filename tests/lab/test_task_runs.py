@@ -30,7 +30,7 @@ def tasks_ckpt(tiny_ckpt, tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setattr(tasks, "build_all", small)
     try:
-        training_cli.main(["--tasks", "--base", tiny_ckpt, "--steps", "3", "--rescorer-steps", "2",
+        training_cli.train_main(["--tasks", "--base", tiny_ckpt, "--steps", "3", "--rescorer-steps", "2",
                           "--batch-size", "2", "--block-size", "48", "--out", path, "--threads", "1",
                           "--log-every", "1000"])
     finally:

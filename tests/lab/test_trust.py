@@ -73,7 +73,7 @@ def test_checkpoints_that_would_decode_garbage(tiny_ckpt, tmp_path, capsys, name
 def test_distilling_a_nan_base_is_refused(tiny_ckpt, tmp_path, capsys):
     path = damaged(tiny_ckpt, tmp_path, "nan.pt", nan_weights)
     with pytest.raises(SystemExit):
-        training_cli.main(["--distill", "joint", "--base", path, "--out", str(tmp_path / "d.pt"),
+        training_cli.train_main(["--distill", "joint", "--base", path, "--out", str(tmp_path / "d.pt"),
                           "--steps", "2", "--threads", "1"])
     assert "holds NaN or inf" in capsys.readouterr().err and not (tmp_path / "d.pt").exists()
 
@@ -168,7 +168,7 @@ def test_no_abbreviated_flags(capsys):
         cli.main(["--plug", "nothing", "--demo"])
     assert e.value.code == 2 and "unrecognized arguments: --plug" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        training_cli.parse_args(["--dist", "joint"])
+        training_cli.parse_train_args(["--dist", "joint"])
 
 
 class Failing:
@@ -289,7 +289,7 @@ def test_limits_are_refused(tiny_ckpt, capsys, no_model_calls, argv, message):
 def test_out_that_cannot_be_written_fails_before_training(capsys, monkeypatch):
     monkeypatch.setattr(train_heads, "train", lambda *a, **k: pytest.fail("training started"))
     with pytest.raises(SystemExit):
-        training_cli.main(["--out", "/proc/minibpd_cannot_write_here.pt", "--steps", "1"])
+        training_cli.train_main(["--out", "/proc/minibpd_cannot_write_here.pt", "--steps", "1"])
     assert "not writable" in capsys.readouterr().err
 
 
@@ -357,7 +357,7 @@ def no_model_load(monkeypatch):
 
     def load(*a, **k):
         raise AssertionError("a model was loaded before the refusal")
-    monkeypatch.setattr(smollm, "load", load)
+    monkeypatch.setattr(smollm, "load_gguf", load)
     monkeypatch.setattr(checkpoint, "build_model", load)
 
 
@@ -365,7 +365,7 @@ def suggested(err):
     """The train_heads.py command an error advises, parsed as train_heads.py would (--help level)."""
     command = shlex.split(err.split("`")[1])
     assert command[:2] == ["python", "train_heads.py"], err
-    return training_cli.parse_args(command[2:])
+    return training_cli.parse_train_args(command[2:])
 
 
 def smollm_copy(tmp_path, name, change=None, keep=None):
@@ -439,7 +439,7 @@ def test_a_smollm_base_is_refused_before_any_work(tmp_path, capsys, monkeypatch,
     --base is refused from its header, before loading anything (it raised a TypeError after)."""
     monkeypatch.setattr(training_cli, "run", lambda args: pytest.fail("the run started"))
     with pytest.raises(SystemExit) as e:
-        training_cli.main([*mode, "--base", SMOLLM, "--out", str(tmp_path / "o.pt")])
+        training_cli.train_main([*mode, "--base", SMOLLM, "--out", str(tmp_path / "o.pt")])
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
     assert err.startswith(f"error: --base {SMOLLM} is a 'smollm2-heads' checkpoint") and "--smollm" in err

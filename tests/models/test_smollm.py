@@ -879,16 +879,16 @@ def test_missing_package_names_the_install_command(monkeypatch):
 
 def test_load_refuses_bad_arguments(tmp_path):
     with pytest.raises(ValueError, match="dtype must be one of"):
-        smollm.load(dtype="float32")
+        smollm.load_gguf(dtype="float32")
     try:
         smollm_gguf.optional_packages()
     except ImportError:
         pytest.skip(f"optional packages missing: {smollm_gguf.INSTALL}")
     with pytest.raises(ValueError, match="not found"):
-        smollm.load(tmp_path / "missing.gguf")
+        smollm.load_gguf(tmp_path / "missing.gguf")
     (tmp_path / "bad.gguf").write_bytes(b"not a gguf file at all")
     with pytest.raises(ValueError, match="is not a readable GGUF file"):
-        smollm.load(tmp_path / "bad.gguf")
+        smollm.load_gguf(tmp_path / "bad.gguf")
 
 
 def test_nonfinite_heads_checkpoint_is_refused_before_the_gguf(tmp_path, monkeypatch):
@@ -930,7 +930,7 @@ def test_nonfinite_heads_checkpoint_is_refused_before_the_gguf(tmp_path, monkeyp
 def real():
     """The real model in fp32 and bf16 (4 heads, untrained), loaded once for this module."""
     path = real_model_or_skip()
-    loaded = {dt: smollm.load(path, dtype=dt, n_bpd_heads=4) for dt in (torch.float32, torch.bfloat16)}
+    loaded = {dt: smollm.load_gguf(path, dtype=dt, n_bpd_heads=4) for dt in (torch.float32, torch.bfloat16)}
     return {"path": path, "vocab": loaded[torch.float32][1],
             **{dt: model for dt, (model, _) in loaded.items()}}
 

@@ -27,7 +27,7 @@ def base(tmp_path_factory):
     data = folder / "code.py"
     data.write_text(CODE, encoding="utf-8")
     out = str(folder / "base.pt")
-    cli.main(TINY + ["--heads", "4", "--steps", "20", "--data", str(data), "--out", out])
+    cli.train_main(TINY + ["--heads", "4", "--steps", "20", "--data", str(data), "--out", out])
     return out
 
 
@@ -38,7 +38,7 @@ def prompts_of(ck, n=3, length=5):
 
 def test_frozen_keeps_greedy_and_trunk_bit_identical(base, tmp_path):
     out = str(tmp_path / "frozen.pt")
-    cli.main(DISTIL + ["--distill", "frozen", "--base", base, "--out", out])
+    cli.train_main(DISTIL + ["--distill", "frozen", "--base", base, "--out", out])
     (m0, ck0), (m1, ck1) = minibpd.load_checkpoint(base), minibpd.load_checkpoint(out)
     heads = {k for k in ck0["model"] if k.startswith("heads.")}
     assert heads and any(not torch.equal(ck0["model"][k], ck1["model"][k]) for k in heads)
@@ -55,7 +55,7 @@ def test_frozen_keeps_greedy_and_trunk_bit_identical(base, tmp_path):
 @pytest.mark.parametrize("teacher", ["current", "base"])
 def test_joint_saves_a_checkpoint_whose_bpd_is_its_greedy(teacher, base, tmp_path):
     out = str(tmp_path / "joint.pt")
-    cli.main(DISTIL + ["--distill", "joint", "--base", base, "--out", out,
+    cli.train_main(DISTIL + ["--distill", "joint", "--base", base, "--out", out,
                        "--teacher", teacher])
     ck0, (m1, ck1) = minibpd.load_checkpoint(base)[1], minibpd.load_checkpoint(out)
     assert not torch.equal(ck0["model"]["blocks.0.mlp.0.weight"], ck1["model"]["blocks.0.mlp.0.weight"])
@@ -169,12 +169,12 @@ def test_chain_inputs_are_the_texts_next_tokens(seed, h, T):
 
 
 def test_distill_defaults(tmp_path):
-    args = cli.parse_args(["--distill", "joint", "--steps", "7"])
+    args = cli.parse_train_args(["--distill", "joint", "--steps", "7"])
     cli.check_distill_args(args)
     assert (args.steps, args.lr, args.warmup, args.out) == \
         (7, finetune.DISTILL_DEFAULTS["lr"], finetune.DISTILL_DEFAULTS["warmup"], finetune.DISTILLED)
     assert args.base == checkpoint.CHECKPOINT
-    plain = cli.parse_args([])
+    plain = cli.parse_train_args([])
     cli.check_distill_args(plain)
     assert plain.steps == 5000 and plain.out == checkpoint.CHECKPOINT and plain.distill is None
 
@@ -200,7 +200,7 @@ def test_the_anchor_by_brute_force(seed, plen):
 
 def test_joint_with_anchor_records_it(base, tmp_path):
     out = str(tmp_path / "anchored.pt")
-    cli.main(DISTIL + ["--distill", "joint", "--base", base, "--out", out, "--teacher",
+    cli.train_main(DISTIL + ["--distill", "joint", "--base", base, "--out", out, "--teacher",
                        "base", "--anchor", "1.0"])
     model, ck = minibpd.load_checkpoint(out)
     assert ck["distill"]["anchor"] == 1.0

@@ -51,7 +51,7 @@ def files_under(folder):
 def fails(argv, capsys):
     """Run main(argv), expect exit status 2; -> the one stderr line."""
     with pytest.raises(SystemExit) as excinfo:
-        cli.main(argv)
+        cli.train_main(argv)
     assert excinfo.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.endswith("\n") and err.count("\n") == 1, err
@@ -111,7 +111,7 @@ def test_out_is_only_overwritten_with_force(paths, monkeypatch, capsys):
         err = fails(TINY + ["--data", data, "--out", out], capsys)
     assert out in err and "--force" not in err and "--out my-model.pt" in err   # not ours
     assert open(out).read() == "precious"
-    cli.main(TINY + ["--data", data, "--out", out, "--force"])              # asked for: done
+    cli.train_main(TINY + ["--data", data, "--out", out, "--force"])              # asked for: done
     model, ck = minibpd.load_checkpoint(out)
     assert model.config.n_layer == 1 and ck["train"]["steps"] == 3
 
@@ -123,14 +123,14 @@ def test_out_is_only_overwritten_with_force(paths, monkeypatch, capsys):
     (1, 1, 2, (1, 1, 2)),
 ])
 def test_rescorer_defaults_scale_with_the_base(steps, n_layer, n_embd, expected):
-    args = cli.parse_args(["--steps", str(steps), "--n-layer", str(n_layer),
+    args = cli.parse_train_args(["--steps", str(steps), "--n-layer", str(n_layer),
                            "--n-embd", str(n_embd), "--n-head", "1"])
     train_heads.scale_rescorer(args)
     assert (args.rescorer_steps, args.rescorer_layers, args.rescorer_embd) == expected
 
 
 def test_default_flags_are_the_shipped_run():
-    args = cli.parse_args([])
+    args = cli.parse_train_args([])
     train_heads.scale_rescorer(args)
     assert (args.steps, args.seed, args.n_layer, args.n_head, args.n_embd, args.block_size,
             args.heads, args.rescorer_steps, args.rescorer_layers, args.rescorer_embd) == \
@@ -151,7 +151,7 @@ def test_rescorer_trained_as_configured(extra, expected, paths, monkeypatch):
         calls.append((label, args.steps))
         return real_train(model, data, args, gen, label, held_out)
     monkeypatch.setattr(train_heads, "train", spy)
-    cli.main(TINY + ["--data", data, "--out", out, "--steps", "6", "--n-layer", "3",
+    cli.train_main(TINY + ["--data", data, "--out", out, "--steps", "6", "--n-layer", "3",
                      "--n-embd", "20"] + extra)
     _, ck = minibpd.load_checkpoint(out)
     steps, layers, embd = expected
@@ -172,7 +172,7 @@ def test_data_kept_as_is_unless_clean(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(train_heads, "training_threads", lambda n=None: (1, "stubbed"))
     threads = torch.get_num_threads()
     argv = TINY_AUTO + ["--data", str(src)]
-    cli.main(argv + ["--out", str(tmp_path / "kept.pt")])
+    cli.train_main(argv + ["--out", str(tmp_path / "kept.pt")])
     assert "threads: 1 (stubbed; --threads overrides)" in capsys.readouterr().out
     assert torch.get_num_threads() == threads                  # main() gives the threads back
     _, ck = minibpd.load_checkpoint(str(tmp_path / "kept.pt"))
@@ -180,14 +180,14 @@ def test_data_kept_as_is_unless_clean(tmp_path, monkeypatch, capsys):
     text = src.read_text(encoding="utf-8")
     assert sum(map(len, ck["splits"].values())) == len(text) and "\n        " in text
     assert text.startswith(ck["splits"]["train"][:1000])      # chunk 0, byte for byte
-    cli.main(argv + ["--out", str(tmp_path / "clean.pt"), "--clean"])
+    cli.train_main(argv + ["--out", str(tmp_path / "clean.pt"), "--clean"])
     _, ck = minibpd.load_checkpoint(str(tmp_path / "clean.pt"))
     assert ck["corpus"]["cleaned"] is True and "\n " not in ck["splits"]["train"]
 
 
 def test_help_shows_every_default(capsys):
     with pytest.raises(SystemExit) as excinfo:
-        cli.main(["--help"])
+        cli.train_main(["--help"])
     assert excinfo.value.code == 0
     out = capsys.readouterr().out
     assert "--max-steps" not in out and "python train_heads.py --force" in out
@@ -234,7 +234,7 @@ def test_base_run_trains_the_fast_twin(paths, monkeypatch):
         built.append(type(model))
         return real_train(model, *args, **kwargs)
     monkeypatch.setattr(train_heads, "train", spy)
-    cli.main(TINY + ["--data", data, "--out", out])
+    cli.train_main(TINY + ["--data", data, "--out", out])
     assert built == [FastGPT, FastGPT]
     assert set(torch.load(out, weights_only=True)) == {
         "format_version", "config", "model", "rescorer_config", "rescorer", "vocab", "seed",
@@ -269,10 +269,10 @@ def test_out_through_a_dangling_link_writes_its_target(paths, tmp_path, capsys, 
     data, _ = paths
     link, target = tmp_path / "link.pt", tmp_path / "target.pt"
     os.symlink(target, link)
-    args = cli.parse_args(TINY + ["--data", data, "--out", str(link)])
-    cli.check_args(args)
+    args = cli.parse_train_args(TINY + ["--data", data, "--out", str(link)])
+    cli.check_train_args(args)
     assert os.path.islink(link) and not os.path.exists(target)      # the probe left nothing
-    cli.main(TINY + ["--data", data, "--out", str(link)])
+    cli.train_main(TINY + ["--data", data, "--out", str(link)])
     assert os.path.islink(link) and os.path.realpath(link) == str(target)
     assert minibpd.load_checkpoint(str(target))[1]["train"]["steps"] == 3
     os.remove(target)
@@ -285,7 +285,7 @@ def test_data_has_a_size_cap(paths, tmp_path, no_training, capsys, monkeypatch):
     --help and checked before the file is read (the cap is made small here)."""
     assert train_heads.MAX_DATA_BYTES == 16 * 2 ** 20
     with pytest.raises(SystemExit):
-        cli.main(["--help"])
+        cli.train_main(["--help"])
     assert "at most 16 MiB" in " ".join(capsys.readouterr().out.split())
     data, out = paths
     monkeypatch.setattr(train_heads, "MAX_DATA_BYTES", 1000)
