@@ -149,5 +149,6 @@ def draw_tries(model, res, chosen, stats, answer, plen, vocab, limit=6):
     for step in stats["steps"][:limit]:
         tries = " ".join(f"'{show_tokens([tok], vocab)}' {'✓' if ok else '✗'} p={a:.2f}"
                          for _, tok, a, ok in step["tries"])
-        print(f"    draft '{show_tokens(step['drafts'][0], vocab)}': {tries}  -> +{step['accepted']}")
+        draft = show_tokens(step["drafts"][0], vocab)
+        print(f"    draft '{draft}': {tries}  -> +{step['accepted']}")
 

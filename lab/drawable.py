@@ -1,8 +1,8 @@
 """drawable: what a drafter's explain() says, checked against what the trace page (lab/trace.html)
 draws for its kind, before it is written. The page draws a "lattice", "neural", "lookup" or
 "error" explanation from named fields (any other kind is shown as JSON); a field it cannot draw
-would stop its script and leave the page blank, so check_drawable() names the field instead (lab/trace.py
-shows it as the step's error note).
+would stop its script and leave the page blank, so check_drawable() names the field instead
+(lab/trace.py shows it as the step's error note).
 """
 import numbers
 

@@ -57,7 +57,8 @@ def questions(split):
     if split not in task_text.SPLITS:
         raise ValueError(f"unknown split {split!r}; the splits are {', '.join(task_text.SPLITS)}")
     picked = [fn for fn in stdlib.functions() if task_text.split_of(fn.key) == split
-              and not any(part.startswith("_") for part in fn.key.split(".")) and first_sentence(fn)]
+              and not any(part.startswith("_") for part in fn.key.split("."))
+              and first_sentence(fn)]
     return tuple(question(fn) for fn in sorted(picked, key=lambda fn: task_text.digest(fn.key)))
 
 

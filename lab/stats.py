@@ -16,7 +16,7 @@ import random
 import statistics
 
 MAX_EXACT = 8           # 8! = 40,320 pairings: exact; more would take long in pure Python
-PERMUTATION_TIE = 1e-12             # a permuted coefficient this close to the observed one counts as as large
+PERMUTATION_TIE = 1e-12    # a permuted coefficient this close to the observed one counts as equal
 
 
 def pearson(xs, ys):
