@@ -3,7 +3,7 @@ examples (the checkpoint's stored ones, or built here for a subword model), for 
 offline replay, then the cross-task correlations with how much five tasks can hold (stats.py).
 """
 import time
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass
 
 from lab import analysis
 from lab import stats
@@ -54,8 +54,7 @@ class TasksReport:
     seconds: float = None
 
     def to_json(self):
-        return {**{f.name: getattr(self, f.name) for f in fields(self)},
-                "tasks": {t: vars(r) for t, r in self.tasks.items()}}
+        return asdict(self)                                 # the TaskResults as dicts too
 
 
 def task_examples(ck, n=None):
