@@ -136,10 +136,7 @@ def entropy_of(lp):
     return -(lp.exp() * lp).sum(-1)
 
 
-QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
-
-
-def entropy_quantiles(items, qs=QUANTILES):
+def entropy_quantiles(items, qs=(0.05, 0.25, 0.5, 0.75, 0.95)):
     """Kim §6.2, Fig. 3a: the distribution of each head's entropy (nats) over the positions of
     analysis.prepare's items, not only its mean (head_confidence): {quantiles: qs, by_head: [[the
     qs of head i's entropies]], mean: [h], positions: how many}. In float64, one item at a time:
@@ -191,13 +188,12 @@ def compared_steps(run, bpd_runs):
     return out
 
 
-def win_tie_loss(run, bpd_runs, compared=None):
-    """Kim §7.3, Table 5 (compared_steps, or `compared` when already computed): how often each
-    refined drafter gains more, the same, or fewer tokens than BPD's draft, and the share of its
-    wins where BPD's first miss was a repeated token (d_j == d_{j-1}) that the refined draft
-    replaced."""
+def win_tie_loss(compared):
+    """Kim §7.3, Table 5, from compared_steps' rows: how often each refined drafter gains more,
+    the same, or fewer tokens than BPD's draft, and the share of its wins where BPD's first miss
+    was a repeated token (d_j == d_{j-1}) that the refined draft replaced."""
     out = {}
-    for name, rows in (compared or compared_steps(run, bpd_runs)).items():
+    for name, rows in compared.items():
         w, t, l, fixes = 0, 0, 0, 0
         for base, _, j, new in rows:                                 # j: BPD's first miss
             w, t, l = w + (new > j), t + (new == j), l + (new < j)

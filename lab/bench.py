@@ -10,10 +10,8 @@ from dataclasses import dataclass, fields, replace
 
 from lab import analysis
 from lab.distribution import sampled_sections
-from lab.timing import by_heads, seconds, speed_report
+from lab.timing import by_heads, speed_report, timings, tokens_per_s
 import decoders
-from decoders.registry import baseline_name
-from decoders.resources import split_text
 from runtime.corpus import encode
 from runtime.loop import lab_decode
 
@@ -64,7 +62,7 @@ def decode_all(run):
 
 def ngram_perplexities(run, orders=(1, 2, 3, 4, 5)):
     """Held-out (test split) perplexity of the n-gram LM of each order, fitted on train."""
-    test = encode(split_text(run.ck, "test"), run.ck["vocab"])
+    test = encode(decoders.split_text(run.ck, "test"), run.ck["vocab"])
     return {str(o): run.res.ngram(o).perplexity(test) for o in orders}
 
 
@@ -80,7 +78,7 @@ def paper_sections(run, be, runs, work, tps):
                 {k: v for k, v in runs.items() if not decoders.DECODERS[k].peeks}, run.items),
             **analysis.head_confidence(run.items), "oracle_by_k": by_k,
             "relative_gain": analysis.relative_gain(be, oracle_at),
-            "win_tie_loss": analysis.win_tie_loss(run, runs[decoders.PLAIN], compared=compared),
+            "win_tie_loss": analysis.win_tie_loss(compared),
             "loss_repeats": analysis.loss_repeats(compared),
             "head_entropy_quantiles": analysis.entropy_quantiles(run.items),
             "cost": analysis.cost(run, runs, work, tps)}
@@ -131,7 +129,7 @@ class BenchReport:
 
     @property
     def baseline(self):
-        return baseline_name(self.temperature or 0.0)
+        return decoders.baseline_name(self.temperature or 0.0)
 
     def to_json(self):
         return {f"speedup_vs_{self.baseline}" if f.name == "speedup" else f.name: getattr(self, f.name)
@@ -143,7 +141,7 @@ def run_bench(run, sweep=False, heads=False):
     efficiency, exactness (T = 0: identical to greedy; T > 0: the distribution check),
     wall-clock, and at T = 0 the paper's analyses; with `sweep` (T = 0) the sweep on the tune
     split; with `heads` (T = 0) the speedup by block size (by_heads). -> BenchReport"""
-    t0, T, base = time.perf_counter(), run.temperature, baseline_name(run.temperature)
+    t0, T, base = time.perf_counter(), run.temperature, decoders.baseline_name(run.temperature)
     runs, outs, work = decode_all(run)
     be = {base: 1.0, **{k: analysis.block_eff(v) for k, v in runs.items()}}
     r = BenchReport(temperature=T or None, seed=run.seed if T else None, block_efficiency=be,
@@ -159,7 +157,8 @@ def run_bench(run, sweep=False, heads=False):
         r.verify_tokens = {k: analysis.verify_tokens(v) for k, v in runs.items()}
         r = replace(r, **paper_sections(run, be, runs, work, r.tokens_per_s))
     if sweep and T == 0:                # on the tune split, at most 8 prompts x 96 tokens
-        tune = make_prompts(split_text(run.ck, "tune"), run.ck["vocab"], min(8, len(run.prompts)))
+        text = decoders.split_text(run.ck, "tune")
+        tune = make_prompts(text, run.ck["vocab"], min(8, len(run.prompts)))
         r.sweep = analysis.sweep(run.on(tune, min(96, run.n)))
     if heads and T == 0:
         r.speedup_by_heads = by_heads(run)
@@ -173,12 +172,8 @@ def tune_timed(run, objective="block_efficiency"):
     """Choose each decoder's settings from its grid on the run's prompts, of the tune split (never
     the test split; run.n new tokens each). block_efficiency: exact, by offline replay;
     tokens_per_s: one timed decode of the prompts per setting, verifying as run.verify
-    (machine-specific). -> (chosen settings, scores)."""
-    model, prompts, n = run.model, run.prompts, run.n
-
+    (machine-specific; timing.timings, after a warm-up). -> (chosen settings, scores)."""
     def speed(name, s):
-        m = decoders.method(name, run.res, s)
-        m.decode(model, prompts[0], min(n, 16), verify=run.verify)             # warm-up
-        return len(prompts) * n / seconds(lambda: [m.decode(model, p, n, verify=run.verify)
-                                                    for p in prompts])
+        times = timings(run, [decoders.method(name, run.res, s)], max_reps=1)
+        return tokens_per_s(times, len(run.prompts) * run.n)[name]
     return analysis.tune(run, objective=objective, speed=speed)

@@ -9,7 +9,6 @@ import sys
 import torch
 
 import decoders
-from decoders.resources import split_text
 from lab import approximate, bench, trace
 from lab import task_runs
 from decoders.lookup import check_copy
@@ -121,7 +120,6 @@ def check_flags(args):
     if args.decoders is not None and args.mode not in ("bench", "tasks", "scale"):
         raise ValueError("--decoders chooses what --bench, --tasks or --scale run; --decoder "
                          "(one) picks what --prompt runs")
-    decoders.parse_selection(args.decoders)
     given = {k: v for k, v in overrides(args).items() if v is not None}
     if not 0 <= args.temperature < float("inf"):
         raise ValueError(f"--temperature must be a number >= 0, got {args.temperature}")
@@ -313,11 +311,11 @@ def prompt_text(args, ck):
     """The text --bench and --scale (the test split, or --text) and --tune (the tune split) take
     their prompts from, checked to hold --prompts of them (bench.make_prompts' rule)."""
     if args.tune:
-        text = split_text(ck, "tune")
+        text = decoders.split_text(ck, "tune")
     elif args.text:
         text = read_text(args.text, ck.get("vocab"))
     else:
-        text = split_text(ck, "test")
+        text = decoders.split_text(ck, "test")
     bench.check_prompt_count(text, args.prompts)
     return text
 

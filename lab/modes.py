@@ -18,13 +18,10 @@ from lab import scale
 from lab import task_runs
 from lab import tasks
 from lab import trace
-from lab.bench import make_prompts
 from lab.checks import resolve_device
 from lab.loading import load_mode
 from lab.run import Run
 import decoders
-from decoders.registry import baseline_name
-from decoders.resources import Resources
 from minibpd import greedy_decode
 from runtime.checkpoint import build_model, family_module, file_sha256, train_kind
 from runtime.corpus import decode, encode
@@ -35,7 +32,7 @@ from runtime.corpus import decode, encode
 def prompt_command(args):
     """One continuation of --prompt with --decoder; at T = 0 checked against greedy."""
     T = args.temperature
-    name = baseline_name(T) if args.decoder in decoders.BASELINES else args.decoder
+    name = decoders.baseline_name(T) if args.decoder in decoders.BASELINES else args.decoder
     model, ck, chosen, res = load_mode(args, [name] if name in decoders.DECODERS else [])
     if getattr(model, "machine", None):
         print(figures.machine_line(model).strip(), file=sys.stderr)
@@ -66,17 +63,13 @@ def prompt_command(args):
 
 # ----------------------------------------------------------------------------- --bench, --tune
 
-def bench_prompts(ck, args):
-    """The prompts of --bench, --scale and --tune, from the text the checks read (prompt_text)."""
-    return make_prompts(args.prompt_text, ck["vocab"], args.prompts)
-
-
 def bench_run(args):
-    """load_mode(args), then the lab.run.Run of --bench, --scale and --tune: the bench's prompts x
-    --new-tokens, at --temperature with --seed and --verify."""
+    """load_mode(args), then the lab.run.Run of --bench, --scale and --tune: the bench's prompts
+    (from the text the checks read, prompt_text) x --new-tokens, at --temperature with --seed and
+    --verify."""
     _, ck, chosen, res = load_mode(args)
-    return Run(res, chosen, bench_prompts(ck, args), args.new_tokens, args.temperature,
-               args.seed, args.verify)
+    prompts = bench.make_prompts(args.prompt_text, ck["vocab"], args.prompts)
+    return Run(res, chosen, prompts, args.new_tokens, args.temperature, args.seed, args.verify)
 
 
 def bench_command(args):
@@ -131,7 +124,7 @@ def tasks_command(args):
     model, ck, chosen, res = load_mode(args)          # it holds tasks: check_against_checkpoint
     subword = family_module(ck) is not None
     examples, python, text, small = subword_tasks(args, ck) if subword else char_tasks(args, ck, model)
-    res_in = Resources(model, ck, small=small, reference=args.reference, text=text)
+    res_in = decoders.Resources(model, ck, small=small, reference=args.reference, text=text)
     log = (lambda *a: print(*a, file=sys.stderr)) if args.json else print
     r = task_runs.run_tasks(Run(res, chosen, verify=args.verify), examples, res_in, log,
                             task_runs.SUBWORD_TOKENS if subword else None, python,

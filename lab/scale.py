@@ -180,10 +180,6 @@ def crossover_params(rows, against=decoders.PLAIN, names=None):
 
 # ----------------------------------------------------------------------------- the map
 
-def params(model):
-    return sum(p.numel() for p in model.parameters())
-
-
 def sizes(model):
     """The map's configurations: the model's own shape first (where the projection is checked),
     then each SIZES entry with more layers x width^2, with the model's vocabulary, window and
@@ -205,8 +201,8 @@ def size_costs(cfg, profiles, cached, window, device, dtype):
     fns.update({("tree_ms", name): tree_pass(model, p.drafts, cached)
                 for name, p in profiles.items() if p.tree and p.drafts})
     fns.update({("window_ms", None): row_pass(model, window, 0), ("heads_ms", None): heads_pass(model)})
-    row = {"params": params(model), "n_layer": cfg.n_layer, "n_embd": cfg.n_embd,
-           "call_ms": {}, "tree_ms": {}}
+    row = {"params": sum(p.numel() for p in model.parameters()), "n_layer": cfg.n_layer,
+           "n_embd": cfg.n_embd, "call_ms": {}, "tree_ms": {}}
     for (key, sub), ms in timed_all(fns, device=device).items():
         if sub is None:
             row[key] = ms

@@ -123,8 +123,7 @@ def code2doc_pool():
 # The signature, then the docstring's paragraphs after the first, then a cue -> the first
 # paragraph as one line (the "lead"). Here the prompt is cut at its END, at a line boundary: the
 # signature must stay, and the paragraphs next to the lead are the ones that elaborate on it.
-# A lead that the prompt repeats word for word (20 of 2,094 in Python 3.11, e.g. `os.execl`'s
-# signature line) is left out.
+# A lead that the prompt repeats word for word is left out (docs/tasks.md: how many).
 
 DOC2SUMMARY_CUE = "Summary: "
 
@@ -156,8 +155,7 @@ def doc2summary_pool():
 # One cut per function, at a seeded line boundary after its docstring: the prompt is the
 # function's source up to the cut (its start cut at a line boundary to fit), the target the next
 # 1-3 lines, as many as fit TARGET_MAX. Cuts with a target of >= 64 characters after >= 96
-# characters of the function are preferred: prompts under 96 characters fall from 34% of the
-# examples (target length preferred alone) to 25% (the rest are short functions).
+# characters of the function are preferred (docs/tasks.md: what that changes).
 
 CODE_GOOD, CODE_CONTEXT = 64, 96
 

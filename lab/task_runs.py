@@ -3,15 +3,13 @@ examples (the checkpoint's stored ones, or built here for a subword model), for 
 offline replay, then the cross-task correlations with how much five tasks can hold (stats.py).
 """
 import time
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass
 
 from lab import analysis
 from lab import stats
 from lab import tasks
 from lab.bench import decode_all
-from lab.stats import pearson, spearman
 import decoders
-from decoders.registry import baseline_name
 from runtime.corpus import decode, encode
 
 
@@ -56,18 +54,15 @@ class TasksReport:
     seconds: float = None
 
     def to_json(self):
-        return {**{f.name: getattr(self, f.name) for f in fields(self)},
-                "tasks": {t: vars(r) for t, r in self.tasks.items()}}
+        return asdict(self)                                 # the TaskResults as dicts too
 
 
 def task_examples(ck, n=None):
     """{task: [(prompt ids, target ids)]}: the first n test examples of each task stored in the
     checkpoint (ck["tasks"], the ones it was tuned and evaluated on, whatever Python runs)."""
-    stored = stored_tasks(ck, n)
-    out = {}
-    for name, splits in stored["tasks"].items():
-        pairs = splits["test"][:n] if n else splits["test"]
-        out[name] = [(encode(p, ck["vocab"]), encode(t, ck["vocab"])) for p, t in pairs]
+    stored, vocab, out = stored_tasks(ck, n), ck["vocab"], {}
+    for name, splits in stored["tasks"].items():        # [:None]: all of them
+        out[name] = [(encode(p, vocab), encode(t, vocab)) for p, t in splits["test"][:n]]
     return out
 
 
@@ -138,7 +133,7 @@ def run_task(run, examples, metric, res_in, tokens=None, same_in_domain=()):
     lengths = [max(lo, min(len(t), hi or len(t))) for _, t in examples]
     task, chosen = run.on([p for p, _ in examples], lengths), run.chosen
     greedy, (runs, outs, _) = task.continuations(), decode_all(task)
-    be = {baseline_name(0): 1.0, **{k: analysis.block_eff(v) for k, v in runs.items()}}
+    be = {decoders.baseline_name(0): 1.0, **{k: analysis.block_eff(v) for k, v in runs.items()}}
     two = {**chosen["ngram"], "order": 2}
     refined = {k: v for k, v in be.items() if k in decoders.refined()}
     gains = {k: 100 * (v / be[decoders.PLAIN] - 1) for k, v in refined.items()}
@@ -152,7 +147,7 @@ def run_task(run, examples, metric, res_in, tokens=None, same_in_domain=()):
             task, lambda a: decoders.make("ngram", run.res, two, a)) for s in r["steps"]]),
         quality=(q := quality_of(greedy, examples, metric, run.ck["vocab"])),
         degenerate=q["rouge_l"] < DEGENERATE_ROUGE, lengths=[min(lengths), max(lengths)],
-        win_tie_loss=analysis.win_tie_loss(task, runs[decoders.PLAIN]),
+        win_tie_loss=analysis.win_tie_loss(analysis.compared_steps(task, runs[decoders.PLAIN])),
         block_efficiency_by_heads=analysis.be_by_heads(task),
         in_domain={k: analysis.be_of(task, k, chosen[k], res_in) for k in refined
                    if chosen[k].get("alpha", 0) > 0 and k not in same_in_domain})
@@ -168,12 +163,13 @@ def correlations(results):
     bpd = [r.block_efficiency[decoders.PLAIN] for r in tasks_]
     refined = tasks_[0].relative_gain if tasks_ else {}
     headroom = [r.oracle_by_k["8"] / r.block_efficiency[decoders.PLAIN] - 1 for r in tasks_]
-    return {"hmax_vs_bpd_be": stats.summary(bpd, [float(r.hmax) for r in tasks_], pearson, "r"),
+    hmax = [float(r.hmax) for r in tasks_]
+    return {"hmax_vs_bpd_be": stats.summary(bpd, hmax, stats.pearson, "r"),
             "entropy_vs_bpd_be": stats.summary(bpd, [sum(r.head_entropy) / len(r.head_entropy)
-                                                     for r in tasks_], pearson, "r"),
+                                                     for r in tasks_], stats.pearson, "r"),
             "gain_vs_bpd_be": {k: stats.summary(bpd, [r.relative_gain[k] for r in tasks_],
-                                                spearman, "rho") for k in refined},
-            "headroom_vs_bpd_be": stats.summary(bpd, headroom, spearman, "rho")}
+                                                stats.spearman, "rho") for k in refined},
+            "headroom_vs_bpd_be": stats.summary(bpd, headroom, stats.spearman, "rho")}
 
 
 def intervals(runs):

@@ -15,8 +15,7 @@ import os
 import torch
 
 import lattice
-from decoders.registry import DECODERS
-from decoders.method import method
+import decoders
 from decoders.fastlattice import explained_lattice
 from lab import approximate, drawable
 from minibpd import greedy_decode
@@ -214,7 +213,7 @@ def describe(model, ck, checkpoint, name, settings, args):
     return {"model": f"{what}, {params:,} parameters, {model.config.n_bpd_heads} heads"
                      + (f" ({corpus})" if corpus else ""),
             "checkpoint": shown_path(checkpoint), "decoder": name, "settings": dict(settings),
-            "about": DECODERS[name].about if name in DECODERS else "",
+            "about": decoders.DECODERS[name].about if name in decoders.DECODERS else "",
             "temperature": args.temperature, "seed": args.seed, "verify": args.verify,
             "accept": args.accept, "dtype": precision(model, family)}
 
@@ -337,9 +336,9 @@ def trace_demo(args, model, ck, res, chosen, prompt, n):
     if not args.trace:
         return (f"see every step of {name}'s run on the first prompt (drafts, lattice, "
                 "verification) in a browser: add --trace FILE.html (--decoder NAME for another)")
-    T, peeks = args.temperature, DECODERS[name].peeks
+    T, peeks = args.temperature, decoders.DECODERS[name].peeks
     greedy = greedy_decode(model, prompt, n) if T == 0 or peeks else None
-    m = method(name, res, chosen[name], prompt + greedy if peeks else None, T)
+    m = decoders.method(name, res, chosen[name], prompt + greedy if peeks else None, T)
     m.drafter = Recorder(m.drafter)
     out, stats = m.decode(model, prompt, n, T, torch.Generator().manual_seed(args.seed), args.verify)
     return finish(args, model, ck, name, chosen[name], prompt, out, stats, m.drafter, greedy,

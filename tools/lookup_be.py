@@ -1,6 +1,6 @@
 """Block efficiency of bpd, lookup, lookup_pbest and pbest by offline replay (analysis.prepare,
 then analysis.be_of: the same accepted lengths as bpd_decode, test_refine.py) on the bench's test
-prompts (modes.bench_prompts: make_prompts over the checkpoint's test split), with each decoder's
+prompts (modes.bench_run: make_prompts over the checkpoint's test split), with each decoder's
 settings as the bench takes them (the tuned file, else the registry's defaults). docs/results/lookup.md.
 
     python tools/lookup_be.py                                          # 16 prompts x 128 tokens

@@ -46,7 +46,7 @@ def test_introduces_repeat_is_pairwise_against_bpd():
 
 
 def test_win_tie_loss_from_the_same_rows():
-    out = analysis.win_tie_loss(None, None, compared={"neural": ROWS})["neural"]
+    out = analysis.win_tie_loss({"neural": ROWS})["neural"]
     assert out["counts"] == {"steps": 6, "win": 1, "tie": 1, "loss": 4, "wins_replacing_repeat": 1}
 
 
@@ -57,7 +57,7 @@ def test_drafts_longer_or_shorter_than_bpds_are_counted_not_an_index_error():
     with its first miss past its own end (no repeat there)."""
     rows = [([5, 1, 2], [5, 1, 2, 3, 4, 6], 3, 5),       # win past BPD's end
             ([5, 1, 1, 3], [5, 1], 4, 2)]                 # loss past the draft's end
-    wtl = analysis.win_tie_loss(None, None, compared={"lookup": rows})["lookup"]
+    wtl = analysis.win_tie_loss({"lookup": rows})["lookup"]
     assert wtl["counts"] == {"steps": 2, "win": 1, "tie": 0, "loss": 1, "wins_replacing_repeat": 0}
     losses = analysis.loss_repeats({"lookup": rows})["lookup"]
     assert losses["counts"] == {"steps": 2, "loss": 1, "introduced_repeat": 0, "lost_on_repeat": 0}
@@ -70,7 +70,7 @@ def test_entropy_quantiles_of_known_distributions():
     certain = torch.tensor([0.0, -1e4, -1e4, -1e4])
     heads = {t: torch.stack([uniform, certain if t % 2 else uniform]) for t in range(10)}
     q = analysis.entropy_quantiles([(0, [], heads)])
-    assert q["positions"] == 10 and q["quantiles"] == list(analysis.QUANTILES)
+    assert q["positions"] == 10 and q["quantiles"] == [0.05, 0.25, 0.5, 0.75, 0.95]
     assert all(abs(x - math.log(V)) < 1e-6 for x in q["by_head"][0])
     lo, *_, hi = q["by_head"][1]
     assert abs(lo) < 1e-6 and abs(hi - math.log(V)) < 1e-6
