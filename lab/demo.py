@@ -73,7 +73,7 @@ def show_demo(args, model, ck, chosen, res, family, t0, skip):
     print(f"\nwall-clock on this machine (median of 3{', first prompt' if len(prompts) > 1 else ''}): "
           f"{base} {tps[base]:.0f} tok/s, BPD {tps[decoders.PLAIN]:.0f} tok/s: "
           f"{tps[decoders.PLAIN] / tps[base]:.2f}x (`--bench` times every decoder)"
-          + figures.slower_hint(model, tps[decoders.PLAIN] / tps[base]))
+          + figures.slower_hint(tps[decoders.PLAIN] / tps[base]))
     traced = trace.trace_demo(args, model, ck, res, chosen, prompts[0][1], n)
     print(f"\n(load {loaded:.1f} s, decoding {time.perf_counter() - t0 - loaded:.1f} s)")
     print("\n" + traced)

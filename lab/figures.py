@@ -282,7 +282,7 @@ def human(count):
     return str(count)
 
 
-def slower_hint(model, ratio):
+def slower_hint(ratio):
     """Why BPD may lose on this machine, and what to try."""
     if ratio >= 1:
         return ""
