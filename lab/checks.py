@@ -11,12 +11,12 @@ import torch
 import decoders
 from lab import approximate, bench, trace
 from lab import task_runs
+from minibpd import is_token
 from decoders.lookup import check_copy
 from decoders.budgets import check_settings
 from runtime.checkpoint import (CHECKPOINT, CHECKPOINTS, DTYPES, dtype_of, family_module,
                                 file_sha256, outline)
 from runtime.corpus import check_unicode, encode, to_vocab
-from runtime.ids import is_int
 from train_heads import writable
 
 MAX_NEW_TOKENS = 100_000      # more is refused: greedy alone would run for minutes
@@ -294,7 +294,7 @@ def check_budgets(args, ck):
 def check_model_flags(args, ck, cfg):
     """--heads, --verify and --dtype against the model the checkpoint's config describes."""
     path, h = args.checkpoint, cfg.get("n_bpd_heads")
-    if args.heads is not None and is_int(h) and not 1 <= args.heads <= h:
+    if args.heads is not None and is_token(h) and not 1 <= args.heads <= h:
         raise ValueError(f"--heads: heads must be an integer from 1 to {h} (the heads of {path}), "
                          f"got {args.heads}")
     if args.dtype == "int4" and ck.get("kind") is None:

@@ -14,7 +14,7 @@ from models import smollm_gguf
 PEER_INSTALL = "pip install transformers==5.24.0 accelerate==1.15.0"
 
 
-def transformers_model(dtype=torch.float32, gguf_path=None):
+def transformers_model(dtype=torch.float32):
     """The same GGUF loaded by Hugging Face transformers (its own GGUF reader and LlamaForCausalLM:
     an independent implementation), offline, for the peer bench and the exactness test. Its
     generation config ends nothing (no eos): like minibpd it decodes exactly the tokens asked for.
@@ -29,7 +29,7 @@ def transformers_model(dtype=torch.float32, gguf_path=None):
         raise ImportError(f"the transformers peer needs optional packages ({e.name} is missing): "
                           f"{PEER_INSTALL}") from None
     smollm_gguf.optional_packages()
-    path = smollm_gguf.find_gguf() if gguf_path is None else os.fspath(gguf_path)
+    path = smollm_gguf.find_gguf()
     logging.set_verbosity_error()
     logging.disable_progress_bar()
     with contextlib.redirect_stderr(io.StringIO()):        # its GGUF reader's progress bar

@@ -1,5 +1,3 @@
-"""runtime: what the paper's code stands on: the KV cache and the model calls that fill it
-(kvcache), the lossless sampling rule (sampling), Stern §5's APPROXIMATE acceptance rules, off
-unless named (approximate), the lab's entry to the decode loop, its request checked (loop),
-reading checkpoints and text safely (checkpoint), and the thread policy (threads). Imports
-nothing above it."""
+"""runtime: what minibpd's decode loop is handed and stands on (docs/layout.md, "The folders"):
+the lab's entry to the loop, the drafter contract, the cache, sampling, Stern §5's rules, tree
+verification, checkpoints and text, the thread policy. Imports nothing above it."""

@@ -1,23 +1,17 @@
 """approximate: Stern et al.'s APPROXIMATE acceptance rules (2018, §5, "approximate inference"),
-at temperature 0 only. Their output is NOT greedy decoding's: every exactness property of
-minibpd (test_minibpd.py, docs/exactness.md) is about the default rule, "exact", and these rules
-run only when asked for by name: `bpd_decode(..., accept="top2")`, `python minibpd.py --prompt
-TEXT --accept top2`, `python minibpd.py --bench --approximate`.
-
-Both relax Stern's verify substep: topK (top-k selection: a drafted token passes when it is among
-the verifying model's k most likely) and minB (a minimum block size: the first B - 1 drafted
-tokens pass unchecked); top1 and min1 are the exact rule. docs/approximate.md gives them exactly
-as implemented. A rule changes only what counts as the verifier's choice at each position
-(`Relaxed.choices`); choosing the row and the prefix stays minibpd.GreedyRule's (RelaxedRule
-replaces only its choices). Above temperature 0 a relaxed rule has no meaning we could test
-(sampling.py's rule is what makes the output exact there), so it is refused.
+at temperature 0 only, run only when named (`lab_decode(..., accept="top2")`, `python minibpd.py
+--prompt TEXT --accept top2`, `--bench --approximate`). Their output is NOT greedy decoding's;
+docs/approximate.md gives them exactly as implemented: topK (a drafted token passes when among
+the verifier's k most likely) and minB (the first B - 1 drafted tokens pass unchecked); top1 and
+min1 are the exact rule. A rule changes only what counts as the verifier's choice at each
+position (`Relaxed.choices`); choosing the row and the prefix stays minibpd.GreedyRule's. Above
+temperature 0 a relaxed rule has no meaning we could test, so it is refused.
 """
 import re
 
 import torch
 
-from minibpd import GreedyRule
-from runtime.ids import is_int
+from minibpd import GreedyRule, is_token
 from runtime.kvcache import padded
 
 EXACT = "exact"
@@ -32,7 +26,7 @@ class Relaxed:
 
     def __init__(self, k=1, min_block=1):
         for what, v in (("k", k), ("min_block", min_block)):
-            if not is_int(v) or v < 1:
+            if not is_token(v) or v < 1:
                 raise ValueError(f"an approximate rule's {what} must be an integer >= 1, got {v!r}")
         self.k, self.min_block = int(k), int(min_block)
 

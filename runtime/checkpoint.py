@@ -15,10 +15,9 @@ import shlex
 
 import torch
 
-from minibpd import CHECKPOINT, CheckpointError, GPTConfig
+from minibpd import CHECKPOINT, CheckpointError, GPTConfig, is_token
 from train_heads import FORMAT_VERSION
 from runtime.fast_heads import FastGPT
-from runtime.ids import is_int
 from runtime.kvcache import KVSpec
 
 CHECKPOINTS = os.path.dirname(CHECKPOINT)     # the shipped checkpoints, beside minibpd.py
@@ -141,7 +140,12 @@ def build_model(config, state, device="cpu", dtype=torch.float32, where="checkpo
                               f"{how}") from None
     if problem:
         raise CheckpointError(f"{where}: {problem}; {how}")
-    check_state(shapes, state, where, path, kind)
+    wrong = state_mismatch(shapes, state)
+    if wrong:
+        raise CheckpointError(f"{where} does not match its config ({wrong}); {how}")
+    bad = first_nonfinite(state)
+    if bad is not None:
+        raise CheckpointError(f"{where}: tensor {bad} holds NaN or inf; {how}")
     model = FastGPT(cfg)
     model.load_state_dict({k: v.float() for k, v in state.items()})
     return model.to(device=device, dtype=dtype).eval()
@@ -154,7 +158,7 @@ def blocks_problem(cfg, state):
                              if isinstance(k, str) and k.startswith(part + ".")})
     for name, want, have in (("n_layer", cfg.n_layer, held("blocks")),
                              ("n_bpd_heads", cfg.n_bpd_heads, held("heads") + 1)):
-        if not is_int(want) or want > have:
+        if not is_token(want) or want > have:
             return f"its config says {name}={want!r}, its weights hold {have:,}"
     return ""
 
@@ -244,19 +248,6 @@ def tensors_problem(state):
     if odd is not None:
         return f"tensor {odd} is not a dense tensor of numbers ({state[odd].layout})"
     return ""
-
-
-def check_state(want, state, where, path=None, kind=None):
-    """A checkpoint's state dict (dense tensors: tensors_problem, checked first) against the
-    model's own (`want`): the same names and shapes, every value finite (NaN or inf would decode
-    garbage). Raises one CheckpointError naming the tensors, with the way out (retrain)."""
-    how = retrain(path, kind)
-    wrong = state_mismatch(want, state)
-    if wrong:
-        raise CheckpointError(f"{where} does not match its config ({wrong}); {how}")
-    bad = first_nonfinite(state)
-    if bad is not None:
-        raise CheckpointError(f"{where}: tensor {bad} holds NaN or inf; {how}")
 
 
 def state_mismatch(want, got):

@@ -3,10 +3,11 @@ anything a drafter hands back is used: the numbers it declares (max_drafts, max_
 its drafts and, for a sampling drafter, its declared q. bpd_decode calls its drafter through a
 CheckedDrafter; the test suite's --drafter option checks the same rules.
 """
+from operator import index
+
 import torch
 
-from minibpd import declared
-from runtime.ids import is_int, token_ids
+from minibpd import declared, is_token
 from runtime.sampling import check_proposal
 
 
@@ -81,17 +82,31 @@ def drafter_name(drafter):
     return getattr(drafter, "name", None) or type(drafter).__name__
 
 
+BOOLS = ("torch.bool", "bool")      # the dtypes of torch's and numpy's bools, by name
+
+
+def token_ids(items):
+    """A sequence of integer token ids as a new list of ints; TypeError otherwise (bools too:
+    True is not a token, nor is a torch or numpy bool, which index() reads as 1)."""
+    if isinstance(items, (str, bytes)) or str(getattr(items, "dtype", "")) in BOOLS:
+        raise TypeError("not token ids")
+    items = list(items)
+    if any(type(t) is not int and (isinstance(t, bool) or str(getattr(t, "dtype", "")) in BOOLS)
+           for t in items):
+        raise TypeError("a bool is not a token id")
+    return [index(t) for t in items]
+
+
 def check_answer(drafts, size, first, V, limit, drafter, longest=None):
     """A drafter's answer checked by the rules of minibpd.check_drafts, each broken one named with
     a hint to mend it -> the drafts as new lists of ints, or a ValueError naming the rule broken
-    and the drafter. Each draft holds `size` ints, or from
-    `size` to `longest` where a drafter declares max_draft_tokens. At most p x h ints:
-    microseconds."""
+    and the drafter. Each draft holds `size` ints, or from `size` to `longest` where a drafter
+    declares max_draft_tokens. At most p x h ints: microseconds."""
     longest = size if longest is None else longest
     def broken(rule, detail):
         return ValueError(f"drafter {drafter_name(drafter)} broke the drafter contract "
                           f"({rule}): {detail}")
-    if isinstance(drafts, (list, tuple)) and drafts and all(is_int(t) for t in drafts):
+    if isinstance(drafts, (list, tuple)) and drafts and all(is_token(t) for t in drafts):
         raise broken("1..max_drafts drafts", f"return a list of drafts, each a list of ints; got "
                                              f"one flat list of {len(drafts)} ints: wrap it in a "
                                              "list, [draft]")

@@ -1,13 +1,13 @@
 """kvcache: what the lab needs around minibpd.KVCache: its budget (MAX_CACHE_BYTES, checked
 before anything is allocated), one model call on a sequence's uncached tail plus P drafts
 (model_call), the prefill every decode path shares (prefill_length: models/llama.py runs it
-apart) and the cache's shape (KVSpec). The integer checks of a request are runtime/ids.py's.
+apart) and the cache's shape (KVSpec).
 """
 from typing import NamedTuple
 
 import torch
 
-from runtime.ids import is_int
+from minibpd import is_token
 
 
 class KVSpec(NamedTuple):
@@ -48,7 +48,7 @@ def check_cache_budget(model, rows, spare=0):
     if most < 1:
         raise ValueError(f"even one KV cache row would need {row / 2**20:,.0f} MiB for this model "
                          f"({slots} slots); the budget is {MAX_CACHE_BYTES // 2**20} MiB")
-    if not is_int(rows) or not 1 <= rows <= most:
+    if not is_token(rows) or not 1 <= rows <= most:
         raise ValueError(f"a KV cache of {rows} rows would need {rows * row / 2**20:,.0f} MiB; the "
                          f"budget is {MAX_CACHE_BYTES // 2**20} MiB, i.e. 1 to {most} rows (drafts "
                          "verified per call) for this model")

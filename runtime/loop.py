@@ -4,8 +4,7 @@ independent sequences at once (decode_rows, for training data).
 """
 import torch
 
-from minibpd import (ArgmaxDrafter, GreedyRule, KVCache, Verifier, bpd_decode, check_request,
-                     check_temperature)
+from minibpd import ArgmaxDrafter, GreedyRule, KVCache, Verifier, bpd_decode, check_request
 from runtime import approximate
 from runtime.contract import CheckedDrafter
 from runtime.kvcache import check_cache_budget
@@ -18,8 +17,7 @@ VERIFY_MODES = ("auto", "batch", "tree")
 def acceptance_rule(model, temperature, generator, spec="exact", drafter=None):
     """The rule for `spec` and the temperature: GreedyRule (exact, T = 0), SampledRule (exact
     in distribution, T > 0; it reads the checked `drafter`'s declared q) or RelaxedRule (an
-    APPROXIMATE rule of Stern §5, T = 0 only)."""
-    check_temperature(temperature)
+    APPROXIMATE rule of Stern §5, T = 0 only), the temperature checked first (check_request)."""
     relaxed = approximate.rule(spec, temperature)            # None: the exact rule
     if relaxed is not None:
         return approximate.RelaxedRule(model, relaxed)

@@ -1,38 +1,30 @@
-"""sampling: lossless sampling with BPD drafts (speculative sampling), in a few readable lines.
-
-Kim et al. (v2 §4): "we consider greedy decoding exclusively"; Stern et al. define BPD for greedy
-decoding. The speculative sampling rule (Leviathan, Kalman, Matias 2023; Chen et al. 2023) makes
-any draft *lossless*: the output is distributed exactly as sampling the base model one token at a
-time.
+"""sampling: lossless sampling with BPD drafts at temperature T > 0 (speculative sampling:
+Leviathan et al. 2023; Chen et al. 2023), in a few readable lines; docs/exactness.md explains
+why it is exact and where it comes from.
 
 The rule, for a draft token x proposed with probability q(x), where the base model wants p:
     accept x with probability min(1, p(x) / q(x));
     on rejection, sample from the residual  max(0, p - q) / sum(max(0, p - q)).
 Then P(output = y) = min(p(y), q(y)) + (1 - sum_x min(p(x), q(x))) * residual(y) = p(y).
-A deterministic draft token d is the case q = one-hot(d): accept d with probability p(d), else
-sample from p with d removed and renormalised.
+A deterministic draft token d is the case q = one-hot(d).
 
-Several drafts (p-best) share prefixes, so they form a tree. SpecInfer's multi-draft rule (Miao
-et al. 2024) walks it: at a node, try its children in order, each accepted with its probability
-under the *current* residual r, and r <- residual(r, q_child) after each rejection; an accepted
-child becomes the node; when every child is rejected (or at a leaf), the next token is sampled
-from r. Which children are tried (children_to_try) depends on where the drafts came from:
-- deterministic drafts (q = one-hot): each distinct token once. Each child is then accepted with
-  probability r(child) and removed from r on rejection: the walk samples the node's token from p
-  exactly, so the whole output is exact.
-- drafts sampled i.i.d. from one declared proposal q (q[i]: the distribution of every draft's
-  token i): every draft's token, repeats included, in draft order. That is multi-round
-  rejection sampling with i.i.d. proposals, exact for any number of them; de-duplicating would
-  bias it (a token drawn twice has two chances). The drafts below an accepted child still hold
-  i.i.d. draws from q[i + 1], because each position was drawn independently. Its precondition,
-  that q IS the distribution the drafts were drawn from, no check of one answer can see
-  (check_proposal checks what it can): docs/exactness.md, "The precondition of a declared q".
+Several drafts form a tree, which SpecInfer's multi-draft rule (Miao et al. 2024) walks: at a
+node, try its children in order, each accepted with its probability under the *current*
+residual r, and r <- residual(r, q_child) after each rejection; an accepted child becomes the
+node; when every child is rejected (or at a leaf), the next token is sampled from r. Which
+children are tried (children_to_try) depends on where the drafts came from:
+- deterministic drafts: each distinct token once; the walk then samples the node's token from p
+  exactly.
+- drafts sampled i.i.d. from one declared proposal q (q[i]: every draft's token i): every
+  draft's token, repeats included, in draft order: multi-round rejection sampling with i.i.d.
+  proposals, exact for any number of them (de-duplicating would bias it). The drafts below an
+  accepted child still hold i.i.d. draws from q[i + 1]. That q IS their distribution no check
+  of one answer can see (check_proposal checks what it can): docs/exactness.md, "The
+  precondition of a declared q".
 
-Temperature 0 is greedy decoding: target_probs is then a one-hot on the argmax, and the decode
-loop takes its greedy rule (minibpd.GreedyRule) instead; SampledRule is the rule above in the
-same shape. decoders.HeadSampler is the drafter that declares a proposal q.
+At temperature 0 the decode loop takes minibpd.GreedyRule instead; SampledRule is the rule
+above in its shape. decoders.HeadSampler is the drafter that declares a proposal q.
 """
-
 import torch
 import torch.nn.functional as F
 
@@ -63,9 +55,9 @@ def own_generator(generator, temperature):
 def check_proposal(q, drafts, V, who):
     """A drafter's declared proposal, checked before any use: q [m + 1, V] (row i: the
     distribution its drafts' token i was drawn from, the precondition no check can see: the
-    module's docstring; row 0, head 1's, is not used), finite,
-    non-negative, rows 1..m summing to 1 within 1e-6, positive at every drafted token. -> q as
-    float64 on the CPU, rows renormalised; or a ValueError naming the drafter (`who`)."""
+    module's docstring; row 0, head 1's, is not used), finite, non-negative, rows 1..m summing
+    to 1 within 1e-6, positive at every drafted token. -> q as float64 on the CPU, rows
+    renormalised; or a ValueError naming the drafter (`who`)."""
     def broken(detail):
         return ValueError(f"drafter {who} broke the drafter contract (declared q): {detail}")
     m1 = len(drafts[0])

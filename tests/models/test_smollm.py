@@ -893,7 +893,7 @@ def test_load_refuses_bad_arguments(tmp_path):
 
 def test_nonfinite_heads_checkpoint_is_refused_before_the_gguf(tmp_path, monkeypatch):
     """A NaN or inf in the shipped checkpoint's heads or rescorer is refused at load, naming the
-    tensor in runtime.checkpoint.check_state's form, before the GGUF is looked for or read (so
+    tensor in runtime.checkpoint.build_model's form, before the GGUF is looked for or read (so
     without the optional packages too). Loaded, such heads would decode silently: BPD identical to
     greedy, 'neural' at block efficiency 1.00."""
     if not os.path.isfile(HEADS):

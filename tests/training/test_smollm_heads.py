@@ -26,7 +26,7 @@ def test_smollm_heads_trains_a_step(monkeypatch, form, targets):
     real_model_or_skip()
     from models import smollm
     from training import generate, smollm_heads, teacher
-    from training.shared import RunConfig
+    from training.cli import RunConfig
     monkeypatch.setattr(generate, "CONTINUATIONS", {"train": 4, "tune": 2})
     monkeypatch.setattr(generate, "CHAT_TUNE", 2)
     monkeypatch.setattr(generate, "GEN_TOKENS", 6)
