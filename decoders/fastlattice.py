@@ -114,10 +114,17 @@ class NgramTable:
         keys = sorted(codes)
         return np.array(keys, dtype=np.int64), np.array([codes[c] for c in keys], dtype=float)
 
-    def step(self, j, ctx_code, token, p):
-        """One back-off step of NgramLM.logprob, broadcast: term_j(c_j, w) + gamma_j(c_j) * p."""
-        term = lookup_sorted(*self.terms[j], ctx_code * self.V + token, 0.0)
-        return term + lookup_sorted(*self.gammas[j], ctx_code, 1.0) * p
+    def back_off(self, older, tokens, J):
+        """log P(tokens | c_J), broadcast, by NgramLM.logprob's float operations, then np.log:
+        for j = 0..J, p = term_j(c_j, w) + gamma_j(c_j) * p, where c_j is c_{j-1} after the
+        token j positions back, older(j) (token ids that broadcast with tokens)."""
+        p, code = 1.0 / self.V, np.zeros((), dtype=np.int64)    # the code of c_0 = ()
+        for j in range(J + 1):
+            if j:
+                code = self.prepend(code, older(j), j)
+            term = lookup_sorted(*self.terms[j], code * self.V + tokens, 0.0)
+            p = term + lookup_sorted(*self.gammas[j], code, 1.0) * p
+        return np.log(p)
 
     def logprob(self, contexts, tokens):
         """log P(tokens[r] | contexts[r]) [N]: contexts int [N, J] (only the last order-1
@@ -127,13 +134,7 @@ class NgramTable:
         ctx = ctx[:, ctx.shape[1] - min(self.order - 1, ctx.shape[1]):]
         if any(a.size and (a.min() < 0 or a.max() >= self.V) for a in (tokens, ctx)):
             raise ValueError(f"token ids must be in [0, {self.V})")
-        J, p = ctx.shape[1], 1.0 / self.V
-        code = np.zeros(len(tokens), dtype=np.int64)      # the code of c_0 = ()
-        for j in range(J + 1):
-            if j:                                         # c_j: c_{j-1} after an older token
-                code = self.prepend(code, ctx[:, J - j], j)
-            p = self.step(j, code, tokens, p)
-        return np.log(np.broadcast_to(p, tokens.shape))
+        return self.back_off(lambda j: ctx[:, -j], tokens, ctx.shape[1])
 
 
 def _lm_block(table, hist, cands, i, n):
@@ -149,12 +150,10 @@ def _lm_block(table, hist, cands, i, n):
         idx = [*hist[len(hist) - (J - from_path):], *axes[m - from_path:]]
         out = table.dense[J][tuple(idx)]
         return out.reshape((1,) * (m + 1 - out.ndim) + out.shape)
-    p, code = 1.0 / table.V, np.zeros([1] * (m + 1), dtype=np.int64)   # the code of ()
-    for j in range(J + 1):
-        if j:  # c_j = the token j positions back, then c_{j-1}: a path position or history
-            code = table.prepend(code, axes[m - j] if j <= m else hist[len(hist) - (j - m)], j)
-        p = table.step(j, code, axes[m], p)
-    return np.log(p)
+
+    def older(j):  # the token j positions back: a path position or history
+        return axes[m - j] if j <= m else hist[len(hist) - (j - m)]
+    return table.back_off(older, axes[m], J)
 
 
 def _select(scores, p, ranks):

@@ -44,18 +44,13 @@ def copied_continuation(context, ngram, length):
 
 
 class PromptLookupDrafter:
-    """Prompt lookup decoding (the module's docstring), riding on BPD's heads; docs/lookup.md
-    explains each setting. The copy rule is copied_continuation (ours: the latest earlier
-    occurrence; Saxena's code and transformers take the earliest); the draft is context[-1], then
-    the copied tokens, and where the copy stops short, each remaining head's argmax (ours).
-    The drafts, verified in one call: the base drafter's (default ArgmaxDrafter; PBestDrafter for
-    `lookup_pbest`), then the copy unless no n matched or it is already among them: max_drafts =
-    base.max_drafts + 1; `counts` is the base drafter's. copy (ours): the most tokens one copy
-    drafts (0: h - 1; more declares max_draft_tokens = copy, past the heads). nodes > 0 (ours,
-    for speed): the copy only where the drafts' token tree stays within that many drafted tokens
-    (within_budget). The fast path keeps an index {n-gram: where it last ended}
-    (indexed_continuation); reference=True runs the reverse scan instead: the same drafts. One
-    drafter object serves one sequence at a time (the drafter contract)."""
+    """Prompt lookup decoding (the module's docstring) riding on BPD's heads; docs/lookup.md
+    gives its rule (copied_continuation; ours: the latest earlier occurrence) and each setting.
+    The drafts: the base drafter's (default ArgmaxDrafter), then the copy padded with the heads'
+    argmax, unless no n matched or it is among them: max_drafts = base.max_drafts + 1; `counts`
+    is the base's. copy > 0 declares max_draft_tokens = copy; nodes > 0 keeps the copy only
+    within_budget. reference=True: the reverse scan in place of the index (indexed_continuation),
+    the same drafts. One drafter object serves one sequence at a time (the drafter contract)."""
 
     def __init__(self, ngram=3, base=None, name="lookup", reference=False, copy=0, nodes=0):
         check_ngram(ngram)

@@ -2,10 +2,6 @@
 impossible settings (and, given the model, settings over a budget), make() builds a drafter, and
 active() / select() say which decoders the commands run. The built-in decoders are registered
 here, in the order every table shows them.
-
-Settings named k (lattice width), p (drafts verified per call), alpha (LM interpolation weight)
-and order (n-gram order) are checked by decoders.budgets.check_settings for every decoder that
-has them; p-best's DP must fit budgets.MAX_DP_CELLS and its p rows kvcache.MAX_CACHE_BYTES.
 """
 import contextlib
 import inspect
@@ -96,9 +92,9 @@ def check_entry(name, make, defaults, grid, about):
 
 
 def check(name, s, model=None):
-    """Clear errors for impossible settings (settings.check_settings) and, given the model, for
-    settings over a budget (its vocabulary bounds k, its size the cache): all before any model
-    call. Errors name the decoder."""
+    """Clear errors for impossible settings (budgets.check_settings for k, p, alpha, order and
+    nodes) and, given the model, for settings over a budget (p-best's DP: budgets.MAX_DP_CELLS;
+    the cache: kvcache.MAX_CACHE_BYTES): all before any model call. Errors name the decoder."""
     known = {k: s[k] for k in ("k", "p", "alpha", "order", "nodes") if k in s}
     try:
         check_settings(**known)

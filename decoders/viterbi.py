@@ -16,16 +16,9 @@ from decoders.fastlattice import (explained_lattice, fast_lattice, lm_contexts, 
 from decoders.budgets import check_settings
 from lattice import interpolate, path_score
 
-# At p = 1 the DP is Viterbi, one partial path per state, and three things make it cheap enough
-# to run at every decoding step on a CPU:
-#   1. NgramAutomaton: the LM as a back-off automaton whose rows (every token's log-prob and
-#      next state after one LM state) are built once, on first use, then shared by all paths,
-#      positions and steps that reach that state; a lookup is one array indexing.
-#   2. Exact pruning (branch and bound): the score of one real path (greedy) is a lower bound on
-#      the best; a partial path that cannot reach it even if every later LM log-prob were its
-#      maximum is dropped. Only a few dozen partials survive a step, at any order.
-#   3. A handful of whole-array numpy operations per position: numpy's per-call overhead, not
-#      arithmetic, is the cost at these sizes.
+# At p = 1 the DP is Viterbi, one partial path per state, cheap enough for every decoding step
+# on a CPU by the shared rows of NgramAutomaton, exact pruning (_viterbi) and a handful of
+# whole-array numpy operations per position (numpy's per-call overhead is the cost at these sizes).
 
 class NgramAutomaton:
     """An NgramLM (anything with order, vocab_size, terms and gammas, as in ngram.py) as a
@@ -367,12 +360,12 @@ class ViterbiDrafter:
     lattice.PBestDrafter(k, 1, alpha, lm), by ngram_draft. Build it once per LM: its automaton walks
     the LM once; it builds all its rows up front when they take at most EAGER_BYTES (the
     shipped 3- and 4-gram), else each on first use. Sharing it between threads is safe (a lock)."""
-    max_drafts = 1
+    name, max_drafts = "ngram", 1
 
-    def __init__(self, k, alpha, lm, automaton=None, name="ngram"):
+    def __init__(self, k, alpha, lm, automaton=None):
         use_lm = lm is not None and alpha > 0
         check_settings(k, 1, alpha, lm.order if use_lm else 1)
-        self.k, self.alpha, self.lm, self.name = k, alpha, lm, name
+        self.k, self.alpha, self.lm = k, alpha, lm
         if use_lm and automaton is None:
             automaton = NgramAutomaton(lm)
             if automaton.rows_bytes() <= EAGER_BYTES:

@@ -71,14 +71,11 @@ def tree_plan(mask, dtype, g, rows, key_block):
 
 
 def tree_attention(q, keys, values, plan, rows, key_block):
-    """tiled_attention for one row holding a token tree (kvcache.tree_layout), batch-invariant.
-    A row whose visible slots are a prefix of the slots (the tail, a first node) sees its keys
-    where one-token decoding does: tiled_attention. A node below another sees its ancestors at
-    scattered slots, and key tiles holding them there would add its terms in another grouping
-    (on SmolLM2 in bf16 that flipped an argmax): its visible keys are gathered, in slot order,
-    into keys of its own, which then sit slot for slot as in one-token decoding of its path,
-    and tiled_attention runs each such row as an item of its own, as a one-token call does.
-    q [1, H, L, d]; keys, values [1, Hkv, S, d]; plan: tree_plan(mask). -> [1, H, L, d]."""
+    """tiled_attention for one row holding a token tree (kvcache.tree_layout), batch-invariant
+    (docs/real-model.md, "Tree verification on this model"): rows whose visible slots are a
+    prefix run as they are; every other node's visible keys are gathered, in slot order, into
+    keys of its own (as one-token decoding of its path holds them) and it runs as an item of its
+    own. q [1, H, L, d]; keys, values [1, Hkv, S, d]; plan: tree_plan(mask). -> [1, H, L, d]."""
     prefix, tiles, idx, node_tiles = plan
     y = torch.empty_like(q)
     if prefix.any():

@@ -128,13 +128,10 @@ def int4_linear(layer, x):
 
 def linear(layer, x):
     """x [..., K] @ W^T + b -> [..., N] for anything with `weight` W [N, K] and `bias` (a Linear),
-    x in W's dtype. On a CPU where oneDNN serves W's dtype (packs), W is packed once into
-    oneDNN's blocked layout (kept on `layer` while W is unchanged) and the product runs on it:
-    F.linear lays W out anew in every call, which at a few rows costs about what the arithmetic
-    does (docs/real-model.md, "Packed weights"). A product of one shape is one kernel either
-    way, so a fixed-shape block treats its rows alike, but the two kernels round differently:
-    the choice is made here alone (PACKED, the device, the dtype), never by the caller's state,
-    and under autograd the packed product is the forward too (PackedLinear)."""
+    x in W's dtype: on W packed once for oneDNN where it serves W's dtype (packs; kept on `layer`
+    while W is unchanged; docs/real-model.md, "Packed weights"), else F.linear. The two kernels
+    round differently, so the choice is made here alone (PACKED, the device, the dtype), never by
+    the caller's state: under autograd the packed product is the forward too (PackedLinear)."""
     if getattr(layer, "bits", None) == 4:          # 4-bit weights (smollm's int4 precision)
         return int4_linear(layer, x)
     w, bias = layer.weight, layer.bias
@@ -169,15 +166,18 @@ class PackedLinear(torch.autograd.Function):
         return dx, dw, None, db
 
 
-def by_rows(fn, x, rows):
+def by_rows(fn, x, rows, dtype=None):
     """fn applied to x [..., K] as rows [N, K] -> [..., K']. rows=None: one call on all N rows.
-    rows=R: calls on blocks of exactly R rows, the last one zero-padded, each block a fresh
-    tensor: every operation inside fn sees one shape and one memory alignment (BLAS kernels
-    branch on both), whatever N is (batch invariance, module docstring)."""
+    rows=R: calls on blocks of exactly R rows (cast to `dtype` if given), the last one
+    zero-padded, each block a fresh tensor: every operation inside fn sees one shape and one
+    memory alignment (BLAS kernels branch on both), whatever N is (batch invariance)."""
     flat = x.reshape(-1, x.shape[-1])
-    padded = flat.contiguous() if rows is None else padded_copy(flat, rows, 1)    # [M, K]
-    out = blocks(fn, padded, rows)[:len(flat)]
-    return out.view(*x.shape[:-1], out.shape[-1])
+    padded = flat.contiguous() if rows is None else padded_copy(flat, rows, 1, dtype=dtype)
+    if rows is None or len(padded) == rows:   # one block (every greedy step): the copy itself
+        out = fn(padded)
+    else:
+        out = torch.cat([fn(padded[i:i + rows].clone()) for i in range(0, len(padded), rows)])
+    return out[:len(flat)].view(*x.shape[:-1], out.shape[-1])
 
 
 def linear_rows(layer, x, rows, wide=False):
@@ -194,9 +194,7 @@ def linear_rows(layer, x, rows, wide=False):
         dtype = layer.weight.dtype
         return torch.cat([linear(layer, x[i:i + free].to(dtype, copy=True)).to(x.dtype)
                           for i in range(0, len(x), free)])
-    padded = padded_copy(x, rows, 1, dtype=layer.weight.dtype)         # [ceil(M/R) R, K]
-    out = blocks(lambda b: linear(layer, b), padded, rows)
-    return out[:len(x)].to(x.dtype)
+    return by_rows(lambda b: linear(layer, b), x, rows, layer.weight.dtype).to(x.dtype)
 
 
 def kernel_key(layer):
@@ -229,14 +227,6 @@ def widened(layer, x):
     bias = None if layer.bias is None else layer.bias.float()
     out = F.linear(x.to(torch.bfloat16).float(), layer.weight.float(), bias)
     return out.to(torch.bfloat16).to(x.dtype)
-
-
-def blocks(fn, x, rows):
-    """fn on x [M, K] (M a multiple of rows, or rows=None: all at once) by blocks of `rows` rows,
-    each a fresh tensor (one block, every greedy step: x itself, which must be one) -> [M, K']."""
-    if rows is None or len(x) == rows:
-        return fn(x)
-    return torch.cat([fn(x[i:i + rows].clone()) for i in range(0, len(x), rows)])
 
 
 def padded_copy(t, row_multiple, col_multiple, fill=0.0, dtype=None):

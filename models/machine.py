@@ -8,14 +8,9 @@ row. Some kernels need no block at all: where a product of m rows gives every ro
 row gets alone (blocks.row_invariance), a call runs its own rows and stays batch-invariant. A
 one-token call is memory-bound: int4 (blocks.int4_linear) reads an eighth of float32's bytes.
 
-choose() times, for each candidate (precision: PRECISIONS; rows per block, or the kernel's own
-rows where it is row-invariant), the products of one decode call of the model's shapes: one row
-(a greedy step) and h rows (a BPD verification), and keeps per precision the fastest
-verification, those within 10% of it counting as tied, then the fastest step (fastest). Among
-precisions it keeps the one whose BPD token costs least (decode_ms): a verification a little
-dearer but a greedy step much cheaper decodes faster. Times are CPU time with one torch thread
-(clock). The answer is cached (models/machine_cache.py) and applied at load (apply). --dtype
-still chooses the precision; the rest follows.
+choose() times each precision (PRECISIONS) and block on the products of one decode call and
+keeps the fastest (its docstring; docs/real-model.md, "Which CPU gives what"); the answer is
+cached (models/machine_cache.py) and applied at load (apply). --dtype still picks the precision.
 """
 import copy
 import statistics
@@ -152,12 +147,11 @@ def choose(cfg, h, be=None):
         layers = stand_ins(cfg, name)          # built once: measure and call_rows_ms time them
         ms, free = measure(layers, name, h)
         pick = fastest(ms)
-        out["dtypes"][name] = {
+        e = out["dtypes"][name] = {
             "row_block": 1 if pick == "own rows" else int(pick.split()[-1]), "pick": pick,
             "free": free if pick == "own rows" else {},
             "ms": {k: [round(a, 3), round(b, 3)] for k, (a, b) in ms.items()}}
         if be:
-            e = out["dtypes"][name]
             e["rows_ms"] = call_rows_ms(layers, e, h)
             e["token_ms"] = round(decode_ms(e["rows_ms"], be)[0], 3)
     per = out["dtypes"]
