@@ -4,7 +4,7 @@ import copy
 import threading
 
 from decoders.fastlattice import NgramTable
-from decoders.viterbi import EAGER_BYTES, NgramAutomaton
+from decoders.viterbi import NgramAutomaton
 from ngram import NgramLM
 from runtime.checkpoint import build_model, family_module, retrain, train_kind
 from runtime.corpus import encode
@@ -24,13 +24,11 @@ def split_text(ck, name):
 
 
 class Resources:
-    """What the drafter factories need, built once: the base model, the small rescorer LM and
-    n-gram LMs of each order fitted on the train split only. Tests pass `small` and `lms`.
-    reference=True (`--reference`, the one switch of the readable path): self.model is a view of
-    the model whose head_logits runs each head one by one, and the factories build the readable
-    drafters (best_paths, the plain neural loop). Threads may share one: what it builds on
-    first use (the small LM, an n-gram LM, its table and automaton) is built under its lock,
-    once, so every drafter gets the one LM and the automaton built for it."""
+    """What the drafter factories need (the module's docstring); tests pass `small` and `lms`.
+    The n-gram LMs are fitted on the train split only. reference=True (`--reference`, the one
+    switch of the readable path): self.model is a view of the model whose head_logits runs each
+    head one by one, and the factories build the readable drafters (best_paths, the plain
+    neural loop)."""
 
     def __init__(self, model, ck=None, small=None, lms=None, reference=False, text=None):
         if reference:      # the one switch: the model's heads one by one, every drafter readable
@@ -86,8 +84,5 @@ class Resources:
         viterbi.EAGER_BYTES (else on first use: the rows then persist across drafters)."""
         with self.lock:
             if ("automaton", order) not in self.tables:
-                auto = NgramAutomaton(self.ngram(order))
-                if auto.rows_bytes() <= EAGER_BYTES:
-                    auto.build_all()
-                self.tables["automaton", order] = auto
+                self.tables["automaton", order] = NgramAutomaton(self.ngram(order), eager=None)
             return self.tables["automaton", order]

@@ -57,16 +57,13 @@ def tuned_be_by_heads(path, checkpoint):
     """The tuned file's plain-BPD block efficiency by heads used, {k: be} for k = 1..h (`--tune`
     writes it: lab.analysis.be_by_heads on the tune split, machine-independent), or {} where the
     file is missing, of another checkpoint, or holds no such entry."""
-    try:
+    try:                            # unreadable, not JSON, not an object, or no {heads: be}: none
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
-        return {}
-    if not isinstance(data, dict) or data.get("checkpoint_sha256") != file_sha256(checkpoint):
-        return {}
-    try:                                  # absent (None) or not {heads: be}: none
+        if data.get("checkpoint_sha256") != file_sha256(checkpoint):
+            return {}
         out = {int(k): float(v) for k, v in data.get("block_efficiency_by_heads").items()}
-    except (AttributeError, TypeError, ValueError):
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError, AttributeError, TypeError):
         return {}
     return out if all(v > 0 and math.isfinite(v) for v in out.values()) else {}
 

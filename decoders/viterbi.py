@@ -34,9 +34,10 @@ class NgramAutomaton:
         the state: the next state is the longest suffix of state + (w,) in Q.
     Row s: logprob[s, w] = log P(w | state s), by NgramLM.logprob's float operations and
     math.log (bitwise equal to it); next[s, w] = the state after w. Rows are built on first use
-    (or all at once: eager=True) and kept; the arrays have a row per state of Q (50,429 for the
-    shipped 5-gram), allocated up front but untouched until built, so only the rows built take
-    memory (20 bytes x V each; eager: 12, the probabilities before the log are dropped).
+    (or all at once: eager=True; eager=None, the decoders': when they take <= EAGER_BYTES) and
+    kept; the arrays have a row per state of Q (50,429 for the shipped 5-gram), allocated up
+    front but untouched until built, so only the rows built take memory (20 bytes x V each;
+    eager: 12, the probabilities before the log are dropped).
     upper[w] >= log P(w | any history) bounds the DP's pruning.
     The lock serialises the DP's calls (rows and scratch arrays are shared)."""
 
@@ -66,7 +67,7 @@ class NgramAutomaton:
         self.built = np.zeros(R, dtype=bool)
         self.p[0], self.next[0] = 1.0 / self.V, 0   # P_{-1} = 1/V; () after an unseen token
         self._level(np.array([0]), self.p[:1].copy())
-        if eager:
+        if eager or eager is None and self.rows_bytes() <= EAGER_BYTES:
             self.build_all()
 
     def _sparse_tables(self):
@@ -367,9 +368,7 @@ class ViterbiDrafter:
         check_settings(k, 1, alpha, lm.order if use_lm else 1)
         self.k, self.alpha, self.lm = k, alpha, lm
         if use_lm and automaton is None:
-            automaton = NgramAutomaton(lm)
-            if automaton.rows_bytes() <= EAGER_BYTES:
-                automaton.build_all()
+            automaton = NgramAutomaton(lm, eager=None)
         self.automaton, self.counts = automaton, {"ngram_lookups": 0}
 
     record = False      # lab/trace.py turns it on: each call then keeps what explain() reads

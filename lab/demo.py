@@ -15,8 +15,6 @@ from lab.checks import MAX_DEMO_TOKENS
 from lab.loading import build_drafters, load_mode
 from lab.run import Run
 import decoders
-from decoders.registry import baseline_name
-from decoders.resources import split_text
 from minibpd import greedy_decode
 from runtime.checkpoint import family_module
 from runtime.corpus import decode
@@ -66,7 +64,7 @@ def show_demo(args, model, ck, chosen, res, family, t0, skip):
         if i == 0:
             (draw_tries if T else draw_decoder_steps)(model, res, chosen, plain, prompt + greedy,
                                               len(prompt), vocab)
-    base, prompt = baseline_name(T), prompts[0][1]
+    base, prompt = decoders.baseline_name(T), prompts[0][1]
     methods = [decoders.Method(base), decoders.method(decoders.PLAIN, res, {})]
     once = Run(res, chosen, [prompt], n, T, verify=args.verify, generator=gen)
     tps = timing.tokens_per_s(timing.timings(once, methods, 3, warm_up=False), n)
@@ -83,7 +81,7 @@ def show_demo(args, model, ck, chosen, res, family, t0, skip):
 def split_prompt(args, ck, vocab):
     """-> [(label, token ids)]: one prompt of the test split, chosen by --seed (a model family
     brings its own: its module's demo_prompts)."""
-    text = split_text(ck, "test")
+    text = decoders.split_text(ck, "test")
     if len(text) < 160:
         raise ValueError(f"checkpoint {args.checkpoint} holds no test text for the demo; use --prompt")
     prompt = random.Random(args.seed).choice(make_prompts(text, vocab, 8, 80))

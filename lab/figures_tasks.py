@@ -1,8 +1,11 @@
 """figures_tasks: the --tasks report (lab/tasks.py's tasks, measured by cli.py): block efficiency
 by task and method, the paper's per-task analyses and the cross-task correlations (Kim §6-7), in
 the terminal and, with `--plot DIR`, as PNG files. The shared drawing tools are figures.py's."""
+import statistics
+
 import decoders
 from lab.figures import chart, pyplot, save, short
+from lab.stats import pearson
 
 
 def print_tasks(r, color=False):
@@ -78,11 +81,12 @@ def plot_tasks(r, folder):
         ax.scatter(bpd, ys, color="#4c72b0")
         for (name, _), x, y in zip(tasks_, bpd, ys):
             ax.annotate(name, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
-        fit = least_squares(bpd, ys)
-        if fit:
+        coef = pearson(bpd, ys)            # None where bpd or ys do not vary: no line
+        if coef is not None:
+            slope, intercept = statistics.linear_regression(bpd, ys)
             lo, hi = min(bpd), max(bpd)
-            ax.plot([lo, hi], [fit[0] + fit[1] * lo, fit[0] + fit[1] * hi], "--", color="#c44e52",
-                    label=f"least squares, r = {fit[2]:+.2f} (n = {len(bpd)})")
+            ax.plot([lo, hi], [intercept + slope * lo, intercept + slope * hi], "--",
+                    color="#c44e52", label=f"least squares, r = {coef:+.2f} (n = {len(bpd)})")
             ax.legend(fontsize=8)
         ax.set(xlabel="BPD block efficiency (tokens / call)", ylabel=what)
     fig.suptitle("Kim Fig. 3b: head confidence against block efficiency, one point per task")
@@ -134,12 +138,3 @@ def tasks_by_heads(plt, by_task, model):
     ax.legend(fontsize=8)
     return fig
 
-
-def least_squares(xs, ys):
-    """(intercept, slope, Pearson r) of ys on xs, or None when xs or ys do not vary."""
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    sxx, syy = sum((x - mx) ** 2 for x in xs), sum((y - my) ** 2 for y in ys)
-    if not sxx or not syy:
-        return None
-    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys))
-    return my - sxy / sxx * mx, sxy / sxx, sxy / (sxx * syy) ** 0.5

@@ -3,7 +3,6 @@ share, for every mode; each decoder's settings checked against the model's budge
 drafter built before any model call.
 """
 import decoders
-from decoders.resources import Resources
 from lab.checks import overrides, resolve_device
 from runtime.checkpoint import DTYPES, load as load_fast
 
@@ -19,7 +18,7 @@ def load_mode(args, used=None):
         model = decoders.fastest_view(model, getattr(args, "heads_be", {}),
                                       args.mode in ("prompt", "demo"))
     chosen = decoders.settings(args.tuned_settings, overrides(args))    # read by the checks
-    res = Resources(model, ck, reference=args.reference)    # --reference: the one switch
+    res = decoders.Resources(model, ck, reference=args.reference)    # --reference: the one switch
     build_drafters(decoders.active() if used is None else used, chosen, res)
     return res.model, ck, chosen, res
 

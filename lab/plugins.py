@@ -11,19 +11,6 @@ import sys
 PLUGINS = set()       # the module names import_plugin imported (a plug-in may be imported again)
 
 
-def import_by_name(spec):
-    """importlib.import_module(spec), but a module that is nowhere says where we looked and that
-    a path to the .py file works (a bare ModuleNotFoundError said neither)."""
-    try:
-        return importlib.import_module(spec)
-    except ModuleNotFoundError as e:
-        if e.name != spec.split(".")[0] and e.name != spec:
-            raise                                    # the plug-in itself imports something missing
-        raise ImportError(f"no module {spec!r} in the current directory ({os.getcwd()}) nor "
-                          f"on Python's path; put {spec.split('.')[0]}.py in the folder you run "
-                          f"from, or give its path, e.g. path/to/{spec.split('.')[-1]}.py") from None
-
-
 def import_plugin(spec):
     """Import a student's module by name (looked up in the current directory first, then as any
     importable module) or by file path (`my_drafter.py`, `path/to/mine.py`).
@@ -41,7 +28,15 @@ def import_plugin(spec):
                           f"is already imported, so {yours or 'your module'} would not run; "
                           f"rename yours (e.g. my_{name.split('.')[-1]}.py)")
     if not path:
-        import_by_name(spec)
+        try:
+            importlib.import_module(spec)
+        except ModuleNotFoundError as e:     # a module that is nowhere: where we looked, and paths
+            if e.name != spec.split(".")[0] and e.name != spec:
+                raise                                # the plug-in itself imports something missing
+            raise ImportError(f"no module {spec!r} in the current directory ({os.getcwd()}) nor "
+                              f"on Python's path; put {spec.split('.')[0]}.py in the folder you "
+                              "run from, or give its path, e.g. "
+                              f"path/to/{spec.split('.')[-1]}.py") from None
         PLUGINS.add(name)
         return
     where = importlib.util.spec_from_file_location(name, os.path.abspath(spec))

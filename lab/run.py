@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 import torch
 
 import decoders
-from decoders.resources import Resources
 from lab import analysis
 from minibpd import greedy_decode
 
@@ -17,7 +16,7 @@ from minibpd import greedy_decode
 class Run:
     """One measurement's inputs. model and ck are res's (one place of truth); greedy, answers and
     items are decoded once, on first use (greedy may also be given, when decoded elsewhere)."""
-    res: Resources                # the drafters' resources; res.model is the model every call runs
+    res: decoders.Resources       # the drafters' resources; res.model is the model every call runs
     chosen: dict                  # {decoder: its settings}
     prompts: list = ()            # token ids of each prompt (--tasks: each task's, on())
     n: object = None              # new tokens: one number, or a list of one per prompt

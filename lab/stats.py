@@ -52,12 +52,11 @@ def exact_permutation_p(xs, ys, statistic):
     observed = statistic(xs, ys)
     if observed is None:
         return None
-    hits = total = 0
+    hits = 0
     for perm in itertools.permutations(ys):
         value = statistic(xs, list(perm))
-        total += 1
         hits += value is not None and abs(value) >= abs(observed) - PERMUTATION_TIE
-    return hits / total
+    return hits / math.factorial(n)
 
 
 def leave_one_out(xs, ys, statistic):

@@ -50,13 +50,10 @@ def functions():
         for qualname, node in walk_defs(tree.body, ""):
             found.setdefault(f"{module}.{qualname}", Func(f"{module}.{qualname}", module,
                                                           qualname, node, lines))
-    seen, kept = set(), []
+    kept = {}                                       # {dedented source: its first Func}
     for key in sorted(found):
-        text = textwrap.dedent("".join(source_lines(found[key])))
-        if text not in seen:
-            seen.add(text)
-            kept.append(found[key])
-    return kept
+        kept.setdefault(textwrap.dedent("".join(source_lines(found[key]))), found[key])
+    return list(kept.values())
 
 
 def walk_defs(body, prefix):

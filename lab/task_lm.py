@@ -2,17 +2,16 @@
 boundary -> its next <= LM_TARGET characters), split as the base model's own corpus was (tasks.py
 builds them)."""
 import functools
+import itertools
 import re
 
 from lab.task_text import PROMPT_MAX, WINDOW, keep_tail
 from train_heads import chunk_size, chunk_split, clean_text
 
 
-# The shipped model was pre-trained on 90% of pydoc_data.topics (corpus.split_corpus:
-# 2,000-character chunks, chunk j to tune if j % 20 == 18, to test if j % 20 == 19). A hash split
-# of paragraphs would put most test targets in its training text, so `lm` takes each paragraph's
-# split from the base model's split of the same text: lm/train lies in the base's train text,
-# lm/tune and lm/test in its tune and test text.
+# A hash split of paragraphs would put most test targets in the base model's training text
+# (docs/tasks.md), so `lm` takes each paragraph's split from the base model's split of the same
+# text (corpus.split_corpus): lm/tune and lm/test lie in its tune and test text.
 
 LM_TARGET, LM_STRIDE, LM_MIN_PROMPT, LM_MIN_HEAD = 128, 64, 64, 24
 
@@ -24,11 +23,8 @@ def topics_text():
     import pydoc_data.topics
     names = sorted(pydoc_data.topics.topics)
     parts = [clean_text(pydoc_data.topics.topics[k]).strip("\n") for k in names]
-    starts, at = [], 0
-    for name, part in zip(names, parts):
-        starts.append((at, name))
-        at += len(part) + 2
-    return "\n\n".join(parts) + "\n", starts
+    offsets = itertools.accumulate([len(part) + 2 for part in parts], initial=0)   # 2: "\n\n"
+    return "\n\n".join(parts) + "\n", list(zip(offsets, names))
 
 
 def base_split(text):

@@ -56,9 +56,7 @@ def doc_summary(doc):
 def dedupe(pool):
     """(key, prompt, target) sorted by key -> the first of each repeated prompt only, so that a
     prompt copied between modules cannot land in two splits."""
-    seen, kept = set(), []
+    kept = {}
     for key, prompt, target in pool:
-        if prompt not in seen:
-            seen.add(prompt)
-            kept.append((key, prompt, target))
-    return kept
+        kept.setdefault(prompt, (key, prompt, target))
+    return list(kept.values())

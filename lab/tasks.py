@@ -7,8 +7,6 @@ task, its recipe and split, and which ones the character model was fine-tuned on
     data = tasks.build_all(vocab)                    # every task and split, plain lists and str
     tasks.compare(data, "qa", "test")                # None, or a one-line warning
 
-A stable hash of each example's key (module + qualified name) picks its split, the same on every
-machine (`lm` follows the base model's own split; its keys: topic + paragraph index).
 This module names the tasks and builds them; the examples come from task_lm.py (`lm`),
 task_pools.py and tasks_more.py (the rest), all cut with task_text.py's tools.
 """
@@ -62,7 +60,6 @@ INSTRUCTION = {"lm": None, "code": None,            # raw continuations (no inst
 
 def pairs_to_vocab(pairs, vocab, counts=None):
     """Map every character of the pairs into `vocab`; tally {"mapped"|"dropped": {char: n}}."""
-    counts = counts if counts is not None else {}
     return [(corpus.to_vocab(p, vocab, counts), corpus.to_vocab(t, vocab, counts))
             for p, t in pairs]
 
@@ -80,15 +77,15 @@ def check_task(name, split="train"):
         raise ValueError(f"unknown split {split!r}; the splits are {', '.join(SPLITS)}")
 
 
-def build(name, split, vocab=None):
+def build(name, split, vocab=None, counts=None):
     """-> [(prompt, target)] of one task and split, in key order; with `vocab` (a checkpoint's
-    characters) every character is mapped into it (pairs_to_vocab), else the text is raw."""
+    characters) each character is mapped into it (pairs_to_vocab: `counts`), else raw text."""
     check_task(name, split)
     if name == "lm":
         pairs = build_lm(split)
     else:
         pairs = [(p, t) for key, p, t in POOLS[name]() if split_of(key) == split]
-    return pairs_to_vocab(pairs, vocab) if vocab is not None else pairs
+    return pairs_to_vocab(pairs, vocab, counts) if vocab is not None else pairs
 
 
 def instruction(name, prompt):
@@ -113,8 +110,7 @@ def build_all(vocab=None):
         data["tasks"][name], data["unknown"][name] = {}, {}
         for split in SPLITS:
             counts = {"mapped": {}, "dropped": {}}
-            pairs = build(name, split)
-            pairs = pairs_to_vocab(pairs, vocab, counts) if vocab is not None else pairs
+            pairs = build(name, split, vocab, counts)
             data["tasks"][name][split] = [[p, t] for p, t in pairs]
             data["unknown"][name][split] = {k: sum(v.values()) for k, v in counts.items()}
     return data

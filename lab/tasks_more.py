@@ -1,10 +1,6 @@
-"""tasks_more: the examples of the tasks added for the real model (tasks of another
-character than the five the character model was fine-tuned on), one function at a time, and
-their pools (doc2code_pool, rename_pool: keyed, deduplicated and cached, as task_pools.py's).
-
-    doc2code  (HumanEval-like): a function's def line and docstring -> its body
-    rename    (a copy-heavy edit): a function's source and `# Rename the variable OLD to NEW:`
-              -> the same source with OLD renamed, token by token
+"""tasks_more: the examples of the tasks added for the real model, doc2code and rename
+(tasks.TASKS says what each is), one function at a time, and their pools (doc2code_pool,
+rename_pool: keyed, deduplicated and cached, as task_pools.py's).
 """
 import ast
 import builtins

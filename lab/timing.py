@@ -10,15 +10,7 @@ import torch
 
 from lab import analysis
 import decoders
-from decoders.method import Method
-from decoders.registry import baseline_name
 from minibpd import ArgmaxDrafter
-
-
-def seconds(fn):
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
 
 
 def timings(run, methods, max_reps=None, warm_up=True):
@@ -34,7 +26,10 @@ def timings(run, methods, max_reps=None, warm_up=True):
     for r in range(max(reps.values())):
         for m in methods:
             if r < reps[m.name]:
-                times[m.name].append(seconds(lambda: [decode(m, p, run.n) for p in run.prompts]))
+                t0 = time.perf_counter()
+                for p in run.prompts:
+                    decode(m, p, run.n)
+                times[m.name].append(time.perf_counter() - t0)
     return times
 
 
@@ -56,7 +51,7 @@ def timing_warnings(times, base):
     return out
 
 
-class OnModel(Method):
+class OnModel(decoders.Method):
     """A Method that decodes on a model of its own, whatever model it is handed: plain BPD on a
     first_heads(k) view (Stern §7.3's block size k) in an interleaved run of the full model."""
 
@@ -77,7 +72,7 @@ def by_heads(run):
     -> {methods: {name: {block_efficiency, identical_to_greedy, tokens_per_s, speedup,
     timing_spread}}, timing_warnings, threads}"""
     h = run.model.config.n_bpd_heads
-    methods = [Method(baseline_name(0))] + [
+    methods = [decoders.Method(decoders.baseline_name(0))] + [
         OnModel(str(k), run.model.first_heads(k), ArgmaxDrafter()) for k in range(1, h + 1)]
     greedy, out = run.continuations(), {}
     for m in methods:
@@ -93,9 +88,9 @@ def by_heads(run):
 def speed_report(run):
     """The baseline and every decoder that does not peek, timed in one run (timings) -> the
     report's tokens_per_s, speedup, timing_spread, timing_warnings, threads and machine."""
-    base = baseline_name(run.temperature)
-    methods = [Method(base)] + [decoders.method(k, run.res, run.chosen[k]) for k, d in
-                                decoders.active().items() if not d.peeks]
+    base = decoders.baseline_name(run.temperature)
+    methods = [decoders.Method(base)] + [decoders.method(k, run.res, run.chosen[k])
+                                         for k, d in decoders.active().items() if not d.peeks]
     return {**speed_summary(run, timings(run, methods), base),
             "machine": getattr(run.model, "machine", None)}
 
