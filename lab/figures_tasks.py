@@ -1,7 +1,7 @@
 """figures_tasks: the --tasks report (lab/tasks.py's tasks, measured by cli.py): block efficiency
 by task and method, the paper's per-task analyses and the cross-task correlations (Kim §6-7), in
 the terminal and, with `--plot DIR`, as PNG files. The shared drawing tools are figures.py's."""
-import statistics
+import numpy as np
 
 import decoders
 from lab.figures import chart, pyplot, save, short
@@ -83,7 +83,7 @@ def plot_tasks(r, folder):
             ax.annotate(name, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
         coef = pearson(bpd, ys)            # None where bpd or ys do not vary: no line
         if coef is not None:
-            slope, intercept = statistics.linear_regression(bpd, ys)
+            slope, intercept = np.polyfit(bpd, ys, 1)     # Python 3.9 has no linear_regression
             lo, hi = min(bpd), max(bpd)
             ax.plot([lo, hi], [intercept + slope * lo, intercept + slope * hi], "--",
                     color="#c44e52", label=f"least squares, r = {coef:+.2f} (n = {len(bpd)})")

@@ -13,6 +13,13 @@ import decoders
 from minibpd import ArgmaxDrafter
 
 
+def seconds(fn):
+    """Wall-clock seconds of one call of fn (also the measuring scripts' clock: tools/)."""
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
 def timings(run, methods, max_reps=None, warm_up=True):
     """Seconds per repetition of each Method over all of run's prompts (run.n new tokens each, at
     run.temperature from run.generator, verifying as run.verify): one warm-up (unless warm_up is
@@ -26,10 +33,7 @@ def timings(run, methods, max_reps=None, warm_up=True):
     for r in range(max(reps.values())):
         for m in methods:
             if r < reps[m.name]:
-                t0 = time.perf_counter()
-                for p in run.prompts:
-                    decode(m, p, run.n)
-                times[m.name].append(time.perf_counter() - t0)
+                times[m.name].append(seconds(lambda: [decode(m, p, run.n) for p in run.prompts]))
     return times
 
 

@@ -57,7 +57,7 @@ class CheckedDrafter:
         longest = rows       # past the heads only as declared, and not with a q (a row per head)
         if hasattr(self.drafter, "max_draft_tokens") and not self.sampling:
             longest = max(rows, self.max_draft_tokens + 1)
-        out = check_answer(drafts, rows, first, self.V, self.max_drafts, self.drafter, longest)
+        out = check_answer(drafts, rows, first, self.V, self.max_drafts, self.name, longest)
         self.q = check_proposal(q, out, self.V, self.name) if self.sampling else None
         return out
 
@@ -78,10 +78,6 @@ def max_draft_tokens(drafter, h):
     return declared(drafter, h)[2]
 
 
-def drafter_name(drafter):
-    return getattr(drafter, "name", None) or type(drafter).__name__
-
-
 BOOLS = ("torch.bool", "bool")      # the dtypes of torch's and numpy's bools, by name
 
 
@@ -97,14 +93,14 @@ def token_ids(items):
     return [index(t) for t in items]
 
 
-def check_answer(drafts, size, first, V, limit, drafter, longest=None):
+def check_answer(drafts, size, first, V, limit, name, longest=None):
     """A drafter's answer checked by the rules of minibpd.check_drafts, each broken one named with
     a hint to mend it -> the drafts as new lists of ints, or a ValueError naming the rule broken
-    and the drafter. Each draft holds `size` ints, or from `size` to `longest` where a drafter
+    and the drafter (`name`). Each draft holds `size` ints, or from `size` to `longest` where a drafter
     declares max_draft_tokens. At most p x h ints: microseconds."""
     longest = size if longest is None else longest
     def broken(rule, detail):
-        return ValueError(f"drafter {drafter_name(drafter)} broke the drafter contract "
+        return ValueError(f"drafter {name} broke the drafter contract "
                           f"({rule}): {detail}")
     if isinstance(drafts, (list, tuple)) and drafts and all(is_token(t) for t in drafts):
         raise broken("1..max_drafts drafts", f"return a list of drafts, each a list of ints; got "

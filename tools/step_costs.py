@@ -49,8 +49,9 @@ def main():
     print(f"verify (argmax, match, pick a row):      {ms(lambda: GreedyRule(model)(z8, [[seq[-1]] + list(range(7))]), 500):6.2f} ms")
     one, sixteen = [[seq[-1]] + list(range(7))], [[seq[-1]] + list(range(7))] * 16
     V = model.config.vocab_size
-    print(f"drafter contract check, 1 / 16 drafts of 8: {ms(lambda: check_answer(one, 8, seq[-1], V, 16, None), 2000):6.3f} / "
-          f"{ms(lambda: check_answer(sixteen, 8, seq[-1], V, 16, None), 500):6.3f} ms")
+    check_one = ms(lambda: check_answer(one, 8, seq[-1], V, 16, "bpd"), 2000)
+    check_sixteen = ms(lambda: check_answer(sixteen, 8, seq[-1], V, 16, "pbest"), 500)
+    print(f"drafter contract check, 1 / 16 drafts of 8: {check_one:6.3f} / {check_sixteen:6.3f} ms")
     lp = F.log_softmax(model.head_logits(z[0, -1]), dim=-1)
     print(f"heads at one position + log_softmax:     {ms(lambda: F.log_softmax(model.head_logits(z[0, -1]), dim=-1), 500):6.2f} ms")
     small = res.small_lm()

@@ -92,7 +92,7 @@ def test_contract(context, ngram, m, seed):
     base = lattice.PBestDrafter(3, 5)
     for drafter in (PromptLookupDrafter(ngram), PromptLookupDrafter(ngram, base)):
         drafts = drafter(lp, list(context))
-        checked = contract.check_answer(drafts, m, context[-1], V, drafter.max_drafts, drafter)
+        checked = contract.check_answer(drafts, m, context[-1], V, drafter.max_drafts, drafter.name)
         assert checked == drafts
         assert len(set(map(tuple, drafts))) == len(drafts)          # the copy is never a repeat
     assert PromptLookupDrafter(ngram).max_drafts == 2

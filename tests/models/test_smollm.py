@@ -838,6 +838,8 @@ def test_layering_a_model_family_is_one_module_and_the_core_imports_none():
     optional packages. The
     core (minibpd, lattice, runtime/, decoders/) imports no model family: runtime.checkpoint.MODEL_FAMILIES
     names the module of each checkpoint kind."""
+    if not hasattr(sys, "stdlib_module_names"):
+        pytest.skip("sys.stdlib_module_names needs Python 3.10")
     stdlib = set(sys.stdlib_module_names)
     top, everywhere = imported("models/llama.py")
     layers = imported("models/llama_layers.py")[1]
