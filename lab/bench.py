@@ -69,7 +69,8 @@ def ngram_perplexities(run, orders=(1, 2, 3, 4, 5)):
 def paper_sections(run, be, runs, work, tps):
     """Kim et al. §6-7 at small scale, by offline replay along the run's greedy continuations
     (run.items): repetition, head confidence, oracle headroom, relative gains, win/tie/loss and
-    cost (see analysis.py). be, runs, work, tps: the run decoded for real (decode_all, speed_report)."""
+    cost (see analysis.py). be, runs, work, tps: the run decoded for real (decode_all,
+    speed_report)."""
     by_k, chosen = analysis.oracle_by_k(run), run.chosen
     compared = analysis.compared_steps(run, runs[decoders.PLAIN])     # once, for both counts
     oracle_at = {name: by_k.get(str(chosen[name].get("k"))) or analysis.be_of(

@@ -83,7 +83,8 @@ def explain(drafter, logprobs, context, drafts):
     """What a drafter says about the call just made: its explain(), or for lattice.OracleDrafter
     (in the paper layer, no explain) its lattice computed here; None for a drafter with neither.
     An explain() that fails, returns what JSON cannot hold or what the page cannot draw
-    (drawable.check_drawable) becomes an error note: it never stops the decode nor blanks the page."""
+    (drawable.check_drawable) becomes an error note: it never stops the decode nor blanks the
+    page."""
     try:
         if callable(getattr(drafter, "explain", None)):
             said = drafter.explain()
@@ -167,7 +168,8 @@ def trace_data(run, vocab, prompt, out, stats, explained, check):
     and the text of every token id they hold."""
     seq = list(prompt) + list(out)
     steps = steps_of(stats, seq, len(prompt), explained)
-    data = {"format": TRACE_FORMAT, **run, "prompt": decode(prompt, vocab), "output": decode(out, vocab),
+    data = {"format": TRACE_FORMAT, **run,
+            "prompt": decode(prompt, vocab), "output": decode(out, vocab),
             "prompt_tokens": list(prompt), "tokens": list(out), "calls": stats["calls"],
             "accepted": stats["accepted"], "block_efficiency": len(out) / stats["calls"],
             "check": check, "steps_total": stats["calls"] - 1, "steps": steps}

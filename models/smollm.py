@@ -123,7 +123,8 @@ def int4_trunk(model):
     """The int4 precision (ours; docs/real-model.md, "int4"): every product of the trunk's blocks
     (q/k/v, attention output, gate/up, down) on 4-bit groups of its weights (blocks.int4_linear),
     packed here once; the output head, the BPD heads, norms, attention and the KV cache stay in
-    float32. For decoding: no parameter requires gradients (the 4-bit product has none). -> model."""
+    float32. For decoding: no parameter requires gradients (the 4-bit product has none).
+    -> model."""
     model.requires_grad_(False)
     for block in model.blocks:
         for layer in (block.qkv, block.out, block.mlp.gate_up, block.mlp.down):
@@ -168,7 +169,8 @@ def save_heads(model, path, extra=None):
     "gguf_sha256", "config", "heads" (state dict, fp16)} plus `extra` (plain types and tensors,
     so that torch.load(..., weights_only=True) reads it)."""
     if getattr(model, "gguf_path", None) is None:
-        raise ValueError("save_heads needs a model made by smollm.load_gguf (it records the GGUF's sha256)")
+        raise ValueError("save_heads needs a model made by smollm.load_gguf (it records the GGUF's "
+                         "sha256)")
     ck = {"format_version": HEADS_FORMAT, "kind": KIND, "gguf_sha256": gguf_sha256(model.gguf_path),
           "config": {k: v for k, v in dataclasses.asdict(model.config).items()
                      if k not in MACHINE},

@@ -96,8 +96,8 @@ def token_ids(items):
 def check_answer(drafts, size, first, V, limit, name, longest=None):
     """A drafter's answer checked by the rules of minibpd.check_drafts, each broken one named with
     a hint to mend it -> the drafts as new lists of ints, or a ValueError naming the rule broken
-    and the drafter (`name`). Each draft holds `size` ints, or from `size` to `longest` where a drafter
-    declares max_draft_tokens. At most p x h ints: microseconds."""
+    and the drafter (`name`). Each draft holds `size` ints, or from `size` to `longest` where a
+    drafter declares max_draft_tokens. At most p x h ints: microseconds."""
     longest = size if longest is None else longest
     def broken(rule, detail):
         return ValueError(f"drafter {name} broke the drafter contract "

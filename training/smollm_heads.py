@@ -217,7 +217,8 @@ def smollm_heads(cfg, log=print):
     t0, cpu0, load0 = time.time(), time.process_time(), load_average()
     torch.manual_seed(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
-    model, vocab = smollm.load_gguf(dtype=torch.bfloat16, n_bpd_heads=cfg.heads, head_form=cfg.head_form)
+    model, vocab = smollm.load_gguf(dtype=torch.bfloat16, n_bpd_heads=cfg.heads,
+                                    head_form=cfg.head_form)
     exit_head = llama_layers.SternHead(model.config.n_embd)     # BPDHead's form, as EarlyExit's
     texts, corpus = smollm_corpus()
     log(f"corpus: {corpus['name']}, characters train/tune/test " +
