@@ -3,9 +3,8 @@
 Stern, Shazeer, Uszkoreit, "Blockwise Parallel Decoding for Deep Autoregressive Models", NeurIPS
 2018 (arXiv 1811.03115): h heads guess the next h tokens (predict), the base model checks them in
 one call (verify), the longest prefix equal to its greedy choices is kept (accept). "Kim §N": Kim
-et al., arXiv 2404.09221v2. Top to bottom: the model (Stern §6), the KV cache, the reference
-decoder, the drafter contract, predict, verify, accept and the one loop, bpd_decode (Stern §3-4),
-then reading a checkpoint. The lab (the folders) builds on this file, never the reverse.
+et al., arXiv 2404.09221v2. Top to bottom: the model, the KV cache, the reference decoder, the
+drafter contract, the one loop bpd_decode, checkpoints. The lab (the folders) builds on this file.
 
 Exact: bpd_decode returns greedy_decode's tokens. The verification call and greedy's one-token
 calls sum in different orders: in float64 (~1e-16) that flips no argmax, but in float32 (~1e-7)
@@ -176,8 +175,10 @@ class KVCache:
 
 # -------------------------------------------------------------------------- the reference decoder
 
-def check_request(model, prompt, max_new_tokens, temperature=0.0, generator=None):
-    """Bad input -> one clear ValueError before any model call. -> the prompt as a new list."""
+def check_request(model, prompt, max_new_tokens, temperature=0.0, generator=None, verify=None,
+                  accept=None):
+    """Bad input -> one clear ValueError before any model call. -> the prompt as a new list.
+    verify/accept: bpd_decode's names; the lab's (trees, sampling, Stern §5's rules) are refused."""
     prompt = prompt.tolist() if hasattr(prompt, "tolist") else prompt      # a tensor, an array
     seq = list(prompt) if isinstance(prompt, (list, tuple, range)) else []
     if not seq or not all(map(is_token, seq)) or not 0 <= min(seq) <= max(seq) < model.config.vocab_size:
@@ -186,6 +187,11 @@ def check_request(model, prompt, max_new_tokens, temperature=0.0, generator=None
     if not is_token(max_new_tokens) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
     check_temperature(temperature, generator)
+    if isinstance(verify, str) and verify not in ("batch", "auto") or \
+            isinstance(accept, str) and (accept != "exact" or temperature > 0):
+        raise ValueError(f"verify={verify!r}, accept={accept!r} at temperature {temperature} is "
+                         "the lab's (in neither paper): runtime.loop.lab_decode(model, prompt, n, "
+                         "drafter, temperature, generator, verify, accept) runs it")
     return [int(t) for t in seq]
 
 
@@ -349,18 +355,6 @@ class GreedyRule:
         return row, kept, choices[row][kept], {"choices": choices}
 
 
-def verifier_and_rule(model, most, temperature, verify, accept):
-    """The papers' batch Verifier of `most` rows and GreedyRule, or objects of their shapes that
-    the lab built; the lab's names (trees, sampling, Stern §5's rules) get one clear error."""
-    if isinstance(verify, str) and verify not in ("batch", "auto") or \
-            isinstance(accept, str) and (accept != "exact" or temperature > 0):
-        raise ValueError(f"verify={verify!r}, accept={accept!r} at temperature {temperature} is "
-                         "the lab's (in neither paper): runtime.loop.lab_decode(model, prompt, n, "
-                         "drafter, temperature, generator, verify, accept) runs it")
-    return (Verifier(model, most) if isinstance(verify, str) else verify,
-            GreedyRule(model) if isinstance(accept, str) else accept)
-
-
 @torch.no_grad()
 def bpd_decode(model, prompt, max_new_tokens, drafter=None, temperature=0.0, generator=None,
                verify="batch", accept="exact"):
@@ -368,10 +362,11 @@ def bpd_decode(model, prompt, max_new_tokens, drafter=None, temperature=0.0, gen
     each step is ONE call, whose heads at the last accepted position draft the next block.
     -> (new tokens, stats: calls, accepted, steps, processed, verified, block_efficiency = new
     tokens / calls). verify/accept: the lab's objects of the Verifier's and GreedyRule's shapes."""
-    seq = check_request(model, prompt, max_new_tokens, temperature, generator)
+    seq = check_request(model, prompt, max_new_tokens, temperature, generator, verify, accept)
     drafter = ArgmaxDrafter() if drafter is None else drafter
     _, most, reach = declared(drafter, model.config.n_bpd_heads)
-    verifier, rule = verifier_and_rule(model, most, temperature, verify, accept)
+    verifier = Verifier(model, most) if isinstance(verify, str) else verify   # or the lab's objects
+    rule = GreedyRule(model) if isinstance(accept, str) else accept
     end = len(seq) + max_new_tokens
     z = verifier(seq, [seq[-1:]])[0, 0]                      # the prompt: one call
     verifier.keep(0, 0)
@@ -423,6 +418,7 @@ def read_checkpoint(path=None):
 def build_gpt(config, state, where, dtype=torch.float32, device="cpu"):
     """A GPT of a saved config and state dict, shapes compared on the meta device first (nothing
     allocated for a config that asks too much); a mismatch is one CheckpointError."""
+    state = state if isinstance(state, dict) else {}            # not a dict: no weights at all
     try:
         cfg = GPTConfig(**config)
         if cfg.n_layer + cfg.n_bpd_heads > len(state):     # a module per weight at least: no huge build
@@ -431,11 +427,13 @@ def build_gpt(config, state, where, dtype=torch.float32, device="cpu"):
             want = {k: v.shape for k, v in GPT(cfg).state_dict().items()}
     except (TypeError, ValueError) as e:
         raise CheckpointError(f"{where}: its config does not fit this minibpd.py ({e})") from None
-    got = {k: getattr(v, "shape", None) for k, v in state.items()}
-    bad = sorted(set(want) ^ set(got)) or [k for k in want if got[k] != want[k]] or \
-        [k for k, v in state.items() if not torch.isfinite(v.float()).all()]
+    dense = lambda v: torch.is_tensor(v) and v.layout == torch.strided and not v.is_meta
+    got = {k: v.shape if dense(v) else None for k, v in state.items()}
+    bad = sorted(set(want) ^ set(got), key=str) or [k for k in want if got[k] != want[k]] or \
+        [k for k in want if not torch.isfinite(state[k].float()).all()]
     if bad:
-        raise CheckpointError(f"{where}: tensor {bad[0]} is missing, of another shape or not finite")
+        raise CheckpointError(f"{where}: tensor {bad[0]} is missing, extra, not a dense tensor "
+                              "of its shape or not finite")
     model = GPT(cfg)
     model.load_state_dict({k: v.float() for k, v in state.items()})
     return model.to(device=device, dtype=dtype).eval()
@@ -443,8 +441,7 @@ def build_gpt(config, state, where, dtype=torch.float32, device="cpu"):
 
 def load_checkpoint(path=None, device="cpu", dtype=None):
     """-> (GPT, checkpoint dict) of a train_heads.py file (or of read_checkpoint's dict), ck["vocab"]
-    its characters. Other model families (ck["kind"]: SmolLM2's heads) are the lab's:
-    runtime.checkpoint.load builds them."""
+    its characters. Other model families (ck["kind"]) are the lab's: runtime.checkpoint.load."""
     ck = path if isinstance(path, dict) else read_checkpoint(path)
     where = f"checkpoint {ck['path']}"
     if ck.get("kind") is not None:

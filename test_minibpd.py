@@ -371,7 +371,7 @@ def test_the_labs_options_name_the_lab_call(kw):
 
 def test_a_checkpoint_is_read_safely_and_checked(tmp_path):
     """load_checkpoint: the shipped model, then one CheckpointError for a missing, corrupt or
-    mismatched file, and for another model family's (the lab's)."""
+    mismatched file (sparse, meta or NaN weights too) and for another model family's (the lab's)."""
     model, ck = minibpd.load_checkpoint()
     assert type(model) is GPT and len(ck["vocab"]) == model.config.vocab_size
     bad = {"missing": tmp_path / "none.pt", "corrupt": tmp_path / "corrupt.pt",
@@ -384,3 +384,10 @@ def test_a_checkpoint_is_read_safely_and_checked(tmp_path):
                           ("shape", "tok_emb.weight"), ("kind", "runtime.checkpoint.load")]:
         with pytest.raises(minibpd.CheckpointError, match=message):
             minibpd.load_checkpoint(str(bad[what]))
+    emb = ck["model"]["tok_emb.weight"]          # weights torch can hold but a GPT cannot load
+    for weights, message in [(dict(ck["model"], **{"tok_emb.weight": emb.to_sparse()}), "dense"),
+                             (dict(ck["model"], **{"tok_emb.weight": emb.to("meta")}), "dense"),
+                             (dict(ck["model"], **{"tok_emb.weight": emb / 0}), "finite"),
+                             (list(ck["model"].values()), "0 tensors")]:
+        with pytest.raises(minibpd.CheckpointError, match=message):
+            minibpd.load_checkpoint({**ck, "model": weights})
