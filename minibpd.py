@@ -443,10 +443,10 @@ def load_checkpoint(path=None, device="cpu", dtype=None):
     """-> (GPT, checkpoint dict) of a train_heads.py file (or of read_checkpoint's dict), ck["vocab"]
     its characters. Other model families (ck["kind"]) are the lab's: runtime.checkpoint.load."""
     ck = path if isinstance(path, dict) else read_checkpoint(path)
-    where = f"checkpoint {ck['path']}"
+    where = f"checkpoint {ck.get('path', '(a dict)')}"
     if ck.get("kind") is not None:
         raise CheckpointError(f"{where} holds a {ck['kind']!r} model: runtime.checkpoint.load builds it")
-    model = build_gpt(ck["config"], ck.get("model", {}), where, dtype or torch.float32, device)
+    model = build_gpt(ck.get("config"), ck.get("model"), where, dtype or torch.float32, device)
     vocab = ck.get("vocab")
     if not isinstance(vocab, str) or not len(set(vocab)) == len(vocab) == model.config.vocab_size:
         raise CheckpointError(f"{where}: its vocab is not {model.config.vocab_size} distinct characters")

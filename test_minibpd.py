@@ -391,3 +391,5 @@ def test_a_checkpoint_is_read_safely_and_checked(tmp_path):
                              (list(ck["model"].values()), "0 tensors")]:
         with pytest.raises(minibpd.CheckpointError, match=message):
             minibpd.load_checkpoint({**ck, "model": weights})
+    with pytest.raises(minibpd.CheckpointError, match="config"):
+        minibpd.load_checkpoint({})                 # a dict that is no checkpoint: one error too
