@@ -25,12 +25,6 @@ from runtime.checkpoint import load  # noqa: E402 (the lab's loader: FastGPT, Sm
 from runtime.threads import set_threads  # noqa: E402
 
 
-def test_loss(ck):
-    """Head 1's test loss of the checkpoint's last training stage (distillation, else training)."""
-    record = ck.get("distill") or ck.get("train") or {}
-    return record.get("test_loss", [None])[0]
-
-
 def replayed(model, ck, ps, n, heads):
     """The same block efficiencies by offline replay (lab.analysis.replay_all: one greedy decode and
     one forward pass a prompt, no decoding per head count): for the real model, whose decoding
@@ -70,7 +64,8 @@ def main(paths, heads=(2, 4, 6, 8), prompts=16, n=128):
         greedy = [greedy_decode(model, p, n) for p in ps]
         be = [analysis.block_eff([bpd_decode(model.first_heads(h), p, n)[1] for p in ps])
               for h in heads]
-        loss = test_loss(ck)
+        record = ck.get("distill") or ck.get("train") or {}     # the last training stage's
+        loss = record.get("test_loss", [None])[0]                # head 1's test loss
         print(f"| {os.path.basename(path)} | " + " | ".join(f"{b:.3f}" for b in be) +
               f" | {'-' if loss is None else f'{loss:.3f}'} | "
               f"{100 * analysis.phrase_repetition_all(greedy):.1f}% |", flush=True)

@@ -77,7 +77,9 @@ def parse_train_args(argv=None):
     add_smollm_args(p, arg)
     args = p.parse_args(argv)
     # which flags were written out: --distill changes the defaults of the others
-    args.given = explicit_flags(p, sys.argv[1:] if argv is None else argv)
+    written = sys.argv[1:] if argv is None else argv
+    args.given = {a.dest for a in p._actions for opt in a.option_strings
+                  if any(x == opt or x.startswith(opt + "=") for x in written)}
     return args
 
 
@@ -141,16 +143,6 @@ def add_smollm_args(p, arg):
         f"{SMOLLM_DEFAULTS['chat_continuations']:,} with --smollm)", type=int, metavar="M")
 
 
-def explicit_flags(parser, argv):
-    """The dests of the flags written on the command line (so --distill can change defaults)."""
-    return {a.dest for a in parser._actions for opt in a.option_strings
-            if any(x == opt or x.startswith(opt + "=") for x in argv)}
-
-
-SMOLLM_FLAGS = ("teacher_tokens", "teacher_steps", "teacher_targets", "draft_vocab", "head_form",
-               "continuations", "chat_continuations")
-
-
 def check_distill_args(args):
     """--distill's and --tasks' own checks (they set their defaults first), before any work."""
     chosen = [m for m, on in (("--distill", args.distill is not None), ("--tasks", args.tasks),
@@ -159,7 +151,8 @@ def check_distill_args(args):
         fail(f"{' and '.join(chosen)} are different ways to train: choose one")
     mode = chosen[0] if chosen else None
     own = {"--distill": ("regen_every", "gen_rows", "teacher", "anchor"), "--tasks": (),
-           "--smollm": SMOLLM_FLAGS}
+           "--smollm": ("teacher_tokens", "teacher_steps", "teacher_targets", "draft_vocab",
+                        "head_form", "continuations", "chat_continuations")}
     for flag in ("base",) * (mode in (None, "--smollm")) + sum((v for k, v in own.items() if k != mode), ()):
         if flag in args.given:
             fail(f"--{flag.replace('_', '-')} only applies with "

@@ -24,11 +24,9 @@ from train_heads import (as_tensors, batches, evaluate, fit, git_revision, half,
 
 # ----------------------------------------------------------------------------- self-distillation
 # Heads 2..h learn the model's own greedy continuations, what verification checks (a greedy
-# window is its own target): docs/training.md, "Self-distilled heads". --distill frozen: trunk
-# and head 1 frozen (greedy output provably unchanged); joint: everything trains, head 1 still
-# on the corpus, the greedy data regenerated every --regen-every steps from the current model
-# (--teacher base: from a frozen copy of --base, a control); --anchor X: X x anchor_kl, the
-# guard against looping. The rescorer, vocabulary and splits are copied from --base.
+# window is its own target): docs/training.md, "Self-distilled heads". The variants (--distill
+# frozen or joint, --teacher, --anchor) and what each did: docs/results/training.md,
+# "Self-distillation variants". The rescorer, vocabulary and splits are copied from --base.
 
 DISTILLED = os.path.join(os.path.dirname(CHECKPOINT), "minibpd-distilled.pt")
 VARIANTS, TEACHERS = ("frozen", "joint"), ("current", "base")
