@@ -13,9 +13,7 @@ EIGHTHS = " ▏▎▍▌▋▊▉"
 def bar(value, vmax, width):
     """A horizontal bar of `width` columns at full scale, in eighths of a block."""
     n = max(0.0, value / vmax * width) if vmax > 0 else 0.0
-    full, part = int(n), int(round((n - int(n)) * 8))
-    if part == 8:
-        full, part = full + 1, 0
+    full, part = divmod(round(n * 8), 8)
     return "█" * full + (EIGHTHS[part] if part else "")
 
 

@@ -82,10 +82,6 @@ def window_tails(plen, accepted, B):
     return [t - s for i, (t, s) in enumerate(zip(ts, starts)) if i == 0 or s != starts[i - 1]]
 
 
-def tree_nodes(drafts):
-    return len(draft_tree([d[1:] for d in drafts])[0])
-
-
 def profile(runs, prompts, n, B, tree=False):
     """The Profile of one decoder's runs (bpd_decode stats, one per prompt); greedy: runs=None,
     one token per call. verified comes from analysis.verify_tokens (per call), made per step."""
@@ -98,7 +94,8 @@ def profile(runs, prompts, n, B, tree=False):
     if steps:
         p.verified = analysis.verify_tokens(runs)["tree" if tree else "batch"] * calls / len(steps)
     if steps and tree:
-        p.drafts = min(steps, key=lambda s: abs(tree_nodes(s["drafts"]) - p.verified))["drafts"]
+        nodes = lambda s: len(draft_tree([d[1:] for d in s["drafts"]])[0])
+        p.drafts = min(steps, key=lambda s: abs(nodes(s) - p.verified))["drafts"]
     return p
 
 
@@ -120,15 +117,13 @@ def measure_decoders(run):
 def time_decoders(run, profiles):
     """timing.timings of the run over every profiled method, each next to its InSitu twin
     (interleaved, so that machine noise hits both alike); fills each Profile's in-situ costs.
-    -> the bench's {tokens_per_s, timing_warnings} of the plain methods."""
+    -> timing.speed_summary of the plain methods (the bench's tokens_per_s, timing_warnings)."""
     plain = [decoders.method(k, run.res, run.chosen.get(k, {})) for k in profiles]
     twins = [InSitu(decoders.method(k, run.res, run.chosen.get(k, {}))) for k in profiles]
     times = timing.timings(run, [m for pair in zip(plain, twins) for m in pair])
     for (name, p), twin in zip(profiles.items(), twins):
         p.drafting_ms, p.forward_ms, p.rest_ms = twin.medians(times[twin.name], len(run.prompts))
-    mine = {m.name: times[m.name] for m in plain}
-    return {"tokens_per_s": timing.tokens_per_s(mine, len(run.prompts) * run.n),
-            "timing_warnings": timing.timing_warnings(mine, GREEDY)}
+    return timing.speed_summary(run, {m.name: times[m.name] for m in plain}, GREEDY)
 
 
 # ----------------------------------------------------------------------------- the projection

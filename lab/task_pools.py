@@ -81,16 +81,12 @@ def has_docstring(node):
             and ast.get_docstring(node, clean=False) is not None)
 
 
-def docstring_spans(node):
-    """(first, last) line numbers of each docstring in node and in the definitions inside it."""
-    return [(n.body[0].lineno, n.body[0].end_lineno) for n in ast.walk(node) if has_docstring(n)]
-
-
 def without_docstrings(fn):
-    """The function's dedented source with its docstrings' lines removed; None when a docstring
-    shares a line with code or nothing but the docstring is left."""
+    """The function's dedented source without the lines of its docstrings (nested definitions'
+    too); None when a docstring shares a line with code or nothing but the docstring is left."""
     drop = set()
-    for a, b in docstring_spans(fn.node):
+    for node in filter(has_docstring, ast.walk(fn.node)):
+        a, b = node.body[0].lineno, node.body[0].end_lineno
         lines = "".join(fn.lines[a - 1:b]).strip()
         if lines[0] not in "\"'rRuU" or not lines.endswith(("'", '"')):
             return None                     # e.g. `def f(): "doc"; return 1`
@@ -152,10 +148,8 @@ def doc2summary_pool():
 
 
 # ----------------------------------------------------------------------------- code (completion)
-# One cut per function, at a seeded line boundary after its docstring: the prompt is the
-# function's source up to the cut (its start cut at a line boundary to fit), the target the next
-# 1-3 lines, as many as fit TARGET_MAX. Cuts with a target of >= 64 characters after >= 96
-# characters of the function are preferred (docs/tasks.md: what that changes).
+# One cut per function (code_cuts, choose_cut): its source up to the cut, the start cut at a line
+# boundary to fit -> the next 1-3 lines (docs/tasks.md: what the preferred cuts change).
 
 CODE_GOOD, CODE_CONTEXT = 64, 96
 
