@@ -125,12 +125,17 @@ class ForwardTimer:
 
 
 class TimedDrafter:
-    """A drafter (the contract of minibpd.ArgmaxDrafter) that times its inner drafter's calls."""
+    """A drafter (the contract of minibpd.ArgmaxDrafter) that times its inner drafter's calls. It
+    declares what the inner one declares (name, max_drafts, max_draft_tokens): a copy that runs
+    past the heads (decoders/lookup.py) is timed drafting as far as it does untimed."""
 
     def __init__(self, drafter):
         self.drafter, self.seconds = drafter, 0.0
-        self.max_drafts = getattr(drafter, "max_drafts", 1)
-        self.name = getattr(drafter, "name", None) or type(drafter).__name__
+
+    def __getattr__(self, attr):            # only for attributes not set above
+        if attr == "drafter":
+            raise AttributeError(attr)
+        return getattr(self.drafter, attr)
 
     def __call__(self, logprobs, context):
         t0 = time.perf_counter()

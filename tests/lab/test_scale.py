@@ -9,6 +9,7 @@ import torch
 from hypothesis import given, strategies as st
 
 import decoders
+from decoders.lookup import PromptLookupDrafter
 import lattice
 from lab import figures_scale, scale, scale_timing
 from lab.analysis import greedy_processed
@@ -102,6 +103,19 @@ def test_timers_leave_decoding_alone():
     assert out == greedy_decode(model, prompt, 30)
     assert fwd.seconds > 0 and timed.seconds > 0 and timed.name == "bpd"
     assert not model._forward_hooks and not model._forward_pre_hooks      # removed on exit
+
+
+def test_a_timed_drafter_declares_what_its_drafter_declares():
+    """The timed copy of a drafter that runs past the heads (prompt lookup's copy,
+    max_draft_tokens) drafts as far as the drafter does untimed, and decodes the same."""
+    model, prompt = tiny_model(3, 20, 1, 4, 12), random_prompt(3, 20, 9) * 3
+    lookup = PromptLookupDrafter(ngram=1, copy=7)
+    timed = scale_timing.TimedDrafter(PromptLookupDrafter(ngram=1, copy=7))
+    assert (timed.name, timed.max_drafts, timed.max_draft_tokens) == ("lookup", 2, 7)
+    out, stats = lab_decode(model, prompt, 30, lookup)
+    timed_out, timed_stats = lab_decode(model, prompt, 30, timed)
+    assert out == timed_out == greedy_decode(model, prompt, 30)
+    assert stats["calls"] == timed_stats["calls"] and timed.seconds > 0
 
 
 class Falsy(ArgmaxDrafter):
