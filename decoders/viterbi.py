@@ -68,7 +68,8 @@ class NgramAutomaton:
         self.p[0], self.next[0] = 1.0 / self.V, 0   # P_{-1} = 1/V; () after an unseen token
         self._level(np.array([0]), self.p[:1].copy())
         if eager or eager is None and self.rows_bytes() <= EAGER_BYTES:
-            self.build_all()
+            self.ensure(np.arange(R))   # every row now: none is built later, so the
+            self.p = None               # probabilities before the log are dropped
 
     def _sparse_tables(self):
         """Sparse mode: each state's suffix-link chain, deepest first, padded with -1 [R, n + 1],
@@ -119,13 +120,6 @@ class NgramAutomaton:
             g = max(1.0, max(self.lm.gammas[j].values(), default=1.0))
             bound = [max(g * b, t) for b, t in zip(bound, pair)]
         return bound
-
-    def build_all(self):
-        """Every row, now (rows_bytes() of memory while building): no row is built later, so
-        the probabilities before the log are dropped. Sparse mode has no rows: nothing to do."""
-        if not self.sparse:
-            self.ensure(np.arange(len(self.states)))
-            self.p = None
 
     def lookup(self, states, tokens):
         """(log P(token | state), the state after token) for state ids and token ids of one

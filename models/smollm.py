@@ -105,7 +105,10 @@ def build_llama(reader, cfg, row_block, dtype, device, heads_state):
     model.heads = fresh_heads(cfg, heads_state)
     model.gguf_path = reader.gguf_path
     del reader
-    release_freed_memory()
+    try:        # hand the freed dequantization buffers back to the OS (glibc keeps them resident)
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):    # not glibc: nothing to do
+        pass
     model = model.to(device=device, dtype=weights).eval()
     return (int4_trunk(model) if dtype == INT4 else model), vocab
 
@@ -134,14 +137,6 @@ def int4_trunk(model):
             layer.bits = 4
             int4_linear(layer, layer.weight.new_zeros(1, layer.weight.shape[1]))   # pack now
     return model
-
-
-def release_freed_memory():
-    """Hand freed dequantization buffers back to the OS (glibc keeps them resident otherwise)."""
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):    # not glibc: nothing to do
-        pass
 
 
 ARCHITECTURE = ("vocab_size", "n_layer", "n_head", "n_kv_head", "n_embd", "n_hidden",

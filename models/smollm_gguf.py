@@ -46,10 +46,8 @@ class Vocab:
         return self.size
 
     def encode(self, text):
-        """Text -> token ids. Only valid Unicode text: bytes are refused (decode them first) and so
-        are lone surrogates, such as the '\\udcff' Python makes of a command-line argument's
-        bytes that are not UTF-8 (tokenizers would raise a bare TypeError):
-        runtime.corpus.check_unicode, which the command line runs first."""
+        """Text -> token ids, of valid Unicode text only (runtime.corpus.check_unicode, which the
+        command line runs first, says what it refuses and why)."""
         check_unicode(text)
         return self.tokenizer.encode(text, add_special_tokens=False).ids if text else []
 

@@ -26,13 +26,9 @@ def device_of(model):
 def prefill_length(start, tail, block_size):
     """How many leading tokens of a call's uncached tail (`tail` tokens of a window that starts at
     `start`) are a prefill, which a model may run by other kernels than the rest (the forward's
-    `prefix`, llama.Llama.prefilled): it must be the same tokens in every decode path. In the
-    first window the cache is empty only for the prompt, which every path hands over whole: all
-    its tokens but the last. After the window moved, greedy's call at the move holds
-    block_size - shift + 1 tokens, but a verifier that accepted past the move holds more: the
-    prefill is the first block_size - shift of them in both, and a verifier's others run with its
-    drafts, which a batch-invariant model computes as greedy computed them, one token a call
-    (test_a_window_move_prefills_what_greedy_prefills)."""
+    `prefix`, llama.Llama.prefilled): the same tokens in every decode path, the prompt's but its
+    last in the first window, after a move the first block_size - shift, however many a verifier
+    holds (why: docs/real-model.md, "Prefill"; test_a_window_move_prefills_what_greedy_prefills)."""
     shift = max(1, block_size // 2)
     return tail - 1 if start == 0 else min(tail - 1, block_size - shift)
 
