@@ -31,8 +31,8 @@ class GPTConfig:                # the defaults are the shipped checkpoints/minib
     dropout: float = 0.0
 
     def __post_init__(self):    # a clear error, not a shape error deep in a forward pass
-        if min(self.vocab_size, self.block_size, self.n_layer, self.n_bpd_heads) < 1 or \
-                self.n_head < 1 or self.n_embd % self.n_head:
+        if min(self.vocab_size, self.block_size, self.n_layer, self.n_head, self.n_embd,
+               self.n_bpd_heads) < 1 or self.n_embd % self.n_head:
             raise ValueError(f"GPTConfig needs sizes >= 1 and n_embd divisible by n_head: {self}")
 
 

@@ -361,6 +361,13 @@ def test_bad_requests_get_one_clear_error(args, message):
             decode(model, *args)
 
 
+@pytest.mark.parametrize("sizes", [{"n_embd": 0}, {"n_embd": -4}, {"n_head": 0}, {"n_layer": 0},
+                                   {"n_embd": 6, "n_head": 4}])
+def test_a_config_no_model_can_have_gets_one_clear_error(sizes):
+    with pytest.raises(ValueError, match="GPTConfig needs sizes >= 1"):
+        GPTConfig(**sizes)
+
+
 @pytest.mark.parametrize("kw", [{"verify": "tree"}, {"accept": "top2"}, {"temperature": 0.8}])
 def test_the_labs_options_name_the_lab_call(kw):
     """Token trees, Stern §5's approximate rules and sampling are the lab's: one line naming the
