@@ -401,9 +401,8 @@ class CheckpointError(ValueError):
     """A checkpoint that is missing, corrupt, or does not match this code."""
 
 
-def read_checkpoint(path=None):
+def read_checkpoint(path=CHECKPOINT):
     """train_heads.py's dict at `path` (default: the shipped one); weights_only: it runs no code."""
-    path = CHECKPOINT if path is None else path
     try:
         ck = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:      # missing, truncated, not a torch file, an unsafe pickle, ...
@@ -439,7 +438,7 @@ def build_gpt(config, state, where, dtype=torch.float32, device="cpu"):
     return model.to(device=device, dtype=dtype).eval()
 
 
-def load_checkpoint(path=None, device="cpu", dtype=None):
+def load_checkpoint(path=CHECKPOINT, device="cpu", dtype=None):
     """-> (GPT, checkpoint dict) of a train_heads.py file (or of read_checkpoint's dict), ck["vocab"]
     its characters. Other model families (ck["kind"]) are the lab's: runtime.checkpoint.load."""
     ck = path if isinstance(path, dict) else read_checkpoint(path)
