@@ -181,10 +181,10 @@ def check_request(model, prompt, max_new_tokens, temperature=0.0, generator=None
     verify/accept: bpd_decode's names; the lab's (trees, sampling, Stern §5's rules) are refused."""
     prompt = prompt.tolist() if hasattr(prompt, "tolist") else prompt      # a tensor, an array
     seq = list(prompt) if isinstance(prompt, (list, tuple, range)) else []
-    if not seq or not all(map(is_token, seq)) or not 0 <= min(seq) <= max(seq) < model.config.vocab_size:
+    if not seq or not all(map(is_int, seq)) or not 0 <= min(seq) <= max(seq) < model.config.vocab_size:
         raise ValueError(f"the prompt must be a non-empty list of integer token ids in [0, "
                          f"{model.config.vocab_size}) (encode text first)")
-    if not is_token(max_new_tokens) or max_new_tokens < 1:
+    if not is_int(max_new_tokens) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
     check_temperature(temperature, generator)
     if isinstance(verify, str) and verify not in ("batch", "auto") or \
@@ -206,7 +206,7 @@ def check_temperature(temperature, generator=None):
         raise ValueError("generator must be None or a torch.Generator().manual_seed(seed)")
 
 
-def is_token(t):              # an integer, not a bool (True is no token id)
+def is_int(t):                # an integer, not a bool (True is no token id, no count)
     return isinstance(t, numbers.Integral) and not isinstance(t, bool)
 
 
@@ -256,7 +256,7 @@ def declared(drafter, h):
     out = [getattr(drafter, "name", None) or type(drafter).__name__]
     for attr, default, least in (("max_drafts", 1, 1), ("max_draft_tokens", h - 1, 0)):
         n = getattr(drafter, attr, default)
-        if not is_token(n) or n < least:
+        if not is_int(n) or n < least:
             raise ValueError(f"drafter {out[0]}: {attr} must be an integer >= {least}, got {n!r}")
         out.append(int(n))
     return out
@@ -273,7 +273,7 @@ def check_drafts(drafts, drafter, rows, first, V, most=None):
     def broken(rule, detail):
         return ValueError(f"drafter {name} broke the drafter contract ({rule}): {detail}")
     if not isinstance(drafts, (list, tuple)) or not all(
-            isinstance(d, (list, tuple)) and all(map(is_token, d)) for d in drafts):
+            isinstance(d, (list, tuple)) and all(map(is_int, d)) for d in drafts):
         raise broken("lists of ints", "return a list of drafts, each a list of ints (.tolist())")
     if not 1 <= len(drafts) <= most:
         raise broken("1..max_drafts drafts", f"return 1 to {most} drafts, got {len(drafts)}")
@@ -426,9 +426,9 @@ def build_gpt(config, state, where, dtype=torch.float32, device="cpu"):
             want = {k: v.shape for k, v in GPT(cfg).state_dict().items()}
     except (TypeError, ValueError) as e:
         raise CheckpointError(f"{where}: its config does not fit this minibpd.py ({e})") from None
-    dense = lambda v: torch.is_tensor(v) and v.layout == torch.strided and not v.is_meta
-    got = {k: v.shape if dense(v) else None for k, v in state.items()}
-    bad = sorted(set(want) ^ set(got), key=str) or [k for k in want if got[k] != want[k]] or \
+    got = {k: v.shape for k, v in state.items()       # dense tensors only: no sparse or meta one
+           if torch.is_tensor(v) and v.layout == torch.strided and not v.is_meta}
+    bad = sorted(set(want) ^ set(state), key=str) or [k for k in want if got.get(k) != want[k]] or \
         [k for k in want if not torch.isfinite(state[k].float()).all()]
     if bad:
         raise CheckpointError(f"{where}: tensor {bad[0]} is missing, extra, not a dense tensor "

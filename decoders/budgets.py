@@ -2,7 +2,7 @@
 safety; the papers have none), each below with its use; docs/limits.md gives their costs."""
 import math
 
-from minibpd import is_token
+from minibpd import is_int
 
 MAX_ORDER = 8            # n-gram orders above this take minutes to fit in pure Python
 MAX_DP_CELLS = 2 ** 22   # the most partial-path scores the p-best DP may hold at one position
@@ -12,9 +12,9 @@ def check_settings(k=1, p=1, alpha=0.0, order=1, nodes=0):
     """Clear errors for impossible settings (k larger than the vocabulary is clamped to it): the
     one check of every drafter, the registry, tuned files and the command line."""
     for name, value in (("k", k), ("p", p), ("order", order)):
-        if not is_token(value) or value < 1:
+        if not is_int(value) or value < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    if not is_token(nodes) or nodes < 0:
+    if not is_int(nodes) or nodes < 0:
         raise ValueError(f"nodes must be an integer >= 0 (0: no budget), got {nodes!r}")
     if order > MAX_ORDER:
         raise ValueError(f"order must be at most {MAX_ORDER} (a higher-order n-gram LM takes "

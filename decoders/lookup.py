@@ -4,13 +4,13 @@ time the context's tail was seen, verified beside BPD's own draft (decoders `loo
 `lookup_pbest`; docs/lookup.md). Its copy may run past the heads (max_draft_tokens).
 """
 from decoders.budgets import check_settings, within_budget
-from minibpd import ArgmaxDrafter, is_token
+from minibpd import ArgmaxDrafter, is_int
 
 MAX_LOOKUP_NGRAM = 16   # ours: longer n-grams cost index entries and hardly ever match anew
 
 
 def check_ngram(ngram):
-    if not is_token(ngram) or not 1 <= ngram <= MAX_LOOKUP_NGRAM:
+    if not is_int(ngram) or not 1 <= ngram <= MAX_LOOKUP_NGRAM:
         raise ValueError(f"ngram must be an integer from 1 to {MAX_LOOKUP_NGRAM}, got {ngram!r}")
 
 
@@ -18,7 +18,7 @@ MAX_COPY = 1024        # ours: a draft never runs past the context window (SmolL
 
 
 def check_copy(copy):
-    if not is_token(copy) or not 0 <= copy <= MAX_COPY:
+    if not is_int(copy) or not 0 <= copy <= MAX_COPY:
         raise ValueError(f"copy must be an integer >= 0 (0: h - 1 tokens) and at most "
                          f"{MAX_COPY:,} (no draft runs past the context window), got {copy!r}")
 

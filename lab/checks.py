@@ -11,7 +11,7 @@ import torch
 import decoders
 from lab import approximate, bench, trace
 from lab import task_runs
-from minibpd import is_token
+from minibpd import is_int
 from decoders.lookup import check_copy
 from decoders.budgets import check_settings
 from runtime.checkpoint import (CHECKPOINT, CHECKPOINTS, DTYPES, dtype_of, family_module,
@@ -294,7 +294,7 @@ def check_budgets(args, ck):
 def check_model_flags(args, ck, cfg):
     """--heads, --verify and --dtype against the model the checkpoint's config describes."""
     path, h = args.checkpoint, cfg.get("n_bpd_heads")
-    if args.heads is not None and is_token(h) and not 1 <= args.heads <= h:
+    if args.heads is not None and is_int(h) and not 1 <= args.heads <= h:
         raise ValueError(f"--heads: heads must be an integer from 1 to {h} (the heads of {path}), "
                          f"got {args.heads}")
     if args.dtype == "int4" and ck.get("kind") is None:

@@ -6,7 +6,7 @@ would stop its script and leave the page blank, so check_drawable() names the fi
 """
 import numbers
 
-from minibpd import is_token
+from minibpd import is_int
 
 MAX_COLUMNS = 1024      # a neural explanation's k: the page draws k columns for it
 
@@ -31,7 +31,7 @@ def is_number(x):               # a score: a real number or None (JSON's null, a
 
 
 def is_token_id(x):
-    return is_token(x) and x >= 0
+    return is_int(x) and x >= 0
 
 
 def scored(c):                  # one candidate: [token, heads' log-prob, LM log-prob, score]
@@ -42,7 +42,7 @@ def lattice(x, at):
     """kind "lattice" (decoders.fastlattice.explained_lattice): positions, cells (one row of
     candidates, or None, per position), k (the longest row), paths of at most positions tokens."""
     h, cells, paths = x.get("positions"), x.get("cells"), x.get("paths")
-    need(is_token(h) and h >= 1, at + "positions", "an integer >= 1")
+    need(is_int(h) and h >= 1, at + "positions", "an integer >= 1")
     need(isinstance(cells, list) and len(cells) == h and all(isinstance(r, list) for r in cells),
          at + "cells", f"a list of {h} lists (one per position)")
     need(all(c is None or scored(c) for r in cells for c in r), at + "cells",
@@ -50,7 +50,7 @@ def lattice(x, at):
     need(x.get("k") == max(map(len, cells)), at + "k",
          f"the most candidates at a position ({max(map(len, cells))})")
     need(is_number(x.get("alpha")), at + "alpha", "a number or None")
-    need(x.get("order") is None or is_token(x["order"]) and x["order"] >= 1, at + "order",
+    need(x.get("order") is None or is_int(x["order"]) and x["order"] >= 1, at + "order",
          "an integer >= 1 (the LM's) or None")
     need(isinstance(paths, list) and all(isinstance(p, dict) for p in paths), at + "paths",
          "a list of {score, tokens}")
@@ -64,7 +64,7 @@ def lattice(x, at):
 def neural(x, at):
     """kind "neural" (decoders.neural): k, alpha, positions with the candidates of each."""
     k, positions = x.get("k"), x.get("positions")
-    need(is_token(k) and 1 <= k <= MAX_COLUMNS, at + "k", f"an integer from 1 to {MAX_COLUMNS}")
+    need(is_int(k) and 1 <= k <= MAX_COLUMNS, at + "k", f"an integer from 1 to {MAX_COLUMNS}")
     need(is_number(x.get("alpha")), at + "alpha", "a number")
     need(isinstance(positions, list) and all(isinstance(p, dict) for p in positions),
          at + "positions", "a list of {chosen, rescored, candidates}")
@@ -80,8 +80,8 @@ def lookup(x, at):
     """kind "lookup" (decoders.lookup): the copy and where it matched; a base drafter's lattice."""
     copy = x.get("copy")
     need(isinstance(copy, list) and all(map(is_token_id, copy)), at + "copy", "a list of token ids")
-    need(is_token(x.get("ngram")) and x["ngram"] >= 1, at + "ngram", "an integer >= 1")
-    need(is_token(x.get("matched")) and x["matched"] >= 0, at + "matched", "an integer >= 0")
+    need(is_int(x.get("ngram")) and x["ngram"] >= 1, at + "ngram", "an integer >= 1")
+    need(is_int(x.get("matched")) and x["matched"] >= 0, at + "matched", "an integer >= 0")
     for field in ("match_start", "copy_start"):
         need(x.get(field) is None or is_token_id(x[field]), at + field,
              "a position (an integer >= 0) or None")

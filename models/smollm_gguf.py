@@ -11,7 +11,7 @@ import re
 import numpy as np
 import torch
 
-from minibpd import is_token
+from minibpd import is_int
 from models.llama import LlamaConfig
 from runtime.checkpoint import file_sha256
 from runtime.corpus import check_unicode
@@ -53,7 +53,7 @@ class Vocab:
 
     def decode(self, tokens):
         ids = list(tokens)
-        bad = [t for t in ids if not is_token(t) or not 0 <= t < self.size]
+        bad = [t for t in ids if not is_int(t) or not 0 <= t < self.size]
         if bad:
             raise ValueError(f"token ids must be integers in [0, {self.size}), got {bad[0]!r}")
         return self.tokenizer.decode([int(t) for t in ids], skip_special_tokens=False)

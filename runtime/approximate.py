@@ -11,7 +11,7 @@ import re
 
 import torch
 
-from minibpd import GreedyRule, is_token
+from minibpd import GreedyRule, is_int
 from runtime.kvcache import padded
 
 EXACT = "exact"
@@ -26,7 +26,7 @@ class Relaxed:
 
     def __init__(self, k=1, min_block=1):
         for what, v in (("k", k), ("min_block", min_block)):
-            if not is_token(v) or v < 1:
+            if not is_int(v) or v < 1:
                 raise ValueError(f"an approximate rule's {what} must be an integer >= 1, got {v!r}")
         self.k, self.min_block = int(k), int(min_block)
 

@@ -15,7 +15,7 @@ import shlex
 
 import torch
 
-from minibpd import CHECKPOINT, CheckpointError, GPTConfig, is_token
+from minibpd import CHECKPOINT, CheckpointError, GPTConfig, is_int
 from train_heads import FORMAT_VERSION
 from runtime.fast_heads import FastGPT
 from runtime.kvcache import KVSpec
@@ -158,7 +158,7 @@ def blocks_problem(cfg, state):
                              if isinstance(k, str) and k.startswith(part + ".")})
     for name, want, have in (("n_layer", cfg.n_layer, held("blocks")),
                              ("n_bpd_heads", cfg.n_bpd_heads, held("heads") + 1)):
-        if not is_token(want) or want > have:
+        if not is_int(want) or want > have:
             return f"its config says {name}={want!r}, its weights hold {have:,}"
     return ""
 

@@ -7,7 +7,7 @@ from operator import index
 
 import torch
 
-from minibpd import declared, is_token
+from minibpd import declared, is_int
 from runtime.sampling import check_proposal
 
 
@@ -102,7 +102,7 @@ def check_answer(drafts, size, first, V, limit, name, longest=None):
     def broken(rule, detail):
         return ValueError(f"drafter {name} broke the drafter contract "
                           f"({rule}): {detail}")
-    if isinstance(drafts, (list, tuple)) and drafts and all(is_token(t) for t in drafts):
+    if isinstance(drafts, (list, tuple)) and drafts and all(is_int(t) for t in drafts):
         raise broken("1..max_drafts drafts", f"return a list of drafts, each a list of ints; got "
                                              f"one flat list of {len(drafts)} ints: wrap it in a "
                                              "list, [draft]")

@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from minibpd import GPT, is_token
+from minibpd import GPT, is_int
 
 
 def head_states(heads, x, act=F.gelu):
@@ -73,7 +73,7 @@ def heads_view(model, n):
     """The model using only heads 1..n, weights shared: plain BPD with n heads (n = 1: greedy);
     every model family's first_heads. Its own module table and head list (hence its own stacked
     heads), the config saying n heads."""
-    if not is_token(n) or not 1 <= n <= model.config.n_bpd_heads:
+    if not is_int(n) or not 1 <= n <= model.config.n_bpd_heads:
         raise ValueError(f"heads must be an integer from 1 to {model.config.n_bpd_heads}, got {n!r}")
     view = copy.copy(model)                       # shares parameters; own module table
     view._modules = dict(model._modules)

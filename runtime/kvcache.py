@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 import torch
 
-from minibpd import is_token
+from minibpd import is_int
 
 
 class KVSpec(NamedTuple):
@@ -44,7 +44,7 @@ def check_cache_budget(model, rows, spare=0):
     if most < 1:
         raise ValueError(f"even one KV cache row would need {row / 2**20:,.0f} MiB for this model "
                          f"({slots} slots); the budget is {MAX_CACHE_BYTES // 2**20} MiB")
-    if not is_token(rows) or not 1 <= rows <= most:
+    if not is_int(rows) or not 1 <= rows <= most:
         raise ValueError(f"a KV cache of {rows} rows would need {rows * row / 2**20:,.0f} MiB; the "
                          f"budget is {MAX_CACHE_BYTES // 2**20} MiB, i.e. 1 to {most} rows (drafts "
                          "verified per call) for this model")

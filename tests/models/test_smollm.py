@@ -861,7 +861,7 @@ def test_layering_a_model_family_is_one_module_and_the_core_imports_none():
     assert {m.split(".")[0] for m in imported("models/machine.py")[1]} <= \
         stdlib | {"torch", "models", "minibpd"}          # minibpd: the KV cache of a timed call
     assert {m.split(".")[0] for m in everywhere - top} <= {"gguf", "tokenizers"}
-    top, everywhere = imported("models/smollm_gguf.py")         # minibpd: is_token, the paper's
+    top, everywhere = imported("models/smollm_gguf.py")         # minibpd: is_int, the paper's
     assert {m.split(".")[0] for m in top} <= \
         stdlib | {"torch", "numpy", "models", "runtime", "minibpd"}, top
     assert {m.split(".")[0] for m in everywhere - top} <= {"gguf", "tokenizers"}
