@@ -268,7 +268,7 @@ def check_drafts(drafts, drafter, rows, first, V, most=None):
     `most`: the max_drafts it declared first (the cache's rows). -> the drafts, new int lists."""
     name, now, reach = declared(drafter, rows)
     most = now if most is None else most
-    longest = max(rows, reach + 1) if hasattr(drafter, "max_draft_tokens") else rows
+    longest = max(rows, reach + 1)              # undeclared, reach is rows - 1: exactly rows
 
     def broken(rule, detail):
         return ValueError(f"drafter {name} broke the drafter contract ({rule}): {detail}")
