@@ -40,6 +40,7 @@ import torch.nn.functional as F
 from minibpd import (CHECKPOINT, ArgmaxDrafter, bpd_decode, build_gpt, greedy_decode,
                      load_checkpoint, matched, read_checkpoint, window_start)
 from ngram import NgramLM
+from train_heads import training_threads
 
 
 def interpolate(head_logprob, lm_logprob, alpha):
@@ -261,13 +262,25 @@ def chars_to_ids(text, vocab):
     return [vocab.index(c) for c in text]
 
 
-def demo_drafters(ck, answer):
+def demo_parts(ck):
+    """What the demo reads of a checkpoint beyond the base model, all written by train_heads.py:
+    -> (the small rescorer LM of Kim §7.1, the train split's ids, the test split's text)."""
+    splits, corpus = ck.get("splits"), ck.get("corpus")
+    if not isinstance(splits, dict) or not isinstance(corpus, dict) or not all(
+            isinstance(splits.get(s), str) and splits[s] for s in ("train", "test")):
+        raise ValueError(f"checkpoint {ck['path']} lacks its corpus and train and test texts "
+                         "(the demo's prompt and n-gram LM): train_heads.py writes them")
+    small = build_gpt(ck.get("rescorer_config"), ck.get("rescorer"), "the checkpoint's rescorer")
+    if small.config.vocab_size != len(ck["vocab"]):
+        raise ValueError(f"checkpoint {ck['path']}: its rescorer and its model have other vocabularies")
+    return small, chars_to_ids(splits["train"], ck["vocab"]), splits["test"]
+
+
+def demo_drafters(small, train_ids, answer):
     """{name: (drafter, its settings)}: plain BPD and the refined drafters, with the checkpoint's
     small rescorer LM (Kim §7.1) and an n-gram LM fitted on its train split (Kim's are fitted on
     C4, apart from the tasks too). `answer` (prompt + greedy) is for the oracle, which peeks."""
-    vocab = ck["vocab"]
-    lm = NgramLM(ORDER, len(vocab)).fit(chars_to_ids(ck["splits"]["train"], vocab))
-    small = build_gpt(ck["rescorer_config"], ck["rescorer"], "the checkpoint's rescorer")
+    lm = NgramLM(ORDER, small.config.vocab_size).fit(train_ids)
     lm_set = f"k={K}, alpha={ALPHA}, order={ORDER}"
     return {"bpd": (ArgmaxDrafter(), ""),
             "neural": (NeuralDrafter(small, NEURAL_K, ALPHA), f"k={NEURAL_K}, alpha={ALPHA}"),
@@ -299,12 +312,16 @@ def demo_args(argv):
 
 
 def the_labs(argv):
-    """None where the lab's folders are here to serve argv (minibpd.py hands it over), else one
-    line and exit status 1: the paper files alone run only this demo."""
+    """None where the lab's folders are here to serve argv (minibpd.py hands it over); else the
+    paper files' usage for --help (exit 0) or one line naming what they run (exit 1)."""
     if importlib.util.find_spec("lab") is not None:
         return None
+    usage = "python minibpd.py --demo [--checkpoint F] [--max-new-tokens N] [--seed N] [--threads N]"
+    if argv in (["--help"], ["-h"]):
+        print(f"usage: {usage}\nThe paper files alone run this demo; the lab's folders add the rest.")
+        return 0
     print(f"error: {' '.join(argv)} is the lab's (its folders are not here); the paper files alone "
-          "run --demo [--checkpoint F] [--max-new-tokens N] [--seed N] [--threads N]", file=sys.stderr)
+          f"run {usage}", file=sys.stderr)
     return 1
 
 
@@ -316,21 +333,23 @@ def demo(argv):
         ck = None if args is None else read_checkpoint(args.checkpoint)     # read once
         if ck is None or ck.get("kind") is not None:
             return the_labs(argv)
-        if not 1 <= args.max_new_tokens <= 160 or args.threads < 1:
-            raise ValueError("--max-new-tokens takes 1 to 160 (the demo fits a terminal; "
-                             "--prompt takes more), --threads at least 1")
+        if not 1 <= args.max_new_tokens <= 160:
+            raise ValueError("--max-new-tokens takes 1 to 160 (the demo fits a terminal; the "
+                             "lab's --prompt takes more)")
+        training_threads(args.threads)    # 1 to the machine's cores, as for training
         model, ck = load_checkpoint(ck)
+        small, train_ids, test_text = demo_parts(ck)
+        prompt = chars_to_ids(demo_prompt(test_text, args.seed), ck["vocab"])
     except ValueError as e:               # CheckpointError too: one line, exit status 2
         print(f"error: {e}", file=sys.stderr)
         return 2
     torch.set_num_threads(args.threads)
     vocab, n = ck["vocab"], args.max_new_tokens
-    prompt = chars_to_ids(demo_prompt(ck["splits"]["test"], args.seed), vocab)
     greedy = greedy_decode(model, prompt, n)
-    drafters = demo_drafters(ck, prompt + greedy)
+    drafters = demo_drafters(small, train_ids, prompt + greedy)
     params = sum(p.numel() for p in model.parameters())
     print(f"minibpd demo: {model.config.n_bpd_heads} BPD heads on a {params:,}-parameter "
-          f"character GPT ({ck['corpus']['name']}), "
+          f"character GPT ({ck['corpus'].get('name', 'its corpus')}), "
           f"{torch.get_num_threads()} thread(s); loaded in {time.perf_counter() - t0:.1f} s\n")
     print(f"prompt (test split): '{show(prompt, vocab)}'\ngreedy, {n} calls: "
           f"'{show(greedy, vocab)}'\n")
@@ -347,7 +366,8 @@ def demo(argv):
     print(f"\nwall-clock here (median of 3): greedy {speed['greedy']:.0f} tok/s, BPD "
           f"{speed['BPD']:.0f} tok/s: {speed['BPD'] / speed['greedy']:.2f}x; {time.perf_counter() - t0:.1f} "
           "s in all\nmore: `--bench` times every decoder (the lab's fast twins), `--trace FILE.html` "
-          "draws every step, `--help` lists every command")
+          "draws every step, `--help` lists every command" + ("" if importlib.util.find_spec("lab")
+                                                             else " (with the lab's folders)"))
     return 0 if same else 1
 
 

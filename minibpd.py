@@ -31,9 +31,10 @@ class GPTConfig:                # the defaults are the shipped checkpoints/minib
     dropout: float = 0.0
 
     def __post_init__(self):    # a clear error, not a shape error deep in a forward pass
-        if min(self.vocab_size, self.block_size, self.n_layer, self.n_head, self.n_embd,
-               self.n_bpd_heads) < 1 or self.n_embd % self.n_head:
-            raise ValueError(f"GPTConfig needs sizes >= 1 and n_embd divisible by n_head: {self}")
+        sizes = (self.vocab_size, self.block_size, self.n_layer, self.n_head, self.n_embd,
+                 self.n_bpd_heads)
+        if not all(map(is_int, sizes)) or min(sizes) < 1 or self.n_embd % self.n_head:
+            raise ValueError(f"GPTConfig needs integer sizes >= 1, n_embd divisible by n_head: {self}")
 
 
 # ----------------------------------------------------------------------------- the model
@@ -175,10 +176,8 @@ class KVCache:
 
 # -------------------------------------------------------------------------- the reference decoder
 
-def check_request(model, prompt, max_new_tokens, temperature=0.0, generator=None, verify=None,
-                  accept=None):
-    """Bad input -> one clear ValueError before any model call. -> the prompt as a new list.
-    verify/accept: bpd_decode's names; the lab's (trees, sampling, Stern §5's rules) are refused."""
+def check_request(model, prompt, max_new_tokens, temperature=0.0, generator=None):
+    """Bad input -> one clear ValueError before any model call. -> the prompt as a new list."""
     prompt = prompt.tolist() if hasattr(prompt, "tolist") else prompt      # a tensor, an array
     seq = list(prompt) if isinstance(prompt, (list, tuple, range)) else []
     if not seq or not all(map(is_int, seq)) or not 0 <= min(seq) <= max(seq) < model.config.vocab_size:
@@ -187,11 +186,6 @@ def check_request(model, prompt, max_new_tokens, temperature=0.0, generator=None
     if not is_int(max_new_tokens) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
     check_temperature(temperature, generator)
-    if isinstance(verify, str) and verify not in ("batch", "auto") or \
-            isinstance(accept, str) and (accept != "exact" or temperature > 0):
-        raise ValueError(f"verify={verify!r}, accept={accept!r} at temperature {temperature} is "
-                         "the lab's (in neither paper): runtime.loop.lab_decode(model, prompt, n, "
-                         "drafter, temperature, generator, verify, accept) runs it")
     return [int(t) for t in seq]
 
 
@@ -254,6 +248,8 @@ class ArgmaxDrafter:
 def declared(drafter, h):
     """A drafter's name and declared numbers, checked: (name, max_drafts, max_draft_tokens)."""
     out = [getattr(drafter, "name", None) or type(drafter).__name__]
+    if not callable(drafter):
+        raise ValueError(f"drafter {out[0]} is not callable: drafter(logprobs, context) -> drafts")
     for attr, default, least in (("max_drafts", 1, 1), ("max_draft_tokens", h - 1, 0)):
         n = getattr(drafter, attr, default)
         if not is_int(n) or n < least:
@@ -276,7 +272,7 @@ def check_drafts(drafts, drafter, rows, first, V, most=None):
             isinstance(d, (list, tuple)) and all(map(is_int, d)) for d in drafts):
         raise broken("lists of ints", "return a list of drafts, each a list of ints (.tolist())")
     if not 1 <= len(drafts) <= most:
-        raise broken("1..max_drafts drafts", f"return 1 to {most} drafts, got {len(drafts)}")
+        raise broken("1..max_drafts drafts", f"return 1 to {most} (declared first), got {len(drafts)}")
     for j, d in enumerate(drafts):
         if not rows <= len(d) <= longest:
             raise broken("length", f"draft {j} has {len(d)} tokens, not {rows} to {longest}")
@@ -362,7 +358,12 @@ def bpd_decode(model, prompt, max_new_tokens, drafter=None, temperature=0.0, gen
     each step is ONE call, whose heads at the last accepted position draft the next block.
     -> (new tokens, stats: calls, accepted, steps, processed, verified, block_efficiency = new
     tokens / calls). verify/accept: the lab's objects of the Verifier's and GreedyRule's shapes."""
-    seq = check_request(model, prompt, max_new_tokens, temperature, generator, verify, accept)
+    seq = check_request(model, prompt, max_new_tokens, temperature, generator)
+    if not callable(verify) and verify not in ("batch", "auto") or \
+            not callable(accept) and (accept != "exact" or temperature > 0):   # trees, sampling
+        raise ValueError(f"verify={verify!r}, accept={accept!r} at T={temperature}: here 'batch', "
+                         "'exact' at T=0 or objects like Verifier, GreedyRule; the lab's options "
+                         "(in neither paper) run in runtime.loop.lab_decode, with the same arguments")
     drafter = ArgmaxDrafter() if drafter is None else drafter
     _, most, reach = declared(drafter, model.config.n_bpd_heads)
     verifier = Verifier(model, most) if isinstance(verify, str) else verify   # or the lab's objects
@@ -406,7 +407,8 @@ def read_checkpoint(path=CHECKPOINT):
     try:
         ck = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:      # missing, truncated, not a torch file, an unsafe pickle, ...
-        why = "not found" if isinstance(e, FileNotFoundError) else f"unreadable ({type(e).__name__}: {e})"
+        why = "not found" if isinstance(e, FileNotFoundError) else \
+            f"unreadable as a torch file of tensors ({type(e).__name__}; weights_only=True)"
         raise CheckpointError(f"checkpoint {path} {why}; `python train_heads.py --out {path}` "
                               "trains one") from None
     if not isinstance(ck, dict) or ck.get("format_version") != 1 or "config" not in ck:
@@ -435,7 +437,16 @@ def build_gpt(config, state, where, dtype=torch.float32, device="cpu"):
                               "of its shape or not finite")
     model = GPT(cfg)
     model.load_state_dict({k: v.float() for k, v in state.items()})
-    return model.to(device=device, dtype=dtype).eval()
+    return place(model, device, dtype)
+
+
+def place(model, device, dtype):    # for inference; a dtype with no argmax, a device torch lacks
+    if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise ValueError(f"dtype must be a floating torch.dtype (torch.float64, ...), got {dtype!r}")
+    try:
+        return model.to(device=device, dtype=dtype).eval()
+    except (RuntimeError, AssertionError) as e:              # a typo; CUDA in a CPU build
+        raise ValueError(f"device {device!r}: {e}") from None
 
 
 def load_checkpoint(path=CHECKPOINT, device="cpu", dtype=None):

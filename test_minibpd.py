@@ -362,17 +362,19 @@ def test_bad_requests_get_one_clear_error(args, message):
 
 
 @pytest.mark.parametrize("sizes", [{"n_embd": 0}, {"n_embd": -4}, {"n_head": 0}, {"n_layer": 0},
-                                   {"n_embd": 6, "n_head": 4}])
+                                   {"n_embd": 6, "n_head": 4}, {"n_head": 4.0}, {"n_layer": True}])
 def test_a_config_no_model_can_have_gets_one_clear_error(sizes):
-    with pytest.raises(ValueError, match="GPTConfig needs sizes >= 1"):
+    with pytest.raises(ValueError, match="GPTConfig needs integer sizes >= 1"):
         GPTConfig(**sizes)
 
 
-@pytest.mark.parametrize("kw", [{"verify": "tree"}, {"accept": "top2"}, {"temperature": 0.8}])
+@pytest.mark.parametrize("kw", [{"verify": "tree"}, {"accept": "top2"}, {"temperature": 0.8},
+                                {"verify": None}, {"accept": None}, {"drafter": 5}])
 def test_the_labs_options_name_the_lab_call(kw):
     """Token trees, Stern §5's approximate rules and sampling are the lab's: one line naming the
-    call that runs them, before any model call."""
-    with pytest.raises(ValueError, match=r"runtime\.loop\.lab_decode"):
+    call that runs them, before any model call; so are a verifier, rule or drafter that is none."""
+    message = "not callable" if "drafter" in kw else r"runtime\.loop\.lab_decode"
+    with pytest.raises(ValueError, match=message):
         bpd_decode(tiny_model(0, 7, 1, 3, 8), [1, 2], 6, **kw)
 
 
@@ -400,3 +402,22 @@ def test_a_checkpoint_is_read_safely_and_checked(tmp_path):
             minibpd.load_checkpoint({**ck, "model": weights})
     with pytest.raises(minibpd.CheckpointError, match="config"):
         minibpd.load_checkpoint({})                 # a dict that is no checkpoint: one error too
+    for kw, message in [({"dtype": torch.int64}, "floating"), ({"dtype": "float64"}, "floating"),
+                        ({"dtype": torch.complex64}, "floating"), ({"device": "gpu"}, "'gpu'")]:
+        with pytest.raises(ValueError, match=message):
+            minibpd.load_checkpoint(**kw)
+
+
+def test_the_demo_refuses_what_it_cannot_run_in_one_line(tmp_path, capsys):
+    """lattice.demo: a checkpoint without the texts or the rescorer it reads, more threads than
+    cores, more tokens than it shows: exit status 2 and one line, never a traceback."""
+    ck = minibpd.read_checkpoint()
+    for key in ("splits", "rescorer"):
+        torch.save({k: v for k, v in ck.items() if k not in (key, "path")}, tmp_path / f"{key}.pt")
+    for argv, message in [(["--checkpoint", str(tmp_path / "splits.pt")], "train and test texts"),
+                          (["--checkpoint", str(tmp_path / "rescorer.pt")], "rescorer"),
+                          (["--threads", str((os.cpu_count() or 1) + 1)], "--threads"),
+                          (["--max-new-tokens", "161"], "1 to 160")]:
+        assert lattice.demo(["--demo", *argv]) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, err

@@ -15,7 +15,7 @@ import shlex
 
 import torch
 
-from minibpd import CHECKPOINT, CheckpointError, GPTConfig, is_int
+from minibpd import CHECKPOINT, CheckpointError, GPTConfig, is_int, place
 from train_heads import FORMAT_VERSION
 from runtime.fast_heads import FastGPT
 from runtime.kvcache import KVSpec
@@ -148,7 +148,7 @@ def build_model(config, state, device="cpu", dtype=torch.float32, where="checkpo
         raise CheckpointError(f"{where}: tensor {bad} holds NaN or inf; {how}")
     model = FastGPT(cfg)
     model.load_state_dict({k: v.float() for k, v in state.items()})
-    return model.to(device=device, dtype=dtype).eval()
+    return place(model, device, dtype)
 
 
 def blocks_problem(cfg, state):

@@ -61,6 +61,8 @@ def test_the_paper_files_alone_train_and_hand_off_clearly(alone):
     assert r.returncode == 1 and "the lab's" in r.stderr and "Traceback" not in r.stderr
     r = script(alone, "minibpd.py", "--bench")
     assert r.returncode == 1 and "the lab's" in r.stderr and "Traceback" not in r.stderr
+    r = script(alone, "minibpd.py", "--help")          # what the paper files alone run: exit 0
+    assert r.returncode == 0 and "usage: python minibpd.py --demo" in r.stdout, r.stderr[-2000:]
 
 
 def test_the_paper_files_alone_run_the_demo(alone):

@@ -233,7 +233,7 @@ def test_the_drafter_option_gives_a_raised_max_drafts_the_contract_error(tmp_pat
     from test_minibpd import run_student_tests
     r = run_student_tests(tmp_path, "from tests.runtime.test_contract import Grower\n"
                                     "def make():\n    return Grower()\n")
-    assert r.returncode == 1 and "(1..max_drafts drafts): return 1 to 1 drafts, got 3" \
+    assert r.returncode == 1 and "(1..max_drafts drafts): return 1 to 1 (declared first), got 3" \
         in r.stdout, r.stdout[-2000:]
     assert "expanded size" not in r.stdout
 

@@ -78,3 +78,12 @@ def test_first_heads_does_not_inherit_the_stacked_cache():
     ref = model.lm_head(torch.stack([z] + [hd(z) for hd in list(model.heads)[:2]], dim=-2))
     torch.testing.assert_close(view.head_logits(z), ref)
     torch.testing.assert_close(model.head_logits(z), full)
+
+
+@pytest.mark.parametrize("kw, message", [({"dtype": torch.int64}, "floating"),
+                                         ({"dtype": "float64"}, "floating"), ({"device": "gpu"}, "'gpu'")])
+def test_the_labs_loader_refuses_a_dtype_or_device_in_one_line(kw, message):
+    """runtime.checkpoint.load places its fast twin as minibpd.load_checkpoint places the GPT."""
+    from runtime import checkpoint
+    with pytest.raises(ValueError, match=message):
+        checkpoint.load(**kw)
