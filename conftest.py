@@ -197,6 +197,20 @@ def drafter_factory(request):
     return request.config.drafter_factory
 
 
+class Recorded:
+    """A drafter that keeps what bpd_decode hands it and what it answers: (logprobs, context,
+    drafts) a call, for properties exactness cannot see (which heads it saw, the order of drafts)."""
+
+    def __init__(self, drafter):
+        self.drafter, self.seen = drafter, []
+        self.name, self.max_drafts = "recorded", getattr(drafter, "max_drafts", 1)
+
+    def __call__(self, logprobs, context):
+        drafts = self.drafter(logprobs, context)
+        self.seen.append((logprobs, list(context), drafts))
+        return drafts
+
+
 class Checked:
     """A drafter as bpd_decode calls it: each answer checked by minibpd.check_drafts (the
     contract as code), which names the rule a broken answer breaks."""

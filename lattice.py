@@ -397,7 +397,7 @@ def heads_after(model, seq):
     """The heads' log-probs [h, V] where the loop drafts after seq: at the final state that chose
     seq[-1], computed over greedy's window (one call)."""
     t, B = len(seq) - 1, model.config.block_size
-    z = model(torch.tensor([seq[window_start(t, B):t]]))[0, -1]                   # [C]
+    z = model(torch.tensor([seq[window_start(t, B):t]], device=model.lm_head.weight.device))[0, -1]
     return F.log_softmax(model.head_logits(z, seq[-1]), dim=-1)
 
 

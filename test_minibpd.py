@@ -23,8 +23,8 @@ from hypothesis import given, strategies as st
 
 import lattice
 import minibpd
-from conftest import (DEVICES, Checked, examples, model_and_prompt, models, on_random_models,
-                      random_prompt, tiny_model)
+from conftest import (DEVICES, Checked, Recorded, examples, model_and_prompt, models,
+                      on_random_models, random_prompt, tiny_model)
 from minibpd import GPT, GPTConfig, KVCache, bpd_decode, greedy_decode, window_start
 from ngram import NgramLM
 
@@ -164,6 +164,19 @@ class RightAmongWrong:
         return drafts[:spot] + [right] + drafts[spot:]
 
 
+@on_random_models(wrong=st.integers(0, 3), seed=st.integers(0, 99))
+def test_each_drafter_sees_the_heads_at_the_last_accepted_position(device, m, plen, n, wrong, seed):
+    """Stern §4: a drafter gets the heads' log-probs at the state that chose context[-1], as one
+    uncached call over the window gives them (exactness cannot see a wrong row: it costs calls)."""
+    model, prompt = model_and_prompt(m, plen, device)
+    seen = Recorded(RightAmongWrong(prompt + greedy_decode(model, prompt, n + 8), wrong, seed))
+    bpd_decode(model, prompt, n, seen)
+    with torch.no_grad():
+        for logprobs, context, _ in seen.seen:
+            want = lattice.heads_after(model, context)[:len(logprobs)]
+            torch.testing.assert_close(logprobs, want, rtol=1e-10, atol=1e-10)
+
+
 @on_random_models(wrong=st.integers(1, 4), seed=st.integers(0, 99))
 def test_several_drafts_keep_the_one_accepted_furthest(device, m, plen, n, wrong, seed):
     """p drafts verified in one call, as rows of a batch: the output is greedy's, and each step
@@ -190,13 +203,27 @@ def test_refined_drafts_are_exact(device, m, plen, n, k, p, alpha, order):
     V, greedy = m[1], greedy_decode(model, prompt, n + 8)
     lm = NgramLM(order, V).fit(random_prompt(m[0] + 1, V, 300))
     small = tiny_model(m[0] + 2, V, 1, 1, m[4], device=device)
-    for drafter in (lattice.PBestDrafter(k, p, alpha, lm), lattice.PBestDrafter(k, p),
-                    lattice.NeuralDrafter(small, k, alpha),
+    zero = Recorded(lattice.PBestDrafter(k, p))
+    for drafter in (lattice.PBestDrafter(k, p, alpha, lm), zero, lattice.NeuralDrafter(small, k, alpha),
                     lattice.OracleDrafter(prompt + greedy, k)):
         out, stats = bpd_decode(model, prompt, n, drafter)
         assert out == greedy[:n], type(drafter).__name__
     if k >= V:                                              # the whole vocabulary: all accepted
         assert all(s["accepted"] == len(s["drafts"][0]) for s in stats["steps"])
+    for lp, context, drafts in zero.seen:      # no LM: the p best paths by head score, best first
+        scores = [sum(float(lp[i, t]) for i, t in enumerate(d) if i) for d in drafts]
+        assert drafts[0] == [context[-1]] + lp[1:].argmax(-1).tolist()
+        assert len(set(map(tuple, drafts))) == len(drafts) == min(p, min(k, V) ** (len(lp) - 1))
+        assert scores == sorted(scores, reverse=True)
+
+
+@examples(4)
+@given(seed=st.integers(0, 10**6), V=st.integers(1, 12), order=st.integers(1, 4),
+       length=st.integers(0, 200), history=st.lists(st.integers(0, 11), max_size=5))
+def test_the_ngram_lm_is_a_distribution(seed, V, order, length, history):
+    lm = NgramLM(order, V).fit(random_prompt(seed, V, length))
+    total = math.fsum(math.exp(lm.logprob(w, [t % V for t in history])) for w in range(V))
+    assert abs(total - 1) < 1e-9
 
 
 # ----------------------------------------------------------------------------- drafts past the heads (ours)
