@@ -115,8 +115,8 @@ def test_lattice_cells_and_paths(shipped):
 
 
 def test_the_cli_page_is_the_run(shipped, tmp_path, capsys):
-    """The issue's command: the page's data equal an untraced run's; stdout is the same with and
-    without --trace; the .json holds the same data."""
+    """docs/trace.md's first command (pbest, 48 new tokens): the page's data equal an untraced
+    run's; stdout is the same with and without --trace; the .json holds the same data."""
     args = ["--prompt", PROMPT, "--decoder", "pbest", "--max-new-tokens", "48"]
     code, plain, _ = run_cli(capsys, *args)
     page, data_file = str(tmp_path / "t.html"), str(tmp_path / "t.json")
@@ -467,9 +467,9 @@ def check_navigation(browser, steps):
 
 
 def test_in_a_browser(browser, tmp_path, capsys):
-    """The issue's page in Chromium: no console error, no request but the page, one step per
-    call after the prompt's, navigation, and each lattice step's k x positions cells with the
-    winning path marked."""
+    """The page of docs/trace.md's first command, in Chromium: no console error, no request but
+    the page, one step per call after the prompt's, navigation, and each lattice step's
+    k x positions cells with the winning path marked."""
     from selenium.webdriver.common.by import By
     page = str(tmp_path / "t.html")
     assert run_cli(capsys, "--prompt", PROMPT, "--decoder", "pbest", "--max-new-tokens", "48",
@@ -521,9 +521,9 @@ def test_every_step_renders(browser, tmp_path, capsys, name, T, n):
 
 
 def test_smollm2_lookup_in_a_browser(browser, tmp_path, capsys):
-    """The issue's SmolLM2 command (lookup): the page is the run's (its check says identical to
-    greedy), loads with no console error nor request, shows every step and where each copy came
-    from."""
+    """docs/trace.md's SmolLM2 command (lookup, 48 new tokens): the page is the run's (its check
+    says identical to greedy), loads with no console error nor request, shows every step and
+    where each copy came from."""
     from selenium.webdriver.common.by import By
     heads = heads_or_skip()
     page = str(tmp_path / "s.html")
