@@ -371,10 +371,12 @@ def demo(argv):
     return 0 if same else 1
 
 
-def draw_steps(model, drafters, stats, answer, vocab, limit=5):
+def draw_steps(model, drafters, stats, answer, vocab, limit=5, show_tokens=None, heads=None):
     """The first BPD calls: the heads guess (predict), the base model checks (verify), the prefix
     equal to greedy is kept (accept; Stern §3); under each, every drafter's drafts from the same
-    context and head log-probs (Kim §7), with the tokens each would have gained."""
+    context and head log-probs (Kim §7), with the tokens each would have gained. The lab passes
+    its own `show_tokens` (a tokenizer's vocabulary) and `heads` (log-probs it has computed)."""
+    show_tokens, heads, w = show_tokens or show, heads or heads_after, max(8, *map(len, drafters))
     print("\n  how the drafts are checked (• = head 1, the base model's own token; ✓ = equals "
           "greedy, kept; ✗ = first miss, the base model's token replaces it):")
     repeat = next((s for s in stats["steps"][limit:] if repaired(s)), None)
@@ -382,15 +384,15 @@ def draw_steps(model, drafters, stats, answer, vocab, limit=5):
         known, m = step["context"], len(step["drafts"][0]) - 1
         if step is repeat:
             print("    ... later, a repeated token in BPD's draft, replaced by the refined drafts:")
-        print(f"    after '…{show(answer[max(0, known - 24):known - 1], vocab)}':")
-        logprobs = heads_after(model, answer[:known])[:m + 1]                 # [m + 1, V]
+        print(f"    after '…{show_tokens(answer[max(0, known - 24):known - 1], vocab)}':")
+        logprobs = heads(model, answer[:known])[:m + 1]                       # [m + 1, V]
         for name, (drafter, _) in drafters.items():
             drafts = drafter(logprobs, answer[:known])
             ok = [matched(d[1:], answer[known:]) for d in drafts]
-            best, j = drafts[ok.index(max(ok))], max(ok)
-            marks = "•" + "✓" * j + ("✗" + "·" * (m - j - 1) if j < m else "")
+            best, j = drafts[ok.index(max(ok))], max(ok)    # a copy may run past the heads' m
+            marks = "•" + "✓" * j + ("✗" + "·" * (len(best) - j - 2) if j < len(best) - 1 else "")
             more = f" (best of {len(drafts)})" if len(drafts) > 1 else ""
-            print(f"      {name:8s} '{show(best, vocab)}'  {marks}  +{j + 1}{more}")
+            print(f"      {name:{w}s} '{show_tokens(best, vocab)}'  {marks}  +{j + 1}{more}")
 
 
 def heads_after(model, seq):

@@ -15,6 +15,7 @@ from lab.checks import MAX_DEMO_TOKENS
 from lab.loading import build_drafters, load_mode
 from lab.run import Run
 import decoders
+from lattice import draw_steps
 from minibpd import greedy_decode
 from runtime.checkpoint import family_module
 from runtime.corpus import decode
@@ -113,30 +114,14 @@ def demo_decoders(model, res, chosen, label, prompt, n, gen, args, names, left):
     return greedy, plain, all_same
 
 
-def draw_decoder_steps(model, res, chosen, stats, answer, plen, vocab, limit=5):
-    """The first BPD calls: the heads guess (predict), the base model checks (verify), the prefix
-    equal to greedy is kept (accept; Stern §3); under each, the refined drafts from the same
-    context and head log-probs (Kim §7), with the tokens each would have gained."""
-    heads = analysis.heads_along(model, answer, plen)
-    drafters = {name: decoders.make(name, res, chosen[name])
+def draw_decoder_steps(model, res, chosen, stats, answer, plen, vocab):
+    """The first BPD calls drawn as the paper's demo draws them (lattice.draw_steps), with every
+    refined decoder of the registry and the heads as the decode loop computed them."""
+    along = analysis.heads_along(model, answer, plen)              # {position: [h, V]}
+    drafters = {name: (decoders.make(name, res, chosen[name]), "")
                 for name in [decoders.PLAIN] + decoders.refined()}
-    print("\n  how the drafts are checked (• = head 1, the base model's own token; ✓ = equals "
-          "greedy, kept; ✗ = first miss, the base model's token replaces it):")
-    repeat = next((s for s in stats["steps"][limit:]                # BPD's first miss repeats
-                   if analysis.repeats_at(s["drafts"][0], s["accepted"])), None)
-    w = decoders.label_width(drafters)
-    for step in stats["steps"][:limit] + ([repeat] if repeat else []):
-        known = step["context"]
-        pending, m = known - 1, len(step["drafts"][0]) - 1
-        if step is repeat:
-            print("    ... later, a repeated token in BPD's draft, replaced by the refined drafts:")
-        print(f"    after '…{show_tokens(answer[max(0, known - 24):known - 1], vocab)}':")
-        for name, drafter in drafters.items():
-            d = drafter(heads[pending][:m + 1], answer[:known])
-            best = max(d, key=lambda x: analysis.marks(x, answer, pending)[1])
-            tick, ok = analysis.marks(best, answer, pending)
-            more = f" (best of {len(d)})" if len(d) > 1 else ""
-            print(f"      {name:{w}s} '{show_tokens(best, vocab)}'  {tick}  +{ok}{more}")
+    draw_steps(model, drafters, stats, answer, vocab, show_tokens=show_tokens,
+               heads=lambda model, seq: along[len(seq) - 1])
 
 
 def draw_tries(model, res, chosen, stats, answer, plen, vocab, limit=6):
