@@ -428,13 +428,13 @@ def build_gpt(config, state, where, dtype=torch.float32, device="cpu"):
             want = {k: v.shape for k, v in GPT(cfg).state_dict().items()}
     except (TypeError, ValueError) as e:
         raise CheckpointError(f"{where}: its config does not fit this minibpd.py ({e})") from None
-    got = {k: v.shape for k, v in state.items()       # dense tensors only: no sparse or meta one
-           if torch.is_tensor(v) and v.layout == torch.strided and not v.is_meta}
+    got = {k: v.shape for k, v in state.items() if torch.is_tensor(v) and v.is_floating_point()
+           and v.layout == torch.strided and not v.is_meta}        # no sparse, meta or complex one
     bad = sorted(set(want) ^ set(state), key=str) or [k for k in want if got.get(k) != want[k]] or \
         [k for k in want if not torch.isfinite(state[k].float()).all()]
     if bad:
-        raise CheckpointError(f"{where}: tensor {bad[0]} is missing, extra, not a dense tensor "
-                              "of its shape or not finite")
+        raise CheckpointError(f"{where}: tensor {bad[0]} is missing, extra, not a dense float "
+                              "tensor of its shape or not finite")
     model = GPT(cfg)
     model.load_state_dict({k: v.float() for k, v in state.items()})
     return place(model, device, dtype)

@@ -407,7 +407,7 @@ def test_the_labs_options_name_the_lab_call(kw):
 
 def test_a_checkpoint_is_read_safely_and_checked(tmp_path):
     """load_checkpoint: the shipped model, then one CheckpointError for a missing, corrupt or
-    mismatched file (sparse, meta or NaN weights too) and for another model family's (the lab's)."""
+    mismatched file (sparse, meta, complex, int or NaN weights too), another family's (lab's)."""
     model, ck = minibpd.load_checkpoint()
     assert type(model) is GPT and len(ck["vocab"]) == model.config.vocab_size
     bad = {"missing": tmp_path / "none.pt", "corrupt": tmp_path / "corrupt.pt",
@@ -421,12 +421,12 @@ def test_a_checkpoint_is_read_safely_and_checked(tmp_path):
         with pytest.raises(minibpd.CheckpointError, match=message):
             minibpd.load_checkpoint(str(bad[what]))
     emb = ck["model"]["tok_emb.weight"]          # weights torch can hold but a GPT cannot load
-    for weights, message in [(dict(ck["model"], **{"tok_emb.weight": emb.to_sparse()}), "dense"),
-                             (dict(ck["model"], **{"tok_emb.weight": emb.to("meta")}), "dense"),
-                             (dict(ck["model"], **{"tok_emb.weight": emb / 0}), "finite"),
-                             (list(ck["model"].values()), "0 tensors")]:
+    for w, message in [(emb.to_sparse(), "dense"), (emb.to("meta"), "dense"), (emb / 0, "finite"),
+                       (emb.to(torch.complex64), "dense float"), (emb.int(), "dense float")]:
         with pytest.raises(minibpd.CheckpointError, match=message):
-            minibpd.load_checkpoint({**ck, "model": weights})
+            minibpd.load_checkpoint({**ck, "model": dict(ck["model"], **{"tok_emb.weight": w})})
+    with pytest.raises(minibpd.CheckpointError, match="0 tensors"):
+        minibpd.load_checkpoint({**ck, "model": list(ck["model"].values())})
     with pytest.raises(minibpd.CheckpointError, match="config"):
         minibpd.load_checkpoint({})                 # a dict that is no checkpoint: one error too
     for kw, message in [({"dtype": torch.int64}, "floating"), ({"dtype": "float64"}, "floating"),

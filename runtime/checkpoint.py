@@ -240,13 +240,15 @@ def first_nonfinite(state):
 
 
 def tensors_problem(state):
-    """'' if `state` is a dict of dense tensors (what load_state_dict and a NaN check read),
-    else what it is not: a sparse or meta tensor would fail deep inside torch."""
+    """'' if `state` is a dict of dense float tensors (what load_state_dict and a NaN check read),
+    else what it is not: a sparse or meta tensor would fail deep inside torch, a complex one
+    would load its real part with only a warning."""
     if not isinstance(state, dict) or not all(torch.is_tensor(v) for v in state.values()):
         return "its weights are not a dict of tensors"
-    odd = next((k for k, v in state.items() if v.layout != torch.strided or v.is_meta), None)
+    odd = next((k for k, v in state.items()
+                if v.layout != torch.strided or v.is_meta or not v.is_floating_point()), None)
     if odd is not None:
-        return f"tensor {odd} is not a dense tensor of numbers ({state[odd].layout})"
+        return f"tensor {odd} is not a dense float tensor ({state[odd].layout}, {state[odd].dtype})"
     return ""
 
 

@@ -776,16 +776,23 @@ def sparse_weight(ck):
     ck["model"]["tok_emb.weight"] = ck["model"]["tok_emb.weight"].float().to_sparse()
 
 
+def complex_weight(ck):
+    ck["model"]["tok_emb.weight"] = ck["model"]["tok_emb.weight"].to(torch.complex64)
+
+
 @pytest.mark.parametrize("change, argv, message", [
     (lambda ck: ck.update(kind=["x"]), ["--prompt", "The"], "is of kind ['x'], which this minibpd"),
     (lambda ck: ck.update(splits=["a", "b"]), ["--bench"], "'splits' must be {split: text}, got list"),
     (lambda ck: ck.update(splits=None), ["--bench"], "'splits' must be {split: text}, got NoneType"),
     (lambda ck: ck["splits"].update(test=7), ["--bench"], "got a int for 'test'"),
-    (sparse_weight, ["--prompt", "The"], "tensor tok_emb.weight is not a dense tensor"),
+    (sparse_weight, ["--prompt", "The"], "tensor tok_emb.weight is not a dense float tensor"),
+    (complex_weight, ["--prompt", "The"],
+     "is not a dense float tensor (torch.strided, torch.complex64)"),
 ])
 def test_malformed_checkpoints_are_one_line(tiny_ckpt, tmp_path, capsys, change, argv, message):
     """`kind: ["x"]` (unhashable), splits a list or None (AttributeError under
-    --bench) and a sparse weight (NotImplementedError) raised tracebacks."""
+    --bench) and a sparse weight (NotImplementedError) raised tracebacks; a complex weight
+    loaded its real part with only a torch warning."""
     path = damaged(tiny_ckpt, tmp_path, "odd.pt", change)
     code, out, err = run_cli(capsys, *argv, "--checkpoint", path)
     one_line_error(code, err, message)
