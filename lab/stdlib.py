@@ -42,11 +42,10 @@ def functions():
     for module, path in stdlib_files():
         try:
             with open(path, encoding="utf-8") as f:
-                source = f.read()
-            tree = ast.parse(source)
+                lines = f.readlines()   # at "\n" only, as ast numbers lines (str.splitlines
+            tree = ast.parse("".join(lines))    # also splits at \f: 3.9's email/encoders.py)
         except (SyntaxError, UnicodeDecodeError, ValueError):
             continue                                # a file that does not parse is skipped
-        lines = source.splitlines(keepends=True)
         for qualname, node in walk_defs(tree.body, ""):
             found.setdefault(f"{module}.{qualname}", Func(f"{module}.{qualname}", module,
                                                           qualname, node, lines))

@@ -45,7 +45,7 @@ def doc2code_example(fn):
     end = docstring_end(fn.node)
     if end is None or nested(fn.node):
         return None
-    lines = textwrap.dedent("".join(source_lines(fn))).splitlines(keepends=True)
+    lines = io.StringIO(textwrap.dedent("".join(source_lines(fn)))).readlines()   # at "\n" only
     k = end - first_line(fn) + 1
     while k < len(lines) and not lines[k].strip():
         k += 1                              # blank lines after the docstring: in the prompt
@@ -104,8 +104,8 @@ def renamed_tree(code, old, new):
 def rename(code, old, new):
     """`code` with each identifier token `old` (name_tokens: not attributes, strings or comments)
     replaced by `new`; None unless that is exactly renaming the Name and argument nodes (a keyword
-    argument `f(old=...)`, a `global old` or a name inside an f-string would break it)."""
-    lines = code.splitlines(keepends=True)
+    argument `f(old=...)`, a `global old`, a name in an f-string before Python 3.12 breaks it)."""
+    lines = io.StringIO(code).readlines()     # at "\n" only, as tokenize numbers rows
     for row, col, name in reversed(name_tokens(code)):
         if name == old:
             line = lines[row - 1]

@@ -191,7 +191,9 @@ def test_help_shows_every_default(capsys):
     assert excinfo.value.code == 0
     out = capsys.readouterr().out
     assert "--max-steps" not in out and "python train_heads.py --force" in out
-    options = out.split("options:")[1].split("\n  -")[2:]      # every flag after -h/--help
+    # argparse titles the flags "options:" from Python 3.10, "optional arguments:" before
+    options = out.split("options:" if "\noptions:" in out else "optional arguments:")[1]
+    options = options.split("\n  -")[2:]                        # every flag after -h/--help
     assert len(options) >= 20 and all("(default:" in o for o in options), options
 
 
