@@ -347,7 +347,6 @@ def test_rename_small():
     assert prompt == source + cue + "\n" and old in ("x", "y") and new in tasks_more.NEW_NAMES
 
 
-
 def test_lines_are_split_where_ast_numbers_them(tmp_path, monkeypatch):
     """str.splitlines also splits at a form feed (Python 3.9's email/encoders.py holds one) and at
     U+2028; ast and tokenize do not. Every line after one must still be the line ast names."""
@@ -362,6 +361,7 @@ def test_lines_are_split_where_ast_numbers_them(tmp_path, monkeypatch):
         ('def f(a, b):\n    """Sum."""\n', '    s = "\u2028"\n    return a + b + s')
     renamed = source.replace("(a,", "(x,").replace("return a", "return x")
     assert tasks_more.rename(source, "a", "x") == renamed
+
 
 def test_rename_targets_rename_exactly(every):
     for split in task_text.SPLITS:

@@ -4,6 +4,7 @@ threads, the model class the base run trains. Tiny sizes throughout."""
 from conftest import ROOT
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -191,9 +192,8 @@ def test_help_shows_every_default(capsys):
     assert excinfo.value.code == 0
     out = capsys.readouterr().out
     assert "--max-steps" not in out and "python train_heads.py --force" in out
-    # argparse titles the flags "options:" from Python 3.10, "optional arguments:" before
-    options = out.split("options:" if "\noptions:" in out else "optional arguments:")[1]
-    options = options.split("\n  -")[2:]                        # every flag after -h/--help
+    # every flag after -h/--help; argparse heads them "optional arguments:" before Python 3.10
+    options = re.split(r"\n(?:options|optional arguments):", out)[1].split("\n  -")[2:]
     assert len(options) >= 20 and all("(default:" in o for o in options), options
 
 
