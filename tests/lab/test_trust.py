@@ -450,6 +450,12 @@ def test_a_smollm_base_is_refused_before_any_work(tmp_path, capsys, monkeypatch,
 TASKS_CKPT = os.path.join(checkpoint.CHECKPOINTS, "minibpd-tasks.pt")
 
 
+def smollm_tuned(tmp_path, settings):
+    path = tmp_path / "tuned.json"
+    path.write_text(json.dumps({"settings": settings, "checkpoint_sha256": checkpoint.file_sha256(SMOLLM)}))
+    return str(path)
+
+
 @needs_smollm
 @pytest.mark.parametrize("argv, message", [
     (["--prompt", "The", "--heads", "0"], "heads must be an integer from 1 to 5"),
@@ -458,10 +464,25 @@ TASKS_CKPT = os.path.join(checkpoint.CHECKPOINTS, "minibpd-tasks.pt")
     (["--bench", "--prompts", "100000"], "holds at most 942: lower --prompts"),
     (["--tasks", "--prompts", "100000"], "fewer than --prompts 100000"),   # its tasks built here
     (["--scale"], "--scale projects the character GPT family"),
+    (["--prompt", "a\udcffb"], "the text holds a lone surrogate, '\\udcff' at character 1"),
+    (["--prompt", "The", "--decoder", "pbest", "--p", "5000"], "pbest: a KV cache of 5000 rows"),
+    (["--prompt", "The", "--decoder", "lookup", "--copy", "100000000"], "--copy: copy must be"),
+    (["--prompt", "The", "--decoder", "lookup_pbest", "--copy", "1024", "--dtype", "float64"],
+     "lookup_pbest: copy 1024: a token tree of 17 drafts of up to 1024 tokens"),
+    (["--demo", "--max-new-tokens", "100"], "demo shows at most 32 new tokens a prompt"),
+    (["--prompt", "The", "--decoder", "bpd", "--k", "4"], "--k does nothing for decoder bpd"),
+    (["--tasks", "--decoders", "bpd", "--prompts", "1"], "--decoders bpd names none"),
+    (["--tasks", "--decoders", "sampled", "--prompts", "1"], "--decoders sampled names none"),
+    (["--tasks", "--decoders", "oracle", "--prompts", "1"], "--decoders oracle names none"),
+    (["--prompt", "The", "--tuned", {"neural": {"reach": 5}}], "settings.neural: reach must be"),
+    (["--prompt", "The", "--tuned", {"neural": {"reach": float("nan")}}], "reach must be a number"),
+    (["--prompt", "The", "--tuned", {"lookup": {"copy": 10 ** 8}}], "settings.lookup: copy must be"),
 ])
-def test_smollm_refusals_come_before_its_load(capsys, no_model_load, argv, message):
-    """These were refused only after SmolLM2's 30-70 s load (--scale: a TypeError
-    after 74 s); now from the checkpoint's header (check_against_checkpoint)."""
+def test_smollm_refusals_come_before_its_load(capsys, tmp_path, no_model_load, argv, message):
+    """Each was refused (or warned about, or failed: --scale with a TypeError, --tasks with `max()
+    arg is an empty sequence`) only after SmolLM2's 30-70 s load; now from the checkpoint's
+    header (check_against_checkpoint), before any load (no_model_load)."""
+    argv = [smollm_tuned(tmp_path, a) if isinstance(a, dict) else a for a in argv]
     code, out, err = run_cli(capsys, *argv, "--checkpoint", SMOLLM)
     one_line_error(code, err, message)
 
@@ -679,37 +700,6 @@ def test_a_config_larger_than_its_weights_is_never_built(tiny_ckpt, tmp_path, ca
     code, out, err = run_cli(capsys, "--prompt", "The", "--checkpoint", path)
     V = torch.load(tiny_ckpt, weights_only=True)["config"]["vocab_size"]
     one_line_error(code, err, message.format(V=V))
-
-
-def smollm_tuned(tmp_path, settings):
-    path = tmp_path / "tuned.json"
-    path.write_text(json.dumps({"settings": settings, "checkpoint_sha256": checkpoint.file_sha256(SMOLLM)}))
-    return str(path)
-
-
-@needs_smollm
-@pytest.mark.parametrize("argv, message", [
-    (["--prompt", "a\udcffb"], "the text holds a lone surrogate, '\\udcff' at character 1"),
-    (["--prompt", "The", "--decoder", "pbest", "--p", "5000"], "pbest: a KV cache of 5000 rows"),
-    (["--prompt", "The", "--decoder", "lookup", "--copy", "100000000"], "--copy: copy must be"),
-    (["--prompt", "The", "--decoder", "lookup_pbest", "--copy", "1024", "--dtype", "float64"],
-     "lookup_pbest: copy 1024: a token tree of 17 drafts of up to 1024 tokens"),
-    (["--demo", "--max-new-tokens", "100"], "demo shows at most 32 new tokens a prompt"),
-    (["--prompt", "The", "--decoder", "bpd", "--k", "4"], "--k does nothing for decoder bpd"),
-    (["--tasks", "--decoders", "bpd", "--prompts", "1"], "--decoders bpd names none"),
-    (["--tasks", "--decoders", "sampled", "--prompts", "1"], "--decoders sampled names none"),
-    (["--tasks", "--decoders", "oracle", "--prompts", "1"], "--decoders oracle names none"),
-    (["--prompt", "The", "--tuned", {"neural": {"reach": 5}}], "settings.neural: reach must be"),
-    (["--prompt", "The", "--tuned", {"neural": {"reach": float("nan")}}], "reach must be a number"),
-    (["--prompt", "The", "--tuned", {"lookup": {"copy": 10 ** 8}}], "settings.lookup: copy must be"),
-])
-def test_smollm_refusals_from_its_header(capsys, tmp_path, no_model_load, argv, message):
-    """Each was refused (or warned about, or failed with `max() arg is an empty
-    sequence`) only after SmolLM2's load; now from the checkpoint's header (`python minibpd.py
-    ...` takes 1.5-1.9 s for each on the measurement machine)."""
-    argv = [smollm_tuned(tmp_path, a) if isinstance(a, dict) else a for a in argv]
-    code, out, err = run_cli(capsys, *argv, "--checkpoint", SMOLLM)
-    one_line_error(code, err, message)
 
 
 @pytest.mark.skipif(not os.path.isfile(TASKS_CKPT), reason=f"{TASKS_CKPT} missing")
