@@ -41,9 +41,10 @@ def functions():
     found = {}
     for module, path in stdlib_files():
         try:
+            # readlines splits at "\n" only, as ast numbers lines; str.splitlines also at \f
             with open(path, encoding="utf-8") as f:
-                lines = f.readlines()   # at "\n" only, as ast numbers lines (str.splitlines
-            tree = ast.parse("".join(lines))    # also splits at \f: 3.9's email/encoders.py)
+                lines = f.readlines()
+            tree = ast.parse("".join(lines))
         except (SyntaxError, UnicodeDecodeError, ValueError):
             continue                                # a file that does not parse is skipped
         for qualname, node in walk_defs(tree.body, ""):
