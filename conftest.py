@@ -1,5 +1,6 @@
-"""The paper tests' fixtures: random tiny float64 models and prompts, the hypothesis strategies and
-profiles, the devices, the exact distribution a sampler must meet, and the --drafter option.
+"""The paper tests' fixtures: random tiny float64 models and prompts, every path of a lattice, the
+hypothesis strategies and profiles, the devices, the exact distribution a sampler must meet, and
+the --drafter option.
 tests/conftest.py adds what the folders' tests need (a tiny trained checkpoint, the real model).
 
     HYPOTHESIS_PROFILE=thorough python -m pytest -q     # 10x the examples of the default profile
@@ -21,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
+import lattice
 import minibpd
 from minibpd import GPT, GPTConfig, window_start
 
@@ -82,6 +84,16 @@ def on_random_models(**more):
 
 def model_and_prompt(m, plen, device, cls=GPT):
     return tiny_model(*m, device=device, cls=cls), random_prompt(m[0], m[1], plen)
+
+
+def all_paths(lat, lm, history, alpha):
+    """Every path of a lattice scored by lattice.path_score, best first (ties: smaller ranks
+    first, best_paths' order): [(score, ranks, tokens)]. Kim §7.2's DP must return its head."""
+    paths = []
+    for ranks in itertools.product(*(range(len(t)) for t in lat.tokens)):
+        tokens = [lat.tokens[i][r] for i, r in enumerate(ranks)]
+        paths.append((lattice.path_score(lat, lm, history, tokens, alpha), ranks, tokens))
+    return sorted(paths, key=lambda c: (-c[0], c[1]))
 
 
 # ----------------------------------------------------------------------------- distributions

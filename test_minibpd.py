@@ -1,7 +1,7 @@
 """Property-based tests of the papers' claims: every decoding path returns exactly the greedy tokens
 of the base model (Stern §3: BPD, with the paper's extremes; Kim §7: every refined drafter), the
-KV cache changes nothing, and sampling keeps the base model's distribution. Then the --drafter
-harness: the same properties on a drafter of your own.
+KV cache changes nothing, and Kim §7.2's DP returns the p best paths of a lattice. Then the
+--drafter harness: the same properties on a drafter of your own.
 
 All exactness tests run in float64 on random tiny models: the verification call and the one-token
 calls round differently, and only float64 makes those differences (~1e-16) far too small to flip
@@ -23,7 +23,7 @@ from hypothesis import given, strategies as st
 
 import lattice
 import minibpd
-from conftest import (DEVICES, Checked, Recorded, examples, model_and_prompt, models,
+from conftest import (DEVICES, Checked, Recorded, all_paths, examples, model_and_prompt, models,
                       on_random_models, random_prompt, tiny_model)
 from minibpd import GPT, GPTConfig, KVCache, bpd_decode, greedy_decode, window_start
 from ngram import NgramLM
@@ -215,6 +215,24 @@ def test_refined_drafts_are_exact(device, m, plen, n, k, p, alpha, order):
         assert drafts[0] == [context[-1]] + lp[1:].argmax(-1).tolist()
         assert len(set(map(tuple, drafts))) == len(drafts) == min(p, min(k, V) ** (len(lp) - 1))
         assert scores == sorted(scores, reverse=True)
+
+
+@examples(4)
+@given(seed=st.integers(0, 10**6), h=st.integers(1, 4), k=st.integers(1, 4), p=st.integers(1, 12),
+       alpha=st.sampled_from([0.0, 0.5, 1.0]), order=st.integers(1, 3), tied=st.booleans())
+def test_best_paths_are_the_p_best_of_all_paths(seed, h, k, p, alpha, order, tied):
+    """Kim §7.2's DP (lattice.best_paths) returns what scoring every path of the lattice with
+    path_score and sorting returns: the same paths, in the same order (ties: smaller ranks first),
+    with equal scores, for n-gram LMs of each order (alpha 0: the 0-gram control, no LM)."""
+    V, g = 6, torch.Generator().manual_seed(seed)
+    logprobs = torch.randn(h, V, generator=g, dtype=torch.float64).log_softmax(-1)     # [h, V]
+    if tied:                       # multiples of 1/4: their sums are exact, so ties stay ties
+        logprobs = (logprobs * 4).floor() / 4
+    lat = lattice.Lattice.from_logprobs(logprobs.numpy(), k)
+    lm = NgramLM(order, V).fit(random_prompt(seed, V, 100))
+    history = random_prompt(seed + 1, V, 4)
+    want = [(score, tokens) for score, _, tokens in all_paths(lat, lm, history, alpha)[:p]]
+    assert lattice.best_paths(lat, lm, history, p, alpha) == want
 
 
 @examples(4)

@@ -4,17 +4,19 @@ import itertools
 import math
 import random
 import struct
+import threading
 
 import numpy as np
 import pytest
 import torch
 from hypothesis import given, strategies as st
 
-from conftest import examples
-from lattice import Lattice, PBestDrafter, best_paths, oracle_path, path_score
-from decoders.fastlattice import NgramTable, best_paths_fast
-from decoders.fastlattice import FastPBestDrafter, top_k_ids
+from conftest import all_paths, examples
+from decoders import viterbi
 from decoders.budgets import dp_cells
+from decoders.fastlattice import FastPBestDrafter, NgramTable, best_paths_fast, top_k_ids
+from decoders.viterbi import NgramAutomaton, ViterbiDrafter, ngram_draft
+from lattice import Lattice, PBestDrafter, best_paths, head_lattice, oracle_path, path_score
 
 pytestmark = pytest.mark.assignment5   # docs/coursework.md
 
@@ -96,21 +98,12 @@ def bits(x):
     return struct.pack("<d", x)
 
 
-def brute_force(lat, lm, history, alpha):
-    """Every path, sorted by (score desc, rank tuple asc)."""
-    out = []
-    for ranks in itertools.product(*(range(len(t)) for t in lat.tokens)):
-        toks = [lat.tokens[i][r] for i, r in enumerate(ranks)]
-        out.append((path_score(lat, lm, history, toks, alpha), ranks, toks))
-    return sorted(out, key=lambda c: (-c[0], c[1]))
-
-
 @SETTINGS
 @given(problems)
 def test_best_paths_is_brute_force(problem):
     (lat, _), kind, order, seed, history, p, alpha = problem
     lm = make_lm(kind, order, seed)
-    want = brute_force(lat, lm, history, alpha)[:p]
+    want = all_paths(lat, lm, history, alpha)[:p]
     got = best_paths(lat, lm, history, p, alpha)
     assert [t for _, t in got] == [t for _, _, t in want]
     assert [bits(s) for s, _ in got] == [bits(s) for s, _, _ in want]  # bitwise
@@ -240,7 +233,7 @@ def test_oracle_accepts_the_most(lat_dyadic, greedy):
                                  len(path))
     oracle = oracle_path(lat, greedy)
     assert all(t in c for t, c in zip(oracle, lat.tokens)) and len(oracle) == lat.h
-    best = max(accepted(t) for _, _, t in brute_force(lat, None, [], 0.0))
+    best = max(accepted(t) for _, _, t in all_paths(lat, None, [], 0.0))
     assert accepted(oracle) == best
     assert oracle[best:] == [c[0] for c in lat.tokens[best:]]
 
@@ -295,7 +288,7 @@ def test_rounding_tie_after_pruning():
     lps = [[-0.2], [-0.09327186435241008, -0.9159944803568847],
            [-0.7102534236374868, -1.5329760396419614], [-1000.0]]
     lat = Lattice([[0], [1, 2], [3, 4], [5]], lps)
-    want = brute_force(lat, None, [], 0.0)
+    want = all_paths(lat, None, [], 0.0)
     assert want[1][1] == (0, 0, 1, 0) and want[1][0] == want[2][0]
     assert (0.0 + lps[0][0] + lps[1][0]) + lps[2][1] < (0.0 + lps[0][0] + lps[1][1]) + lps[2][0]
     assert best_paths(lat, None, [], 2, 0.0) == [(s, t) for s, _, t in want[:2]]
@@ -419,15 +412,6 @@ def test_the_exactness_checks_hold_under_a_mixture(monkeypatch):
 # best_path_viterbi / ngram_draft against the readable best_paths(..., p=1): the same path and
 # the same score, bitwise (the same float operations and math.log), including the tie rule.
 
-import threading  # noqa: E402
-
-import torch  # noqa: E402
-
-import lattice  # noqa: E402
-from decoders import viterbi  # noqa: E402
-from decoders.viterbi import NgramAutomaton, ViterbiDrafter, ngram_draft  # noqa: E402
-from lattice import head_lattice  # noqa: E402
-
 
 @functools.lru_cache(maxsize=None)
 def make_automaton(kind, order, seed, sparse=False):
@@ -541,7 +525,7 @@ def test_viterbi_rounding_tie_after_merging(merge_at, monkeypatch):
     lm, first, second = TieLM(), [0, 1, 4, 5], [0, 2, 3, 5]
     part = lambda toks: path_score(Lattice(lat.tokens[:3], lat.logprobs[:3]), lm, [], toks, 0.5)
     assert part(first[:3]) == np.nextafter(part(second[:3]), -np.inf)
-    want = brute_force(lat, lm, [], 0.5)
+    want = all_paths(lat, lm, [], 0.5)
     assert [t for _, _, t in want[:2]] == [first, second] and want[0][0] == want[1][0]
     check_viterbi(lat, lm, None, [], 0.5)
     assert best_path_viterbi(lat, lm, [], 0.5)[1] == first
