@@ -1,7 +1,8 @@
 """Property-based tests of the papers' claims: every decoding path returns exactly the greedy tokens
 of the base model (Stern §3: BPD, with the paper's extremes; Kim §7: every refined drafter), the
-KV cache changes nothing, and Kim §7.2's DP returns the p best paths of a lattice. Then the
---drafter harness: the same properties on a drafter of your own.
+KV cache changes nothing, Kim §7.2's DP returns the p best paths of a lattice, and each head is
+trained on the token it drafts. Then the --drafter harness: the same properties on a drafter of
+your own.
 
 All exactness tests run in float64 on random tiny models: the verification call and the one-token
 calls round differently, and only float64 makes those differences (~1e-16) far too small to flip
@@ -19,10 +20,12 @@ import sys
 
 import pytest
 import torch
+import torch.nn.functional as F
 from hypothesis import given, strategies as st
 
 import lattice
 import minibpd
+import train_heads
 from conftest import (DEVICES, Checked, Recorded, all_paths, examples, model_and_prompt, models,
                       on_random_models, random_prompt, tiny_model)
 from minibpd import GPT, GPTConfig, KVCache, bpd_decode, greedy_decode, window_start
@@ -71,6 +74,8 @@ def test_parameter_count_no_shared_heads():
     expected = V * C + T * C + L * per_block + 2 * C + (h - 1) * 2 * (C * C + C)
     assert sum(p.numel() for p in model.parameters()) == expected
     assert len({hd.fc.weight.data_ptr() for hd in model.heads}) == h - 1
+    head, z = model.heads[0], torch.randn(3, C)                 # a residual layer (Stern Fig. 3)
+    torch.testing.assert_close(head(z), z + head.proj(F.gelu(head.fc(z))))
     assert model.lm_head.weight is model.tok_emb.weight                 # tied (Kim §4)
 
 
@@ -198,18 +203,17 @@ def test_several_drafts_keep_the_one_accepted_furthest(device, m, plen, n, wrong
 def test_refined_drafts_are_exact(device, m, plen, n, k, p, alpha, order):
     """lattice.py's readable drafters (global rescoring with an n-gram LM and its 0-gram
     control, local rescoring with a small LM, the oracle) return greedy's tokens, and the
-    oracle accepts every drafted token its lattice holds."""
+    oracle at k = V (a lattice that holds every token) accepts every drafted token."""
     model, prompt = model_and_prompt(m, plen, device)
     V, greedy = m[1], greedy_decode(model, prompt, n + 8)
     lm = NgramLM(order, V).fit(random_prompt(m[0] + 1, V, 300))
     small = tiny_model(m[0] + 2, V, 1, 1, m[4], device=device)
     zero = Recorded(lattice.PBestDrafter(k, p))
     for drafter in (lattice.PBestDrafter(k, p, alpha, lm), zero, lattice.NeuralDrafter(small, k, alpha),
-                    lattice.OracleDrafter(prompt + greedy, k)):
+                    lattice.OracleDrafter(prompt + greedy, k), lattice.OracleDrafter(prompt + greedy, V)):
         out, stats = bpd_decode(model, prompt, n, drafter)
         assert out == greedy[:n], type(drafter).__name__
-    if k >= V:                                              # the whole vocabulary: all accepted
-        assert all(s["accepted"] == len(s["drafts"][0]) for s in stats["steps"])
+    assert all(s["accepted"] == len(s["drafts"][0]) for s in stats["steps"])    # the oracle, k = V
     for lp, context, drafts in zero.seen:      # no LM: the p best paths by head score, best first
         scores = [sum(float(lp[i, t]) for i, t in enumerate(d) if i) for d in drafts]
         assert drafts[0] == [context[-1]] + lp[1:].argmax(-1).tolist()
@@ -219,20 +223,36 @@ def test_refined_drafts_are_exact(device, m, plen, n, k, p, alpha, order):
 
 @examples(4)
 @given(seed=st.integers(0, 10**6), h=st.integers(1, 4), k=st.integers(1, 4), p=st.integers(1, 12),
-       alpha=st.sampled_from([0.0, 0.5, 1.0]), order=st.integers(1, 3), tied=st.booleans())
+       alpha=st.sampled_from([0.0, 0.5, 1.0]), order=st.integers(1, 4), tied=st.booleans())
 def test_best_paths_are_the_p_best_of_all_paths(seed, h, k, p, alpha, order, tied):
     """Kim §7.2's DP (lattice.best_paths) returns what scoring every path of the lattice with
     path_score and sorting returns: the same paths, in the same order (ties: smaller ranks first),
-    with equal scores, for n-gram LMs of each order (alpha 0: the 0-gram control, no LM)."""
+    with equal scores, for n-gram LMs of each order (alpha 0: the 0-gram control, no LM); and
+    PBestDrafter drafts them, its LM reading the context, then the path from context[-1] on."""
     V, g = 6, torch.Generator().manual_seed(seed)
     logprobs = torch.randn(h, V, generator=g, dtype=torch.float64).log_softmax(-1)     # [h, V]
     if tied:                       # multiples of 1/4: their sums are exact, so ties stay ties
         logprobs = (logprobs * 4).floor() / 4
-    lat = lattice.Lattice.from_logprobs(logprobs.numpy(), k)
     lm = NgramLM(order, V).fit(random_prompt(seed, V, 100))
-    history = random_prompt(seed + 1, V, 4)
-    want = [(score, tokens) for score, _, tokens in all_paths(lat, lm, history, alpha)[:p]]
-    assert lattice.best_paths(lat, lm, history, p, alpha) == want
+    context = random_prompt(seed + 1, V, 5)
+    lat = lattice.head_lattice(logprobs, context, k)            # position 0: the verified context[-1]
+    want = all_paths(lat, lm, context[:-1], alpha)[:p]
+    assert lattice.best_paths(lat, lm, context[:-1], p, alpha) == [(s, t) for s, _, t in want]
+    assert lattice.PBestDrafter(k, p, alpha, lm)(logprobs, context) == [t for _, _, t in want]
+
+
+def test_local_rescoring_reads_the_context_then_the_tokens_picked():
+    """Kim §7.1: at head i the small LM scores the top-k after the context and the tokens picked
+    at heads 2..i-1; at alpha 1 it alone picks (here always the token after the last one)."""
+    V, seen = 5, []
+
+    def lm_logprobs(seq):                               # [V]: best at seq[-1] + 1, by far
+        seen.append(list(seq))
+        out = torch.full((V,), -9.0, dtype=torch.float64)
+        out[(seq[-1] + 1) % V] = 0.0
+        return out
+    draft = lattice.rescore_locally(torch.zeros(4, V, dtype=torch.float64), [3, 1], V, 1.0, lm_logprobs)
+    assert draft == [1, 2, 3, 4] and seen == [[3, 1], [3, 1, 2], [3, 1, 2, 3]]
 
 
 @examples(4)
@@ -242,6 +262,21 @@ def test_the_ngram_lm_is_a_distribution(seed, V, order, length, history):
     lm = NgramLM(order, V).fit(random_prompt(seed, V, length))
     total = math.fsum(math.exp(lm.logprob(w, [t % V for t in history])) for w in range(V))
     assert abs(total - 1) < 1e-9
+
+
+# ----------------------------------------------------------------------------- training the heads (Kim §4)
+
+def test_head_i_is_trained_on_the_token_i_ahead():
+    """At position t head i is scored on token t + i (head 1: the next token, the base LM's own
+    loss); the joint loss weighs head 1 by 1 and heads 2..h by head_weight (ours)."""
+    model, T, h = tiny_model(3, 11, 1, 4, 16), 12, 4
+    chunk = torch.tensor([random_prompt(seed, 11, T + h) for seed in (4, 5)])       # [B, T + h]
+    logits = model.head_logits(model(chunk[:, :T]))                                 # [B, T, h, V]
+    want = torch.stack([torch.stack([F.cross_entropy(logits[:, t, i], chunk[:, t + i + 1])
+                                     for t in range(T)]).mean() for i in range(h)])  # [h]
+    joint, per_head = train_heads.joint_loss(model, chunk, head_weight=0.25)
+    torch.testing.assert_close(per_head, want)
+    torch.testing.assert_close(joint, (want[0] + 0.25 * want[1:].sum()) / (1 + 0.25 * (h - 1)))
 
 
 # ----------------------------------------------------------------------------- drafts past the heads (ours)
@@ -425,7 +460,8 @@ def test_the_labs_options_name_the_lab_call(kw):
 
 def test_a_checkpoint_is_read_safely_and_checked(tmp_path):
     """load_checkpoint: the shipped model, then one CheckpointError for a missing, corrupt or
-    mismatched file (sparse, meta, complex, int or NaN weights too), another family's (lab's)."""
+    mismatched file (sparse, meta, complex, int or NaN weights, a wrong vocabulary), another
+    family's (the lab's)."""
     model, ck = minibpd.load_checkpoint()
     assert type(model) is GPT and len(ck["vocab"]) == model.config.vocab_size
     bad = {"missing": tmp_path / "none.pt", "corrupt": tmp_path / "corrupt.pt",
@@ -447,6 +483,9 @@ def test_a_checkpoint_is_read_safely_and_checked(tmp_path):
         minibpd.load_checkpoint({**ck, "model": list(ck["model"].values())})
     with pytest.raises(minibpd.CheckpointError, match="config"):
         minibpd.load_checkpoint({})                 # a dict that is no checkpoint: one error too
+    for vocab in (ck["vocab"][:-1], ck["vocab"][:-1] + ck["vocab"][0], None):   # short, a repeat
+        with pytest.raises(minibpd.CheckpointError, match="vocab"):
+            minibpd.load_checkpoint({**ck, "vocab": vocab})
     for kw, message in [({"dtype": torch.int64}, "floating"), ({"dtype": "float64"}, "floating"),
                         ({"dtype": torch.complex64}, "floating"), ({"device": "gpu"}, "'gpu'")]:
         with pytest.raises(ValueError, match=message):

@@ -21,10 +21,10 @@ HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ("runtime", "decoders", "models", "lab", "training")
 # minibpd.py's budget is 450; it holds 473: the request, drafter, checkpoint, dtype and device
 # checks that give bad input one clear error. To trim, never by dropping a check.
-# test_minibpd.py, a test file, holds every property of the papers, Kim §7.2's DP against
-# enumeration included: 468 lines.
+# test_minibpd.py is a test file (the 450 is for modules outside the tests): every property of
+# the papers, the DP, the local rescoring and the heads' training targets included, in 507 lines.
 PAPER = {"minibpd.py": 473, "lattice.py": 450, "ngram.py": 450, "train_heads.py": 450,
-         "test_minibpd.py": 468}
+         "test_minibpd.py": 507}
 # Modules allowed over MAX_LINES for now, each capped at its size (they may only shrink): none.
 OVER = {}
 TOP = {*PAPER, "README.md", "conftest.py", "pyproject.toml", "requirements.txt", ".gitignore",
