@@ -129,7 +129,7 @@ def add_smollm_args(p, arg):
         f"(default: {SMOLLM_DEFAULTS['teacher_steps']} with --smollm)", type=int)
     arg("--head-form", "--smollm: heads 2..h like Stern §6's ('stern': each reads the final "
         "hidden state alone) or 'chained' (each also reads the token the head before it drafted; "
-        "ours, after Hydra; models/llama.py ChainedHead) (default: "
+        "ours, after Hydra; models/llama_layers.py ChainedHead) (default: "
         f"{SMOLLM_DEFAULTS['head_form']} with --smollm)", metavar="FORM")
     arg("--draft-vocab", "--smollm: heads 2..h train on, and draft among, the S tokens the base "
         "chose most often (exact: verification keeps every token); 0: all of them (default: "
