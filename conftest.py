@@ -1,7 +1,7 @@
 """The paper tests' fixtures: random tiny float64 models and prompts, every path of a lattice, the
 hypothesis strategies and profiles, the devices, the exact distribution a sampler must meet, and
 the --drafter option.
-tests/conftest.py adds what the folders' tests need (a tiny trained checkpoint, the real model).
+tests/helpers.py holds what the folders' tests need (a tiny trained checkpoint, the real model).
 
     HYPOTHESIS_PROFILE=thorough python -m pytest -q     # 10x the examples of the default profile
     python -m pytest test_minibpd.py --drafter my_module:MyDrafter   # your drafter, checked

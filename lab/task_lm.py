@@ -11,7 +11,7 @@ from train_heads import chunk_size, chunk_split, clean_text
 
 # A hash split of paragraphs would put most test targets in the base model's training text
 # (docs/tasks.md), so `lm` takes each paragraph's split from the base model's split of the same
-# text (corpus.split_corpus): lm/tune and lm/test lie in its tune and test text.
+# text (train_heads.split_corpus): lm/tune and lm/test lie in its tune and test text.
 
 LM_TARGET, LM_STRIDE, LM_MIN_PROMPT, LM_MIN_HEAD = 128, 64, 64, 24
 
@@ -29,7 +29,7 @@ def topics_text():
 
 def base_split(text):
     """Two functions of an offset into `text`: the base model's split of that character (the
-    rule of corpus.split_corpus), and the first offset of the run of same-split chunks
+    rule of train_heads.split_corpus), and the first offset of the run of same-split chunks
     holding it."""
     chunk = chunk_size(text)
     of = lambda j: chunk_split(j // chunk)

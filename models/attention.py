@@ -71,7 +71,7 @@ def tree_plan(mask, dtype, g, rows, key_block):
 
 
 def tree_attention(q, keys, values, plan, rows, key_block):
-    """tiled_attention for one row holding a token tree (kvcache.tree_layout), batch-invariant
+    """tiled_attention for one row holding a token tree (tree.tree_layout), batch-invariant
     (docs/real-model.md, "Tree verification on this model"): rows whose visible slots are a
     prefix run as they are; every other node's visible keys are gathered, in slot order, into
     keys of its own (as one-token decoding of its path holds them) and it runs as an item of its

@@ -79,7 +79,7 @@ class TreeVerifier(Verifier):
     """minibpd.Verifier with the drafts as one token tree (tree_call) in a one-row TreeCache,
     `spare` slots past the window for the branches; a step with nothing drafted is one plain
     call. On a batch-invariant model (llama.py) a tree's nodes attend to their keys gathered
-    in one-token order (llama.tree_attention): in a tree a node's ancestors sit at other cache
+    in one-token order (attention.tree_attention): in a tree a node's ancestors sit at other cache
     slots than in one-token decoding."""
 
     def __init__(self, model, spare):

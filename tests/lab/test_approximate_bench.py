@@ -2,7 +2,7 @@
 bench reports them in their own section (JSON key `approximate`) and never in
 identical_to_greedy, without --approximate its keys are unchanged, `--prompt --accept` says its
 output is not greedy's, and every flag that would do nothing (or sample) is one-line error before
-any model call. Uses the tiny checkpoint of conftest.tiny_ckpt."""
+any model call. Uses the tiny checkpoint of tests/helpers.py (tiny_ckpt)."""
 import json
 import math
 

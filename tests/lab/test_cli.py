@@ -1,6 +1,6 @@
 """The command line and the checkpoint files: every bad input gets a one-line error and exit
 status 2 before any model call, stdout under --json is one JSON object, and no run damages the
-shipped files. Uses a tiny checkpoint trained once per session (conftest.tiny_ckpt)."""
+shipped files. Uses a tiny checkpoint trained once per session (tests/helpers.py, tiny_ckpt)."""
 from conftest import ROOT
 import json
 import os

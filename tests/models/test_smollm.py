@@ -130,7 +130,8 @@ def invariant_llama(m, dtype, wide=False, form="stern"):
     check_chunked's): with 3 heads of 2 (n_embd 6) MKL's small-matrix product of K = 6 columns
     and N <= 10 outputs rounds a row by its place in the block (found by the tree test on a
     2-core AMD EPYC), a width no real model has; the rule batch invariance rests on is that
-    a fixed-shape kernel treats its rows alike, which test_chunked checks at these widths."""
+    a fixed-shape kernel treats its rows alike, which test_chunked_equals_sequential_bitwise
+    checks at these widths."""
     model = tiny_llama(*m[:7], 2 * m[7], hidden=24, dtype=dtype, batch_invariant=True, std=0.3,
                        head_form=form)
     model.config = dataclasses.replace(model.config, wide_prefill=wide)   # bf16 prefills widened
@@ -434,8 +435,8 @@ def test_bpd_equals_greedy_in_low_precision(dtype, m, plen, n, wide, form):
 
 
 def tree_states(model, prefix, proposed):
-    """One tree call (kvcache.tree_call) after `prefix` is cached -> z [P, m + 1, C] along each
-    draft's path."""
+    """One tree call (runtime/tree.py, tree_call) after `prefix` is cached -> z [P, m + 1, C]
+    along each draft's path."""
     cache = KVCache(model, 1, len(proposed) * len(proposed[0]))
     if len(prefix) > 1:
         model(torch.tensor([prefix[:-1]]), cache, prefix=0)    # in blocks, as one-token calls
@@ -1152,7 +1153,7 @@ def test_every_decoder_equals_greedy_on_the_real_model(shipped):
     """The product on the real model, bf16: every decoder of the registry at its tuned settings
     returns greedy's tokens, on three of the bench's test prompts (32 tokens each) and on the
     demo's first question as the demo asked it before, without the system turn
-    (chat; 48 tokens: where tree verification, before llama.tree_attention, broke pbest0
+    (chat; 48 tokens: where tree verification, before attention.tree_attention, broke pbest0
     at token 34; there the drafters of several drafts are verified as rows too). The demo's
     own prompts (the model's chat template) are test_demo_on_the_real_model's."""
     model, ck, res = shipped

@@ -220,7 +220,7 @@ class Grower(ArgmaxDrafter):
 @pytest.mark.parametrize("verify", ["batch", "tree", "auto"])
 def test_a_drafter_raising_its_max_drafts_gets_the_contract_error(verify):
     """The verifier's cache was sized by the declared max_drafts, the check read the
-    raised one, and kvcache.write failed ("The expanded size of the tensor..."; with a tree no
+    raised one, and KVCache.write failed ("The expanded size of the tensor..."; with a tree no
     error). CheckedDrafter reads max_drafts once: the contract's ValueError names the drafter."""
     with pytest.raises(ValueError, match=re.escape("drafter grower broke the drafter contract "
                                                    "(1..max_drafts drafts): return a list of 1 to "

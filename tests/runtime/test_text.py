@@ -1,4 +1,4 @@
-"""The corpus's cleaning and its fixed split (runtime/checkpoint.py)."""
+"""The corpus's cleaning and its fixed split (train_heads.py: clean_text, split_corpus)."""
 import pytest
 
 import train_heads
