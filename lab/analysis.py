@@ -269,13 +269,13 @@ def oracle_by_k(run, ks=(1, 2, 4, 8, 16)):
 def relative_gain(be, oracle_at):
     """Each refined drafter's block efficiency relative to BPD (percent; the form of Kim Table 4,
     which reports block efficiency only), and the share of the BPD-to-oracle gap it closes
-    (oracle at the drafter's own k)."""
+    (oracle at the drafter's own k; None where that oracle is no better than BPD: no k, lookup)."""
     out = {}
     for name in decoders.refined():
         if name in be:
             gap = oracle_at[name] - be["bpd"]
             out[name] = {"percent": 100 * (be[name] / be["bpd"] - 1),
-                         "gap_closed": (be[name] - be["bpd"]) / gap if gap > 0 else 0.0}
+                         "gap_closed": (be[name] - be["bpd"]) / gap if gap > 1e-9 else None}
     return out
 
 

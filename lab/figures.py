@@ -61,8 +61,9 @@ def paper_tables(r):
     for name, g in r.relative_gain.items():
         w = r.win_tie_loss.get(name)
         wtl = f"  {won_tied_lost(w['counts'])}" if w else ""
-        print(f"  {name:{wide}s} {g['percent']:+6.1f}%  closes {100 * g['gap_closed']:4.0f}% of the gap "
-              f"to the oracle{wtl}")
+        gap = "its oracle is plain BPD's: no gap to close" if g["gap_closed"] is None else \
+            f"closes {100 * g['gap_closed']:4.0f}% of the gap to the oracle"
+        print(f"  {name:{wide}s} {g['percent']:+6.1f}%  {gap}{wtl}")
     if r.loss_repeats:
         print_losses(r.loss_repeats)
     print("\n  cost per generated token (ours; Kim analyse cost in Fig. 2 and an appendix table)\n"

@@ -167,6 +167,7 @@ def check_paper_keys(res, h):
     assert abs(res["oracle_by_k"]["1"] - res["block_efficiency"]["bpd"]) < 1e-9   # k = 1 is BPD
     assert set(res["relative_gain"]) == set(decoders.refined()) == \
         {"neural", "ngram", "pbest0", "pbest", "lookup", "lookup_pbest"}
+    assert res["relative_gain"]["lookup"]["gap_closed"] is None       # no k: its oracle is BPD's
     for name, w in res["win_tie_loss"].items():
         assert abs(w["win"] + w["tie"] + w["loss"] - 1) < 1e-9 and share(w["wins_replacing_repeat"])
         c = w["counts"]

@@ -4,6 +4,7 @@ shipped files. Uses a tiny checkpoint trained once per session (tests/helpers.py
 from conftest import ROOT
 import json
 import os
+import re
 import subprocess
 import sys
 import types
@@ -191,6 +192,8 @@ def test_bench_text_report_warns_on_short_runs(tiny_ckpt, capsys):
     code, out, err = run_cli(capsys, "--bench", "--checkpoint", tiny_ckpt, "--prompts", "2",
                              "--new-tokens", "8", "--no-color")
     assert code == 0 and "warning: greedy ran" in out and "too short" in out
+    # lookup has no k: its oracle is BPD's, so the report names no share of a gap for it
+    assert re.search(r"lookup +[+-] *\d+\.\d%  its oracle is plain BPD's: no gap to close", out)
 
 
 def test_bench_text_drops_unknown_characters(tiny_ckpt, tmp_path, capsys):
