@@ -84,8 +84,8 @@ def read(path=CHECKPOINT, needs=("config", "model", "vocab")):
         ck = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         out = "" if path == CHECKPOINT else f" --out {path}"
-        raise CheckpointError(f"checkpoint {path} not found: run `python train_heads.py{out}` "
-                              "to create it, or pass --checkpoint PATH") from None
+        raise CheckpointError(f"checkpoint {path} not found: check the path, or train one there "
+                              f"with `python train_heads.py{out}`") from None
     except Exception as e:  # truncated zip, not a torch file, unsafe pickle, ...
         ours, kind = sniffed_kind(path)
         raise CheckpointError(f"checkpoint {path} is corrupt or not a minibpd checkpoint "

@@ -68,7 +68,7 @@ def test_checkpoint_errors(tiny_ckpt, tmp_path, capsys):
     torch.save(dict(ck, config=dict(ck["config"], n_embd=64)), tmp_path / "shape.pt")
     truncated = tmp_path / "truncated.pt"
     truncated.write_bytes(open(tiny_ckpt, "rb").read()[:1000])
-    cases = [(tmp_path / "missing.pt", "not found"), (corrupt, "corrupt"),
+    cases = [(tmp_path / "missing.pt", "not found: check the path"), (corrupt, "corrupt"),
              (truncated, "corrupt"), (tmp_path / "old.pt", "format"),
              (tmp_path / "shape.pt", "does not match")]
     for path, message in cases:
