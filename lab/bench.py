@@ -73,7 +73,7 @@ def paper_sections(run, be, runs, work, tps):
     speed_report)."""
     by_k, chosen = analysis.oracle_by_k(run), run.chosen
     compared = analysis.compared_steps(run, runs[decoders.PLAIN])     # once, for both counts
-    oracle_at = {name: by_k.get(str(chosen[name].get("k"))) or analysis.be_of(
+    oracle_at = {name: by_k.get(str(chosen[name].get("k", 1))) or analysis.be_of(
         run, "oracle", {"k": chosen[name].get("k", 1)}) for name in decoders.refined()}
     return {"repetition": analysis.repetition_table(
                 {k: v for k, v in runs.items() if not decoders.DECODERS[k].peeks}, run.items),
