@@ -50,7 +50,7 @@ def won_tied_lost(c):
 
 def paper_tables(r):
     print("\n  repetition in drafts (Kim §6.1; paper: BPD 20-75%; with 2-gram rescoring it quotes\n"
-          "  9.9-24.5%, which may be read as levels or as reductions)")
+          "  9.9-24.5%, levels or reductions; our rescorers run at their tuned order)")
     for name, v in r.repetition.items():
         print(f"  {name:12s} adjacent repeats {100 * v['adjacent_repeat']:5.1f}%   "
               f"longest run {v['longest_run']:.2f}")
