@@ -132,8 +132,10 @@ def test_extremes_all_and_none_accepted(device, m, plen, n):
     full = prompt + greedy_decode(model, prompt, n + 8)
     out, stats = bpd_decode(model, prompt, n, AlwaysRight(full))
     assert out == full[plen:plen + n]
-    for step in stats["steps"]:                             # every draft fully accepted
-        assert step["accepted"] == len(step["drafts"][0])
+    h, B, end = model.config.n_bpd_heads, model.config.block_size, plen + n
+    for step in stats["steps"]:     # every draft fully accepted, and as long as the heads, the
+        t, m = step["context"], len(step["drafts"][0]) - 1         # end and the window allow
+        assert step["accepted"] == m + 1 and m == min(h - 1, end - t, window_start(t, B) + B - t)
     out, stats = bpd_decode(model, prompt, n, AlwaysRight(full, wrong=True))
     assert out == full[plen:plen + n]
     assert stats["calls"] == n and stats["block_efficiency"] == 1.0

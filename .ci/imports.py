@@ -22,9 +22,9 @@ PACKAGES = ("runtime", "decoders", "models", "lab", "training")
 # minibpd.py's budget is 450; it holds 473: the request, drafter, checkpoint, dtype and device
 # checks that give bad input one clear error. To trim, never by dropping a check.
 # test_minibpd.py is a test file (the 450 is for modules outside the tests): every property of
-# the papers, the DP, the local rescoring and the heads' training targets included, in 507 lines.
+# the papers, the DP, the local rescoring and the heads' training targets included, in 509 lines.
 PAPER = {"minibpd.py": 473, "lattice.py": 450, "ngram.py": 450, "train_heads.py": 450,
-         "test_minibpd.py": 507}
+         "test_minibpd.py": 509}
 # Modules allowed over MAX_LINES for now, each capped at its size (they may only shrink): none.
 OVER = {}
 TOP = {*PAPER, "README.md", "conftest.py", "pyproject.toml", "requirements.txt", ".gitignore",

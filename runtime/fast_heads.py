@@ -32,14 +32,13 @@ def head_states(heads, x, act=F.gelu):
 
 def stacked_weights(heads):
     """The heads' weights stacked (a ModuleList of BPDHeads); cached on that list at inference,
-    stacked afresh when any weight changes (in place: its _version; replaced: its data_ptr),
-    and never cached under autograd. The parameter list is cached too: walking the modules
-    costs more than the heads' arithmetic. A heads_view has its own list, hence its own cache."""
+    stacked afresh when any weight changes (in place: its _version; its data: its data_ptr), and
+    never cached under autograd. The parameters are read afresh every call, so a replaced one
+    (load_state_dict(assign=True)) is seen; through the modules' dicts, as nn.Module's attribute
+    lookup costs more than the heads' arithmetic. A heads_view has its own list, hence cache."""
     memo, training = heads.__dict__, heads.training or torch.is_grad_enabled()
-    ps = memo.get("_params")
-    if ps is None or training:
-        ps = memo["_params"] = [p for hd in heads for p in (hd.fc.weight, hd.fc.bias,
-                                                             hd.proj.weight, hd.proj.bias)]
+    ps = [hd._modules[layer]._parameters[name] for hd in heads for layer in ("fc", "proj")
+          for name in ("weight", "bias")]             # per head: fc.weight, fc.bias, proj.weight, ...
     key, kept = tuple((p.data_ptr(), p._version) for p in ps), memo.get("_stacked")
     if training or kept is None or kept[0] != key:     # (key, stack): one entry, read once, so
         stacked = (torch.cat(ps[0::4]), torch.cat(ps[1::4]),          # threads never mix them

@@ -19,9 +19,15 @@ def test_batched_heads_equal_modules():
     for mode in (True, False):
         model.train(mode)
         torch.testing.assert_close(model.head_logits(z), readable(model, z))
-    with torch.no_grad():
-        model.heads[2].proj.bias.add_(1.0)                  # the inference cache must notice
-    torch.testing.assert_close(model.head_logits(z), readable(model, z))
+    with torch.no_grad():                   # inference: the stack is cached and must see changes
+        torch.testing.assert_close(model.head_logits(z), readable(model, z))
+        assert "_stacked" in model.heads.__dict__           # else nothing below reads a cache
+        model.heads[2].proj.bias.add_(1.0)                  # in place: its _version
+        torch.testing.assert_close(model.head_logits(z), readable(model, z))
+        model.heads[1].fc.weight.data = model.heads[1].fc.weight * 2     # new data: its data_ptr
+        torch.testing.assert_close(model.head_logits(z), readable(model, z))
+        model.load_state_dict({k: v / 2 for k, v in model.state_dict().items()}, assign=True)
+        torch.testing.assert_close(model.head_logits(z), readable(model, z))   # new parameters
 
 
 def test_forward_equals_the_modules_to_rounding():
@@ -73,11 +79,13 @@ def test_first_heads_does_not_inherit_the_stacked_cache():
     cached its stack must stack its own heads (and the original keep its own)."""
     model = tiny_model(2, 11, 1, 6, 8, cls=FastGPT)
     z = torch.randn(4, 8, dtype=torch.float64)
-    full = model.head_logits(z)                                     # caches all five heads
-    view = model.first_heads(3)
-    ref = model.lm_head(torch.stack([z] + [hd(z) for hd in list(model.heads)[:2]], dim=-2))
-    torch.testing.assert_close(view.head_logits(z), ref)
-    torch.testing.assert_close(model.head_logits(z), full)
+    with torch.no_grad():                   # the cache is kept only here, at inference
+        full = model.head_logits(z)                                 # caches all five heads
+        assert "_stacked" in model.heads.__dict__
+        view = model.first_heads(3)
+        ref = model.lm_head(torch.stack([z] + [hd(z) for hd in list(model.heads)[:2]], dim=-2))
+        torch.testing.assert_close(view.head_logits(z), ref)
+        torch.testing.assert_close(model.head_logits(z), full)
 
 
 @pytest.mark.parametrize("kw, message", [({"dtype": torch.int64}, "floating"),

@@ -180,6 +180,33 @@ def test_residual_and_acceptance():
     assert torch.allclose(sampling.residual(p, onehot), torch.tensor([5 / 7, 0, 2 / 7], dtype=torch.float64))
 
 
+def test_the_token_after_the_accepted_ones_is_drawn_at_their_depth():
+    """verify_sampled on one-hot targets, where every draw is certain: row 1's draft [2, 0, 3]
+    agrees with its own targets throughout (row 0's fails at depth 1), so 3 tokens are kept and
+    the free token is row 1's target at depth 3. The statistical checks decode too few tokens
+    to reach a depth past 1, where a target read at the wrong depth would hide."""
+    probs = torch.nn.functional.one_hot(torch.tensor([[2, 0, 1, 1], [2, 0, 3, 2]]), 4).double()
+    row, kept, token, _ = sampling.verify_sampled(probs, [[2, 3, 1], [2, 0, 3]], None,
+                                                  torch.Generator().manual_seed(0))
+    assert (row, kept, token) == (1, 3, 2)
+
+
+class OffTheEnd(HeadSampler):
+    name = "offtheend"
+
+    def sample(self, logprobs, context, temperature, generator=None):
+        drafts, q = super().sample(logprobs, context, temperature, generator)
+        return [drafts[0][:-1] + [q.shape[-1]]], q             # its last token is V itself
+
+
+def test_a_sampled_id_outside_the_vocabulary_is_refused_before_q_is_read():
+    """The ids are checked before the declared q is read at them: an id of V is the contract's
+    ValueError, not an IndexError from q[.., V]."""
+    with pytest.raises(ValueError, match=r"drafter offtheend broke the drafter contract \(ids in"):
+        lab_decode(tiny_model(3, 5, 1, 4, 16), [1, 2], 12, OffTheEnd(), 1.0,
+                   torch.Generator().manual_seed(0))
+
+
 def test_without_its_own_generator_the_resetter_is_caught(monkeypatch):
     """Power of the 'resetter' case above: hand the drafter verification's generator itself (the
     old behaviour) and its reseeding makes verification draw the same numbers at every step: the
