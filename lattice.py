@@ -233,8 +233,8 @@ class OracleDrafter:
     end ahead now and then, because its steps start at different positions."""
     name, max_drafts = "oracle", 1
 
-    def __init__(self, answer, k):
-        self.answer, self.k = answer, k
+    def __init__(self, answer, k):      # answer: token ids in a list, tuple, tensor or array
+        self.answer, self.k = answer.tolist() if hasattr(answer, "tolist") else list(answer or []), k
 
     def __call__(self, logprobs, context):
         lat = head_lattice(logprobs, context, self.k)

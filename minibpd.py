@@ -407,9 +407,9 @@ def read_checkpoint(path=CHECKPOINT):
     try:
         ck = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:      # missing, truncated, not a torch file, an unsafe pickle, ...
-        why = "not found" if isinstance(e, FileNotFoundError) else \
-            f"unreadable as a torch file of tensors ({type(e).__name__}; weights_only=True)"
-        raise CheckpointError(f"checkpoint {path} {why}; `python train_heads.py --out {path}` "
+        why, out = ("not found", path) if isinstance(e, FileNotFoundError) else (   # else a new file
+            f"unreadable as a torch file of tensors ({type(e).__name__}; weights_only=True)", "my-model.pt")
+        raise CheckpointError(f"checkpoint {path} {why}; `python train_heads.py --out {out}` "
                               "trains one") from None
     if not isinstance(ck, dict) or ck.get("format_version") != 1 or "config" not in ck:
         raise CheckpointError(f"checkpoint {path} is not a minibpd checkpoint of format 1")

@@ -108,6 +108,8 @@ def fit(model, cfg, loss_at, label, held_out=None, log=print):
         for group in opt.param_groups:
             group["lr"] = lr_at(step, cfg.steps, cfg.lr, cfg.warmup)
         loss, note = loss_at(step)
+        if not torch.isfinite(loss):            # diverged: stop before a NaN model is saved
+            raise ValueError(f"[{label}] the loss is {loss.item()} at step {step}: lower --lr")
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -177,8 +179,6 @@ def train_both(run, cfg, vocab, splits, gen, rescorer_layers, rescorer_embd, rev
             "train": {"steps": run.steps, "rescorer_steps": run.rescorer_steps,
                       "seconds": round(secs + rsecs), "test_loss": losses, "test_acc": accs,
                       "torch": str(torch.__version__)}}
-
-
 
 
 # ----------------------------------------------------------------------------- the corpus
@@ -268,7 +268,8 @@ def corpus_splits(args):
     if min(len(v) for v in splits.values()) <= span:
         raise ValueError(f"{'--data ' + args.data if args.data else 'the corpus'} is too small "
                          f"for --block-size {args.block_size} --heads {args.heads}: each split "
-                         f"needs over {span} characters (about {20 * span} in all, it has {len(text)})")
+                         f"needs over {span} characters; test has {len(splits['test']):,}, tune "
+                         f"{len(splits['tune']):,} (5% of the text each)")
     print(f"corpus: {corpus['name']}{', cleaned' if corpus['cleaned'] else ''}, "
           f"{corpus['chars']:,} chars, vocab {len(vocab)}, "
           + ", ".join(f"{k} {len(v):,}" for k, v in splits.items()))

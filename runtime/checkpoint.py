@@ -243,8 +243,9 @@ def tensors_problem(state):
     """'' if `state` is a dict of dense float tensors (what load_state_dict and a NaN check read),
     else what it is not: a sparse or meta tensor would fail deep inside torch, a complex one
     would load its real part with only a warning."""
-    if not isinstance(state, dict) or not all(torch.is_tensor(v) for v in state.values()):
-        return "its weights are not a dict of tensors"
+    if not isinstance(state, dict) or not all(isinstance(k, str) and torch.is_tensor(v)
+                                              for k, v in state.items()):
+        return "its weights are not a dict of tensors by name"
     odd = next((k for k, v in state.items()
                 if v.layout != torch.strided or v.is_meta or not v.is_floating_point()), None)
     if odd is not None:

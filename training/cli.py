@@ -273,8 +273,7 @@ def overwrite_advice(out, kind):
         ours = False
     if ours:
         return "pass --force to overwrite it"
-    return (f"it holds no checkpoint of the kind this run writes, and train_heads.py overwrites "
-            f"nothing else: write to a new file, e.g. --out {new}")
+    return f"it holds no checkpoint of the kind this run writes: write to a new file, e.g. --out {new}"
 
 
 def with_threads(args, work):

@@ -384,3 +384,16 @@ def test_one_resources_is_safe_across_threads(monkeypatch):
     prompt = random_prompt(1, 20, 12)
     for d in made.values():
         assert lab_decode(model, prompt, 20, d)[0] == greedy_decode(model, prompt, 20)
+
+
+@pytest.mark.parametrize("as_", [tuple, torch.tensor, __import__("numpy").array])
+def test_the_oracle_takes_its_answer_as_any_sequence(as_):
+    """A tuple, tensor or array answer is the list's: its slice once compared unequal to the
+    context, and the oracle fell back to the heads' top path without a word."""
+    model = tiny_model(1, 17, 1, 4, 64)
+    prompt = random_prompt(2, 17, 5)
+    full = prompt + greedy_decode(model, prompt, 24)
+    calls = {name: lab_decode(model, prompt, 24, drafter)[1]["calls"] for name, drafter in
+             (("bpd", ArgmaxDrafter()), ("oracle", lattice.OracleDrafter(full, 4)),
+              ("given", lattice.OracleDrafter(as_(full), 4)))}
+    assert calls["given"] == calls["oracle"] < calls["bpd"]      # the fallback would show

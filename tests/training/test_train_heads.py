@@ -117,6 +117,14 @@ def test_out_is_only_overwritten_with_force(paths, monkeypatch, capsys):
     assert model.config.n_layer == 1 and ck["train"]["steps"] == 3
 
 
+def test_a_diverging_run_stops_and_saves_nothing(paths, capsys):
+    """A learning rate that blows the loss up ends in one line naming --lr, before a NaN
+    checkpoint is saved (load_checkpoint would refuse it, advising the same run again)."""
+    data, out = paths
+    err = fails(TINY + ["--data", data, "--out", out, "--lr", "1e30"], capsys)
+    assert "the loss is" in err and "lower --lr" in err and not os.path.exists(out)
+
+
 @pytest.mark.parametrize("steps, n_layer, n_embd, expected", [
     (5000, 6, 128, (2500, 2, 64)),        # the defaults: the shipped rescorer
     (300, 4, 48, (150, 1, 24)),
