@@ -301,7 +301,7 @@ def demo_prompt(text, seed, n=8, length=80):
 
 def demo_args(argv):
     """The demo's flags, or None when argv asks for more (the lab's command line serves it)."""
-    p = argparse.ArgumentParser(add_help=False)
+    p = argparse.ArgumentParser(add_help=False, allow_abbrev=False)    # as every parser here
     p.add_argument("--demo", action="store_true")
     p.add_argument("--checkpoint", default=CHECKPOINT)
     p.add_argument("--max-new-tokens", type=int, default=160)

@@ -407,7 +407,7 @@ def read_checkpoint(path=CHECKPOINT):
     try:
         ck = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:      # missing, truncated, not a torch file, an unsafe pickle, ...
-        why, out = ("not found", path) if isinstance(e, FileNotFoundError) else (   # else a new file
+        why, out = ("not found", path) if isinstance(e, FileNotFoundError) else (   # broken: a new file
             f"unreadable as a torch file of tensors ({type(e).__name__}; weights_only=True)", "my-model.pt")
         raise CheckpointError(f"checkpoint {path} {why}; `python train_heads.py --out {out}` "
                               "trains one") from None

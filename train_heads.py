@@ -269,7 +269,7 @@ def corpus_splits(args):
         raise ValueError(f"{'--data ' + args.data if args.data else 'the corpus'} is too small "
                          f"for --block-size {args.block_size} --heads {args.heads}: each split "
                          f"needs over {span} characters; test has {len(splits['test']):,}, tune "
-                         f"{len(splits['tune']):,} (5% of the text each)")
+                         f"{len(splits['tune']):,} (about 5% of the text each)")
     print(f"corpus: {corpus['name']}{', cleaned' if corpus['cleaned'] else ''}, "
           f"{corpus['chars']:,} chars, vocab {len(vocab)}, "
           + ", ".join(f"{k} {len(v):,}" for k, v in splits.items()))

@@ -169,6 +169,7 @@ def test_no_abbreviated_flags(capsys):
     assert e.value.code == 2 and "unrecognized arguments: --plug" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         training_cli.parse_train_args(["--dist", "joint"])
+    assert __import__("lattice").demo_args(["--demo", "--max", "5"]) is None    # the lab's to refuse
 
 
 class Failing:
