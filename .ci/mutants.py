@@ -78,6 +78,10 @@ MUTANTS = [
     ("ngram.py", "return Counter(gram[1:] for gram in longer_grams)",
      "return Counter(gram[:-1] for gram in longer_grams)",
      "continuation counts count right extensions, not left ones", "tests/test_ngram.py"),
+    ("minibpd.py", "return max(0, min(most, end - t, window_start(t, block_size) + block_size - t))",
+     "return max(0, min(most, end - t, window_start(t, block_size) + block_size - t - 1))",
+     "drafts stop one token short of the window's edge: exact, but more calls",
+     "tests/runtime/test_contract.py"),
 ]
 
 
