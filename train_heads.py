@@ -108,13 +108,13 @@ def fit(model, cfg, loss_at, label, held_out=None, log=print):
         for group in opt.param_groups:
             group["lr"] = lr_at(step, cfg.steps, cfg.lr, cfg.warmup)
         loss, note = loss_at(step)
-        if not torch.isfinite(loss):            # diverged: stop before a NaN model is saved
-            raise ValueError(f"[{label}] the loss is {loss.item()} at step {step}: lower --lr")
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         if step % cfg.log_every == 0 or step == cfg.steps - 1:
+            if not torch.isfinite(loss):    # NaN weights stay NaN: the last step's check sees any
+                raise ValueError(f"[{label}] the loss is {loss.item()} at step {step}: lower --lr")
             el, tune = time.time() - t0, ""
             if held_out is not None and (step % (5 * cfg.log_every) == 0 or step == cfg.steps - 1):
                 model.eval()
